@@ -1,0 +1,40 @@
+//! Entry point: pick the subcommand, run it, and turn errors into one readable line and an exit
+//! code. This is the only place that formats errors for humans.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::Parser;
+use openshell_sandbox::{certs, check, cli, exec, gateway, install};
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    // Subcommands are recognised by the first word only. Everything else is the supervisor, as
+    // the pod starts it: `openshell-sandbox [--workdir /sandbox] [MAIN COMMAND...]`.
+    // `copy-self` is matched on the raw argv before any flag parsing (OpenShell's contract).
+    let result = match argv.get(1).and_then(|a| a.to_str()) {
+        Some("copy-self") => install::copy_self_main(&argv[2..]),
+        Some("run") => exec::run::main(cli::RunArgs::parse_from(&argv[1..])),
+        Some("check") => check::main(cli::CheckArgs::parse_from(&argv[1..])),
+        Some("install") => install::main(&argv[1..]),
+        Some("certs") => certs::main(&argv[1..]),
+        Some("serve") => gateway::main(&argv[1..]),
+        _ => gateway::main(&argv[..]),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("openshell-sandbox: error: {err:#}");
+            ExitCode::from(exit_code_for(&err))
+        }
+    }
+}
+
+/// Exit codes follow the shell's conventions for a launcher: 127 when the command is not found,
+/// 126 when it cannot be executed, 125 when the sandbox itself failed or refused, 2 for usage.
+fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if let Some(e) = err.downcast_ref::<exec::RunError>() {
+        return e.exit_code();
+    }
+    1
+}

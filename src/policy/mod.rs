@@ -1,0 +1,141 @@
+//! The sandbox policy: plain data plus validation. Nothing here makes a syscall that changes
+//! state; turning a policy into kernel objects is `sandbox::prepare`, and enforcing them is the
+//! last step, in the child (see `sandbox/mod.rs`).
+
+mod fs;
+mod size;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use fs::{FsPolicy, FsRule, PathAccess, default_secret_paths, expand_grants};
+pub use size::{ParseSizeError, parse_size};
+
+/// What the child may do on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// Only AF_UNIX sockets; TCP bind and connect denied by Landlock too.
+    None,
+    /// Normal networking, minus raw packet, vsock and non-route netlink sockets.
+    All,
+}
+
+/// Resource limits applied to each exec. `None` means "not limited by us".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Limits {
+    /// RLIMIT_CPU, seconds of CPU time (user + system).
+    pub cpu_secs: Option<u64>,
+    /// RLIMIT_AS in bytes, and memory.max of the exec's cgroup when there is one.
+    pub memory_bytes: Option<u64>,
+    /// RLIMIT_NPROC (counted per real uid, system wide) and pids.max of the exec's cgroup.
+    pub pids: u64,
+    /// RLIMIT_FSIZE in bytes: the size any single file may reach.
+    pub file_size_bytes: Option<u64>,
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            cpu_secs: None,
+            memory_bytes: None,
+            pids: 512,
+            file_size_bytes: None,
+            open_files: 1024,
+        }
+    }
+}
+
+/// Who the child runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Default unprivileged identity when we are root and nothing else is configured.
+pub const NOBODY: u32 = 65534;
+
+/// The complete policy for every exec run by one supervisor.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub fs: FsPolicy,
+    pub network: NetworkMode,
+    pub limits: Limits,
+    /// `Some` when we are root and must switch identity; `None` keeps our own uid/gid.
+    pub identity: Option<Identity>,
+    /// Run even when a layer cannot be fully enforced (the report says which).
+    pub allow_degraded: bool,
+}
+
+/// Wall-clock and output limits belong to one run, not to the policy of the supervisor.
+#[derive(Debug, Clone, Default)]
+pub struct RunLimits {
+    pub timeout: Option<Duration>,
+    pub kill_grace: Duration,
+    pub max_output: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("workdir {path}: {source}")]
+    Workdir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("workdir {0} is not a directory")]
+    WorkdirNotDir(PathBuf),
+    #[error("path {path} given with --{flag}: {source}")]
+    ExtraPath {
+        flag: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("path {path} is both granted (--{flag}) and denied; a denied path cannot be granted")]
+    GrantedSecret { flag: &'static str, path: PathBuf },
+    #[error("--gid was given without --uid (OPENSHELL_SANDBOX_UID/GID must be supplied together)")]
+    GidWithoutUid,
+    #[error("the limit {name} = {value} is too large for the kernel (max {max})")]
+    LimitTooLarge {
+        name: &'static str,
+        value: u64,
+        max: u64,
+    },
+}
+
+impl Policy {
+    /// Check the policy for contradictions before anything is prepared.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        // RLIM_INFINITY is u64::MAX; a "limit" that large would silently mean "unlimited".
+        let max = u64::MAX / 2;
+        let l = &self.limits;
+        for (name, v) in [
+            ("cpu", l.cpu_secs),
+            ("memory", l.memory_bytes),
+            ("file-size", l.file_size_bytes),
+            ("pids", Some(l.pids)),
+            ("open-files", Some(l.open_files)),
+        ] {
+            if let Some(v) = v
+                && v > max
+            {
+                return Err(PolicyError::LimitTooLarge {
+                    name,
+                    value: v,
+                    max,
+                });
+            }
+        }
+        // NOFILE cannot exceed fs.nr_open (1 Mi by default); the kernel answers EPERM otherwise.
+        if l.open_files > 1 << 20 {
+            return Err(PolicyError::LimitTooLarge {
+                name: "open-files",
+                value: l.open_files,
+                max: 1 << 20,
+            });
+        }
+        self.fs.validate()
+    }
+}

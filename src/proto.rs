@@ -1,0 +1,1 @@
+//! Placeholder: generated protobuf types land here.
