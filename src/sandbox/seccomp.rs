@@ -38,9 +38,13 @@ pub enum SeccompError {
 const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JMP_JEQ_K: u16 = 0x15;
 const BPF_JMP_JGE_K: u16 = 0x35;
+const BPF_JMP_JSET_K: u16 = 0x45;
+const BPF_JMP_JA: u16 = 0x05;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
+/// Low 32 bits of args[0] (little endian).
+const SECCOMP_DATA_ARG0_LO: u32 = 16;
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// Syscall numbers at or above this have the x32 ABI bit set.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -61,24 +65,53 @@ const fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
-/// The instructions that run before seccompiler's chain.
+/// Every CLONE_NEW* flag that clone(2) accepts. CLONE_NEWTIME is unshare-only: in clone(2)'s
+/// flags that bit is part of the exit-signal byte.
+const CLONE_NEW_MASK: u32 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u32;
+const CLONE_NEWTIME: u32 = 0x80;
+const UNSHARE_NEW_MASK: u32 = CLONE_NEW_MASK | CLONE_NEWTIME;
+
+/// The instructions that run before seccompiler's chain: the cases seccompiler cannot
+/// express in a few instructions.
 fn prefix() -> Vec<sock_filter> {
+    let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
     vec![
-        // Any other architecture (int 0x80 enters as AUDIT_ARCH_I386) has different syscall
-        // numbers, so the whole deny-list would be meaningless there: kill.
+        // 0-2: any other architecture (int 0x80 enters as AUDIT_ARCH_I386) has different
+        // syscall numbers, so the whole deny-list would be meaningless there: kill.
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
         jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
         stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-        // x32 syscalls share AUDIT_ARCH_X86_64 but set bit 30 of the number; the rule chain
-        // compares exact numbers and would allow them: kill.
+        // 3-5: x32 syscalls share AUDIT_ARCH_X86_64 but set bit 30 of the number; the rule
+        // chain compares exact numbers and would allow them: kill.
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
         jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
         stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-        // clone3 passes its flags in a struct in memory, which seccomp cannot read, so the
-        // CLONE_NEW* checks on clone() below could be dodged through it. ENOSYS (not EPERM)
-        // makes glibc and musl fall back to clone(), whose flags we can check.
+        // 6-7: clone3 passes its flags in memory, which seccomp cannot read, so the CLONE_NEW*
+        // check on clone() below could be dodged through it. ENOSYS (not EPERM) makes glibc
+        // and musl fall back to clone(), whose flags we can check.
         jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1),
         stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        // 8-15: clone/unshare with any CLONE_NEW* bit: EPERM, as the kernel itself answers an
+        // unprivileged caller. A new user namespace would bring a full capability set, a new
+        // mount namespace could remount around Landlock. seccompiler compares
+        // `arg & mask == value`, which needs one rule per flag; a single JSET tests them all.
+        // The kernel reads only the low 32 bits of clone's flags, and unshare refuses unknown
+        // high bits with EINVAL, so the low word is the whole story.
+        jump(BPF_JMP_JEQ_K, libc::SYS_clone as u32, 2, 0),
+        jump(BPF_JMP_JEQ_K, libc::SYS_unshare as u32, 3, 0),
+        stmt(BPF_JMP_JA, 5),
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0_LO),
+        jump(BPF_JMP_JSET_K, CLONE_NEW_MASK, 2, 3),
+        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0_LO),
+        jump(BPF_JMP_JSET_K, UNSHARE_NEW_MASK, 0, 1),
+        stmt(BPF_RET_K, eperm),
+        // 16: seccompiler's chain follows; it reloads the syscall number itself.
     ]
 }
 
@@ -143,19 +176,6 @@ const DENY_ALWAYS: &[(i64, &str)] = &[
     (libc::SYS_ioperm, "raw I/O port access"),
 ];
 
-/// Every CLONE_NEW* flag that clone(2) accepts. CLONE_NEWTIME is unshare-only: in clone(2)'s
-/// flags that bit is part of the exit-signal byte.
-const CLONE_NEW_FLAGS: &[u64] = &[
-    libc::CLONE_NEWNS as u64,
-    libc::CLONE_NEWCGROUP as u64,
-    libc::CLONE_NEWUTS as u64,
-    libc::CLONE_NEWIPC as u64,
-    libc::CLONE_NEWUSER as u64,
-    libc::CLONE_NEWPID as u64,
-    libc::CLONE_NEWNET as u64,
-];
-const CLONE_NEWTIME: u64 = 0x80;
-
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
 const PER_LINUX: u64 = 0;
@@ -175,31 +195,6 @@ fn rules(network: NetworkMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccom
     for (nr, _why) in DENY_ALWAYS {
         map.insert(*nr, Vec::new());
     }
-
-    // unshare/clone with any CLONE_NEW* flag: a new user namespace regains capabilities, a
-    // new mount namespace can remount around Landlock. One rule per flag because seccompiler
-    // compares `arg & mask == value`, and the rules of one syscall are ORed.
-    let nr = libc::SYS_unshare;
-    let mut unshare = Vec::new();
-    for &f in CLONE_NEW_FLAGS
-        .iter()
-        .chain(std::iter::once(&CLONE_NEWTIME))
-    {
-        unshare.push(rule(
-            nr,
-            vec![cond(0, Len::Qword, Op::MaskedEq(f), f, nr)?],
-        )?);
-    }
-    map.insert(nr, unshare);
-    let nr = libc::SYS_clone;
-    let mut clone = Vec::new();
-    for &f in CLONE_NEW_FLAGS {
-        clone.push(rule(
-            nr,
-            vec![cond(0, Len::Qword, Op::MaskedEq(f), f, nr)?],
-        )?);
-    }
-    map.insert(nr, clone);
 
     // Terminal injection: TIOCSTI pushes bytes into the input of whoever reads the terminal
     // (the supervisor's, after we exit), TIOCLINUX can do the same on a VT. The kernel only
@@ -336,9 +331,9 @@ mod tests {
     fn program_is_small_and_starts_with_our_prefix() {
         for mode in [NetworkMode::None, NetworkMode::All] {
             let p = build(mode).unwrap();
-            assert_eq!(&p[..8], &prefix()[..]);
+            assert_eq!(&p[..16], &prefix()[..]);
             // Installing costs roughly linear time in the length; keep an eye on it.
-            assert!(p.len() < 330, "filter grew to {} instructions", p.len());
+            assert!(p.len() < 256, "filter grew to {} instructions", p.len());
         }
     }
 
@@ -365,6 +360,20 @@ mod tests {
                 if u < 0 {
                     libc::_exit(12);
                 }
+                if libc::unshare(libc::CLONE_NEWUSER) != -1
+                    || crate::sandbox::errno() != libc::EPERM
+                {
+                    libc::_exit(15);
+                }
+                // A plain fork (clone without CLONE_NEW*) still works.
+                let f = libc::fork();
+                if f == 0 {
+                    libc::_exit(0);
+                }
+                if f < 0 {
+                    libc::_exit(16);
+                }
+                libc::waitpid(f, std::ptr::null_mut(), 0);
                 if libc::syscall(libc::SYS_clone3, 0, 0) != -1
                     || crate::sandbox::errno() != libc::ENOSYS
                 {
