@@ -264,7 +264,10 @@ fn x32_syscall_kills_the_process() {
     if !require_root() {
         return;
     }
-    let r = probe(&[], "print('before', flush=True)\nsc(0x40000000 + 39)\nprint('SURVIVED')");
+    let r = probe(
+        &[],
+        "print('before', flush=True)\nsc(0x40000000 + 39)\nprint('SURVIVED')",
+    );
     expect_line(&r, "before");
     assert!(!r.stdout().contains("SURVIVED"));
     assert_eq!(r.report["signal"], libc::SIGSYS, "{:?}", r.report);

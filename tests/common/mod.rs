@@ -14,7 +14,9 @@ pub fn require(cond: bool, what: &str) -> bool {
         return true;
     }
     if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("required for this test but absent: {what} (CI=true turns this skip into a failure)");
+        panic!(
+            "required for this test but absent: {what} (CI=true turns this skip into a failure)"
+        );
     }
     eprintln!("SKIPPED: {what}");
     false
@@ -26,7 +28,10 @@ pub fn is_root() -> bool {
 }
 
 pub fn require_root() -> bool {
-    require(is_root(), "this test needs root (to drop to the sandbox uid and create cgroups)")
+    require(
+        is_root(),
+        "this test needs root (to drop to the sandbox uid and create cgroups)",
+    )
 }
 
 /// A workdir the sandbox uid (65534 when we are root) can write.
@@ -36,7 +41,10 @@ pub struct Workdir {
 
 impl Workdir {
     pub fn new() -> Workdir {
-        let dir = tempfile::Builder::new().prefix("osb-test-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("osb-test-")
+            .tempdir()
+            .unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         if is_root() {
             std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
@@ -98,7 +106,11 @@ pub fn run(wd: &Workdir, extra: &[&str], cmd: &[&str]) -> Run {
 fn rand_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed) ^ (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64)
+    N.fetch_add(1, Ordering::Relaxed)
+        ^ (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64)
 }
 
 /// Run a python snippet under the sandbox.
