@@ -40,16 +40,16 @@ pub struct RunArgs {
     pub inherit_env: Vec<String>,
 
     /// Wall-clock limit in seconds: SIGTERM to the whole tree, a short grace, then SIGKILL.
-    #[arg(long, value_name = "SECS", value_parser = parse_positive_secs)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_positive_secs)]
     pub timeout: Option<f64>,
 
     /// Grace between SIGTERM and SIGKILL when the wall-clock limit fires, in seconds.
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_nonneg_secs)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, default_value = "1", value_parser = parse_nonneg_secs)]
     pub kill_grace: f64,
 
     /// Cap on each of stdout and stderr; past it output is drained and discarded, then a
     /// truncation marker line ends the stream. Accepts suffixes (K, KiB, M, MiB, G, GiB).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub max_output: Option<u64>,
 
     /// Write the exit report as JSON to this path.
@@ -90,31 +90,31 @@ pub struct PolicyArgs {
     pub network: NetworkArg,
 
     /// CPU-time limit in seconds (RLIMIT_CPU).
-    #[arg(long, value_name = "SECS", value_parser = parse_count)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_count)]
     pub cpu: Option<u64>,
 
     /// Address-space limit in bytes (RLIMIT_AS), plus a memory cgroup limit when one is available.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub memory: Option<u64>,
 
     /// Process/thread limit (RLIMIT_NPROC, plus a pids cgroup when available).
-    #[arg(long, value_name = "N", default_value = "512", value_parser = parse_count)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value = "512", value_parser = parse_count)]
     pub pids: u64,
 
     /// Largest file the child may write (RLIMIT_FSIZE, per file).
-    #[arg(long, value_name = "BYTES", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub file_size: Option<u64>,
 
     /// Open-file limit (RLIMIT_NOFILE).
-    #[arg(long, value_name = "N", default_value = "1024", value_parser = parse_count)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value = "1024", value_parser = parse_count)]
     pub open_files: u64,
 
     /// User id the child runs as when we are root.
-    #[arg(long, env = "OPENSHELL_SANDBOX_UID", value_name = "UID", value_parser = parse_id)]
+    #[arg(long, env = "OPENSHELL_SANDBOX_UID", value_name = "UID", allow_negative_numbers = true, value_parser = parse_id)]
     pub uid: Option<u32>,
 
     /// Group id the child runs as when we are root. Defaults to the uid.
-    #[arg(long, env = "OPENSHELL_SANDBOX_GID", value_name = "GID", value_parser = parse_id)]
+    #[arg(long, env = "OPENSHELL_SANDBOX_GID", value_name = "GID", allow_negative_numbers = true, value_parser = parse_id)]
     pub gid: Option<u32>,
 
     /// Run even when a layer the policy asks for cannot be fully enforced; the report lists

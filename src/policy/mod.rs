@@ -139,3 +139,56 @@ impl Policy {
         self.fs.validate()
     }
 }
+
+impl Policy {
+    /// Build the policy from command-line flags. `default_workdir` applies when `--workdir` is
+    /// absent; `extra_deny` adds paths (TLS, tokens) that must never be readable.
+    pub fn from_args(
+        args: &crate::cli::PolicyArgs,
+        default_workdir: &std::path::Path,
+        extra_deny: Vec<PathBuf>,
+    ) -> Result<Policy, PolicyError> {
+        let workdir = args
+            .workdir
+            .clone()
+            .unwrap_or_else(|| default_workdir.to_path_buf());
+        let workdir = std::path::absolute(&workdir).map_err(|source| PolicyError::Workdir {
+            path: workdir.clone(),
+            source,
+        })?;
+        let mut fs = FsPolicy::with_defaults(workdir);
+        fs.read_only = args.ro.clone();
+        fs.read_write = args.rw.clone();
+        fs.deny.extend(args.deny.iter().cloned());
+        fs.deny.extend(extra_deny);
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let identity = match (args.uid, args.gid) {
+            (None, Some(_)) => return Err(PolicyError::GidWithoutUid),
+            (Some(uid), gid) => Some(Identity {
+                uid,
+                gid: gid.unwrap_or(uid),
+            }),
+            (None, None) if root => Some(Identity {
+                uid: NOBODY,
+                gid: NOBODY,
+            }),
+            (None, None) => None,
+        };
+        let policy = Policy {
+            fs,
+            network: args.network.into(),
+            limits: Limits {
+                cpu_secs: args.cpu,
+                memory_bytes: args.memory,
+                pids: args.pids,
+                file_size_bytes: args.file_size,
+                open_files: args.open_files,
+            },
+            identity,
+            allow_degraded: args.allow_degraded,
+        };
+        policy.validate()?;
+        Ok(policy)
+    }
+}

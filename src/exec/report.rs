@@ -1,0 +1,140 @@
+//! The exit report: what happened to one run, as JSON and as a one-line summary.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::ExitInfo;
+use super::stream::StreamStats;
+use crate::sandbox::LayerStatus;
+
+/// Why the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    Exited,
+    Signaled,
+    Timeout,
+    CpuLimit,
+    MemoryLimit,
+    OutputLimit,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Exited => "exited",
+            Reason::Signaled => "signaled",
+            Reason::Timeout => "timeout",
+            Reason::CpuLimit => "cpu_limit",
+            Reason::MemoryLimit => "memory_limit",
+            Reason::OutputLimit => "output_limit",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExitReport {
+    pub reason: Reason,
+    /// The exit code `run` itself returns: the child's code, 128+N for signal N, 124 on timeout.
+    pub exit_code: i32,
+    /// The child's own exit status, when it exited.
+    pub status: Option<i32>,
+    pub signal: Option<i32>,
+    pub wall_ms: u64,
+    pub user_cpu_ms: u64,
+    pub sys_cpu_ms: u64,
+    pub peak_rss_kib: u64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub landlock_abi: i32,
+    pub layers: Vec<LayerStatus>,
+}
+
+/// Facts the classifier needs beyond the exit status.
+pub struct Context {
+    pub timed_out: bool,
+    pub cpu_limit_secs: Option<u64>,
+    pub memory_limit_bytes: Option<u64>,
+    pub cgroup_memory_hit: bool,
+}
+
+/// Decide the reason. Order matters: our own timeout first (it caused the signal), then the
+/// kernel limits that also end in a signal, then plain exits.
+pub fn classify(info: &ExitInfo, cx: &Context, out: &StreamStats, err: &StreamStats) -> Reason {
+    if cx.timed_out {
+        return Reason::Timeout;
+    }
+    let cpu = info.user_cpu + info.sys_cpu;
+    if let Some(limit) = cx.cpu_limit_secs {
+        // SIGXCPU at the soft limit, SIGKILL at the hard limit one second later.
+        let near = cpu + Duration::from_millis(300) >= Duration::from_secs(limit);
+        if info.signal == Some(libc::SIGXCPU) || (info.signal == Some(libc::SIGKILL) && near) {
+            return Reason::CpuLimit;
+        }
+    }
+    if let Some(limit) = cx.memory_limit_bytes {
+        // Best effort: the memory cgroup saw the limit, or the process died (or failed) while
+        // its peak RSS was within reach of the limit (RLIMIT_AS failures surface as ENOMEM,
+        // MemoryError, std::bad_alloc or an abort).
+        let rss = info.max_rss_kib * 1024;
+        let failed = info.signal.is_some() || info.code.is_some_and(|c| c != 0);
+        if cx.cgroup_memory_hit || (failed && rss.saturating_mul(2) >= limit) {
+            return Reason::MemoryLimit;
+        }
+    }
+    if out.truncated || err.truncated {
+        return Reason::OutputLimit;
+    }
+    if info.signal.is_some() {
+        Reason::Signaled
+    } else {
+        Reason::Exited
+    }
+}
+
+impl ExitReport {
+    pub fn summary(&self) -> String {
+        let how = match (self.reason, self.status, self.signal) {
+            (Reason::Timeout, ..) => "timed out".to_string(),
+            (_, Some(c), _) => format!("exited {c}"),
+            (_, None, Some(s)) => format!("killed by signal {s}"),
+            _ => "ended".to_string(),
+        };
+        let degraded: Vec<&str> = self
+            .layers
+            .iter()
+            .filter(|l| l.status == crate::sandbox::Enforcement::Degraded)
+            .map(|l| l.layer)
+            .collect();
+        format!(
+            "openshell-sandbox: {how} (reason {}, code {}) in {} ms; cpu {}+{} ms; peak rss {} KiB; stdout {} B{}; stderr {} B{}; landlock ABI {}; {}",
+            self.reason.as_str(),
+            self.exit_code,
+            self.wall_ms,
+            self.user_cpu_ms,
+            self.sys_cpu_ms,
+            self.peak_rss_kib,
+            self.stdout_bytes,
+            if self.stdout_truncated {
+                " (truncated)"
+            } else {
+                ""
+            },
+            self.stderr_bytes,
+            if self.stderr_truncated {
+                " (truncated)"
+            } else {
+                ""
+            },
+            self.landlock_abi,
+            if degraded.is_empty() {
+                "all layers enforced".to_string()
+            } else {
+                format!("DEGRADED: {}", degraded.join(", "))
+            }
+        )
+    }
+}

@@ -1,0 +1,119 @@
+//! Finding and signalling every process of one exec.
+//!
+//! The child is a session leader (setsid), so its pid is also its process group and session id.
+//! Descendants are found three ways, strongest first:
+//! 1. the exec's cgroup, when there is one: exact, including daemons that changed session;
+//! 2. the process table: every process whose parent chain leads to the exec, or that is in its
+//!    session;
+//! 3. orphans re-parented to the supervisor (we are a child subreaper) that are not the main
+//!    process of another exec: a double-forked `setsid` daemon ends up here with nothing else
+//!    linking it to its exec. Without a cgroup this is the only trace of it, so such an orphan
+//!    is killed when an exec ends: no exec's daemon may outlive it, and a daemon that escaped
+//!    its session is not told apart from a sibling exec's daemon.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::sandbox::cgroup::ExecCgroup;
+
+struct ProcInfo {
+    ppid: i32,
+    sid: i32,
+}
+
+fn process_table() -> HashMap<i32, ProcInfo> {
+    let mut out = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // rest: state ppid pgrp session ...
+        if f.len() < 4 || f[0] == "Z" {
+            continue;
+        }
+        let (Ok(ppid), Ok(sid)) = (f[1].parse(), f[3].parse()) else {
+            continue;
+        };
+        out.insert(pid, ProcInfo { ppid, sid });
+    }
+    out
+}
+
+/// Every live process of the exec rooted at `leader`, except the supervisor itself.
+fn members(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32) -> Vec<i32> {
+    let mut pids: Vec<i32> = cg.map(|c| c.members()).unwrap_or_default();
+    let table = process_table();
+    let registered = super::reaper::get();
+    for (&pid, info) in &table {
+        if pid == supervisor {
+            continue;
+        }
+        let mut in_tree = info.sid == leader || pid == leader;
+        // Walk up the parent chain (bounded: the table is a snapshot and may hold a cycle
+        // through reused pids).
+        let mut cur = info.ppid;
+        for _ in 0..64 {
+            if in_tree || cur <= 1 || cur == supervisor {
+                break;
+            }
+            if cur == leader {
+                in_tree = true;
+                break;
+            }
+            cur = table.get(&cur).map(|p| p.ppid).unwrap_or(0);
+        }
+        let orphan = info.ppid == supervisor && pid != leader && !registered.is_exec(pid);
+        if in_tree || orphan {
+            pids.push(pid);
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Send `sig` to the whole exec. `leader_alive`: the leader is not reaped yet, so its pid (and
+/// process group id) cannot have been reused.
+pub fn signal(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32, sig: i32, leader_alive: bool) {
+    if leader_alive {
+        // SAFETY: kill with integer arguments; negative pid = the process group.
+        unsafe { libc::kill(-leader, sig) };
+    }
+    for pid in members(leader, cg, supervisor) {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// SIGKILL until nothing of the exec is left (bounded to about a second).
+pub fn kill_all(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32, leader_alive: bool) {
+    let mut alive = leader_alive;
+    for round in 0..200 {
+        if alive {
+            // SAFETY: as above.
+            unsafe { libc::kill(-leader, libc::SIGKILL) };
+            alive = false;
+        }
+        let m = members(leader, cg, supervisor);
+        if m.is_empty() {
+            break;
+        }
+        for pid in m {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        super::reaper::nudge();
+        std::thread::sleep(Duration::from_millis(if round < 10 { 1 } else { 5 }));
+    }
+}

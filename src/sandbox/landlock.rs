@@ -1,0 +1,165 @@
+//! Landlock layer: filesystem access, TCP bind/connect (ABI ≥ 4) and IPC scoping (ABI ≥ 6).
+//!
+//! The ruleset is built once in the supervisor with the `landlock` crate, at the best ABI the
+//! kernel offers and with every feature a hard requirement, so the kernel object we hold is
+//! exactly what the policy asks for. The child then only calls `landlock_restrict_self` on that
+//! file descriptor: one raw syscall, safe between fork and exec.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+};
+
+use crate::policy::{FsRule, NetworkMode, PathAccess};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error("Landlock is not available in this kernel (landlock_create_ruleset: {0})")]
+    Unsupported(std::io::Error),
+    #[error("creating the Landlock ruleset: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    #[error("opening {path} for a Landlock rule: {source}")]
+    PathFd {
+        path: std::path::PathBuf,
+        source: landlock::PathFdError,
+    },
+    #[error("the Landlock ruleset has no file descriptor (kernel without Landlock)")]
+    NoFd,
+}
+
+/// What this kernel's Landlock can do.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Support {
+    /// The ABI version the kernel reports (0 = none).
+    pub abi: i32,
+    pub filesystem: bool,
+    /// TCP bind/connect restriction (ABI ≥ 4).
+    pub network: bool,
+    /// Abstract unix socket and signal scoping (ABI ≥ 6).
+    pub scopes: bool,
+}
+
+/// Ask the kernel for its Landlock ABI version.
+pub fn probe() -> Result<Support, LandlockError> {
+    // SAFETY: LANDLOCK_CREATE_RULESET_VERSION with a NULL attr and size 0 only returns a number.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            1u32,
+        )
+    };
+    if abi < 0 {
+        return Err(LandlockError::Unsupported(std::io::Error::last_os_error()));
+    }
+    let abi = abi as i32;
+    Ok(Support {
+        abi,
+        filesystem: abi >= 1,
+        network: abi >= 4,
+        scopes: abi >= 6,
+    })
+}
+
+fn crate_abi(abi: i32) -> ABI {
+    match abi {
+        i32::MIN..=0 => ABI::Unsupported,
+        1 => ABI::V1,
+        2 => ABI::V2,
+        3 => ABI::V3,
+        4 => ABI::V4,
+        5 => ABI::V5,
+        6 => ABI::V6,
+        7 => ABI::V7,
+        8 => ABI::V8,
+        _ => ABI::V9,
+    }
+}
+
+/// A built ruleset, ready to be enforced in a child.
+#[derive(Debug)]
+pub struct Prepared {
+    fd: OwnedFd,
+    pub support: Support,
+    /// TCP was restricted (the policy asked for no network and the ABI allows it).
+    pub network_restricted: bool,
+    pub scoped: bool,
+}
+
+/// Build the ruleset for these rules. `want_net_restriction` and `want_scopes` are requested
+/// only when the kernel supports them; the caller decides (fail closed or degrade) when it does
+/// not, from `support`.
+pub fn prepare(
+    rules: &[FsRule],
+    network: NetworkMode,
+    support: Support,
+) -> Result<Prepared, LandlockError> {
+    let abi = crate_abi(support.abi);
+    let all = AccessFs::from_all(abi);
+    let read_exec = AccessFs::from_read(abi);
+    // Devices: read and write an existing file, including device ioctls (ABI ≥ 5) that
+    // terminals need, but nothing that creates or removes entries.
+    let device = (read_exec | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev)
+        & AccessFs::from_file(abi);
+
+    let restrict_net = network == NetworkMode::None && support.network;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)?;
+    if restrict_net {
+        // Handling both rights with no net rule at all denies every TCP bind and connect.
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+    }
+    if support.scopes {
+        // Without these, a sandboxed child could signal the supervisor (same uid when we are
+        // not root) or connect to abstract unix sockets of processes outside the sandbox.
+        ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal)?;
+    }
+    let mut created = ruleset.create()?;
+    for r in rules {
+        let access: BitFlags<AccessFs> = match r.access {
+            PathAccess::ReadExec => read_exec,
+            PathAccess::ReadWrite => all,
+            PathAccess::Device => device,
+        };
+        let fd = PathFd::new(&r.path).map_err(|source| LandlockError::PathFd {
+            path: r.path.clone(),
+            source,
+        })?;
+        // A rule on a non-directory may only carry file rights; the kernel answers EINVAL
+        // otherwise. Directory-only rights are dropped for files here.
+        let is_dir = r.path.is_dir();
+        let access = if is_dir {
+            access
+        } else {
+            access & AccessFs::from_file(abi)
+        };
+        created = created.add_rule(PathBeneath::new(fd, access))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    let fd = fd.ok_or(LandlockError::NoFd)?;
+    Ok(Prepared {
+        fd,
+        support,
+        network_restricted: restrict_net,
+        scoped: support.scopes,
+    })
+}
+
+impl Prepared {
+    /// Enforce the ruleset on the calling thread. Async-signal-safe: one raw syscall.
+    /// no_new_privs must already be set (the identity layer does it first).
+    pub fn enforce(&self) -> Result<(), i32> {
+        // SAFETY: the fd is a live Landlock ruleset owned by `self`; flags 0.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_landlock_restrict_self, self.fd.as_raw_fd(), 0u32) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(crate::sandbox::errno())
+        }
+    }
+}
