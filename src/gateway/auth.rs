@@ -21,7 +21,9 @@ pub enum TokenError {
     },
     #[error("the token file {path} ({var}) is empty")]
     Empty { var: &'static str, path: PathBuf },
-    #[error("IssueSandboxToken (exchanging the service-account token from {path}) failed: {status}")]
+    #[error(
+        "IssueSandboxToken (exchanging the service-account token from {path}) failed: {status}"
+    )]
     Issue { path: PathBuf, status: Status },
     #[error("IssueSandboxToken returned an empty token")]
     EmptyIssued,
@@ -273,7 +275,11 @@ mod tests {
 
     fn jwt(claims: &str) -> String {
         let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        format!("{}.{}.sig", e.encode(r#"{"alg":"EdDSA"}"#), e.encode(claims))
+        format!(
+            "{}.{}.sig",
+            e.encode(r#"{"alg":"EdDSA"}"#),
+            e.encode(claims)
+        )
     }
 
     #[test]
@@ -287,8 +293,14 @@ mod tests {
     fn schedule_follows_the_sheet() {
         let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
         assert_eq!(refresh_delay("opaque", now), Duration::from_secs(6 * 3600));
-        assert_eq!(refresh_delay(&jwt(r#"{"exp":0}"#), now), Duration::from_secs(6 * 3600));
-        assert_eq!(refresh_delay(&jwt(r#"{"exp":5}"#), now), Duration::from_secs(1));
+        assert_eq!(
+            refresh_delay(&jwt(r#"{"exp":0}"#), now),
+            Duration::from_secs(6 * 3600)
+        );
+        assert_eq!(
+            refresh_delay(&jwt(r#"{"exp":5}"#), now),
+            Duration::from_secs(1)
+        );
         let t = jwt(r#"{"exp":1001000}"#);
         let jitter = (t.len() % 10) as f64 / 100.0;
         let want = Duration::from_secs(800).mul_f64(1.0 + jitter);

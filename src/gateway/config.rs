@@ -30,7 +30,12 @@ pub struct ServeArgs {
     pub endpoint: Option<String>,
 
     /// Fallback for --endpoint.
-    #[arg(long, env = "OPENSHELL_GATEWAY_ENDPOINT", value_name = "URL", hide = true)]
+    #[arg(
+        long,
+        env = "OPENSHELL_GATEWAY_ENDPOINT",
+        value_name = "URL",
+        hide = true
+    )]
     pub gateway_endpoint: Option<String>,
 
     /// Sandbox object id (UUID) sent in the hello, relays and exit reports.
@@ -42,18 +47,30 @@ pub struct ServeArgs {
     pub sandbox_name: Option<String>,
 
     /// CA certificate (PEM) that the gateway's certificate must chain to. Nothing else is trusted.
-    #[arg(long, env = "OPENSHELL_TLS_CA", value_name = "PATH",
-          default_value = "/etc/openshell-tls/client/ca.crt")]
+    #[arg(
+        long,
+        env = "OPENSHELL_TLS_CA",
+        value_name = "PATH",
+        default_value = "/etc/openshell-tls/client/ca.crt"
+    )]
     pub tls_ca: PathBuf,
 
     /// Client certificate chain (PEM) presented to the gateway.
-    #[arg(long, env = "OPENSHELL_TLS_CERT", value_name = "PATH",
-          default_value = "/etc/openshell-tls/client/tls.crt")]
+    #[arg(
+        long,
+        env = "OPENSHELL_TLS_CERT",
+        value_name = "PATH",
+        default_value = "/etc/openshell-tls/client/tls.crt"
+    )]
     pub tls_cert: PathBuf,
 
     /// Private key (PEM) of the client certificate.
-    #[arg(long, env = "OPENSHELL_TLS_KEY", value_name = "PATH",
-          default_value = "/etc/openshell-tls/client/tls.key")]
+    #[arg(
+        long,
+        env = "OPENSHELL_TLS_KEY",
+        value_name = "PATH",
+        default_value = "/etc/openshell-tls/client/tls.key"
+    )]
     pub tls_key: PathBuf,
 
     /// Name the gateway's certificate must carry, instead of the endpoint host.
@@ -61,7 +78,12 @@ pub struct ServeArgs {
     pub tls_server_name: Option<String>,
 
     /// A gateway JWT, used as the bearer as is (test harnesses).
-    #[arg(long, env = "OPENSHELL_SANDBOX_TOKEN", value_name = "JWT", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "OPENSHELL_SANDBOX_TOKEN",
+        value_name = "JWT",
+        hide_env_values = true
+    )]
     pub sandbox_token: Option<String>,
 
     /// File holding a gateway JWT (read once, trimmed).
@@ -83,16 +105,31 @@ pub struct ServeArgs {
     pub sandbox_command: Option<String>,
 
     /// JSON object of variables given to every exec's environment (OPENSHELL_* keys dropped).
-    #[arg(long, env = "OPENSHELL_USER_ENVIRONMENT", value_name = "JSON", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "OPENSHELL_USER_ENVIRONMENT",
+        value_name = "JSON",
+        hide_env_values = true
+    )]
     pub user_environment: Option<String>,
 
     /// OpenShell's SSH socket. Accepted for compatibility and unused: our SSH server is only
     /// reachable through the relay, over an in-memory pipe, so there is no socket to protect.
-    #[arg(long, env = "OPENSHELL_SSH_SOCKET_PATH", value_name = "PATH", hide = true)]
+    #[arg(
+        long,
+        env = "OPENSHELL_SSH_SOCKET_PATH",
+        value_name = "PATH",
+        hide = true
+    )]
     pub ssh_socket_path: Option<PathBuf>,
 
     /// v0.0.36 handshake secret; accepted and ignored (the relay is already authenticated).
-    #[arg(long, env = "OPENSHELL_SSH_HANDSHAKE_SECRET", hide = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "OPENSHELL_SSH_HANDSHAKE_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
     pub ssh_handshake_secret: Option<String>,
 
     /// v0.0.36 handshake clock skew; accepted and ignored.
@@ -139,7 +176,11 @@ pub struct ServeArgs {
     pub hello_timeout: u64,
 
     /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -306,10 +347,18 @@ impl ServeArgs {
             }
             return Ok(TokenSource::Literal(t.to_owned()));
         }
-        if let Some(p) = self.sandbox_token_file.as_ref().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(p) = self
+            .sandbox_token_file
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             return Ok(TokenSource::File(p.clone()));
         }
-        if let Some(p) = self.k8s_sa_token_file.as_ref().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(p) = self
+            .k8s_sa_token_file
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             return Ok(TokenSource::ServiceAccount(p.clone()));
         }
         Ok(TokenSource::None)
@@ -317,7 +366,10 @@ impl ServeArgs {
 }
 
 fn non_empty(v: &Option<String>) -> Option<String> {
-    v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+    v.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 /// Split `scheme://host[:port][/]` into (tls, host, port). Paths are refused: gRPC routes by
@@ -327,18 +379,27 @@ fn parse_endpoint(ep: &str) -> Result<(bool, String, u16), ConfigError> {
         value: ep.to_owned(),
         reason: reason.to_owned(),
     };
-    let uri: http::Uri = ep.parse().map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+    let uri: http::Uri = ep
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
     let tls = match uri.scheme_str() {
         Some("https") => true,
         Some("http") => false,
         Some(other) => return Err(bad(&format!("scheme `{other}` is not http or https"))),
-        None => return Err(bad("missing scheme; use https://HOST:PORT or http://HOST:PORT")),
+        None => {
+            return Err(bad(
+                "missing scheme; use https://HOST:PORT or http://HOST:PORT",
+            ));
+        }
     };
     let host = uri.host().ok_or_else(|| bad("missing host"))?;
     if !matches!(uri.path(), "" | "/") {
         return Err(bad("a path is not allowed after the host and port"));
     }
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     Ok((tls, host, port))
 }
@@ -353,7 +414,10 @@ fn parse_user_env(raw: Option<&str>) -> Result<Vec<(String, String)>, ConfigErro
         .into_iter()
         // OPENSHELL_* keys are supervisor internals; a NUL cannot be passed to execve at all.
         .filter(|(k, v)| {
-            !k.starts_with("OPENSHELL_") && !k.is_empty() && !k.contains(['=', '\0']) && !v.contains('\0')
+            !k.starts_with("OPENSHELL_")
+                && !k.is_empty()
+                && !k.contains(['=', '\0'])
+                && !v.contains('\0')
         })
         .collect())
 }
@@ -374,26 +438,57 @@ mod tests {
             parse_endpoint("https://gw.example:8080").unwrap(),
             (true, "gw.example".into(), 8080)
         );
-        assert_eq!(parse_endpoint("http://[::1]:9/").unwrap(), (false, "::1".into(), 9));
-        assert!(parse_endpoint("ftp://x").unwrap_err().to_string().contains("scheme"));
+        assert_eq!(
+            parse_endpoint("http://[::1]:9/").unwrap(),
+            (false, "::1".into(), 9)
+        );
+        assert!(
+            parse_endpoint("ftp://x")
+                .unwrap_err()
+                .to_string()
+                .contains("scheme")
+        );
         assert!(parse_endpoint("gw:80").is_err());
-        assert!(parse_endpoint("http://gw:80/prefix").unwrap_err().to_string().contains("path"));
+        assert!(
+            parse_endpoint("http://gw:80/prefix")
+                .unwrap_err()
+                .to_string()
+                .contains("path")
+        );
     }
 
     #[test]
     fn endpoint_without_sandbox_id_names_the_variable() {
-        let err = args(&["--endpoint", "http://127.0.0.1:1"]).resolve().unwrap_err();
+        let err = args(&["--endpoint", "http://127.0.0.1:1"])
+            .resolve()
+            .unwrap_err();
         assert!(err.to_string().contains("OPENSHELL_SANDBOX_ID"), "{err}");
     }
 
     #[test]
     fn token_priority_follows_the_sheet() {
         let a = args(&[
-            "--endpoint", "http://h:1", "--sandbox-id", "s", "--sandbox-token-file", "/f",
-            "--k8s-sa-token-file", "/sa",
+            "--endpoint",
+            "http://h:1",
+            "--sandbox-id",
+            "s",
+            "--sandbox-token-file",
+            "/f",
+            "--k8s-sa-token-file",
+            "/sa",
         ]);
-        assert_eq!(a.resolve().unwrap().gateway.unwrap().token, TokenSource::File("/f".into()));
-        let a = args(&["--endpoint", "http://h:1", "--sandbox-id", "s", "--k8s-sa-token-file", "/sa"]);
+        assert_eq!(
+            a.resolve().unwrap().gateway.unwrap().token,
+            TokenSource::File("/f".into())
+        );
+        let a = args(&[
+            "--endpoint",
+            "http://h:1",
+            "--sandbox-id",
+            "s",
+            "--k8s-sa-token-file",
+            "/sa",
+        ]);
         assert_eq!(
             a.resolve().unwrap().gateway.unwrap().token,
             TokenSource::ServiceAccount("/sa".into())
@@ -403,7 +498,10 @@ mod tests {
     #[test]
     fn trailing_words_are_the_main_process() {
         let a = args(&["--workdir", "/tmp", "sleep", "infinity"]);
-        assert_eq!(a.command, vec![OsString::from("sleep"), OsString::from("infinity")]);
+        assert_eq!(
+            a.command,
+            vec![OsString::from("sleep"), OsString::from("infinity")]
+        );
         let cfg = a.resolve().unwrap();
         assert!(cfg.gateway.is_none());
         assert!(cfg.main.is_some());
@@ -411,9 +509,14 @@ mod tests {
 
     #[test]
     fn secrets_are_denied() {
-        let cfg = args(&["--sandbox-token-file", "/tok", "true"]).resolve().unwrap();
+        let cfg = args(&["--sandbox-token-file", "/tok", "true"])
+            .resolve()
+            .unwrap();
         assert!(cfg.secret_paths.contains(&PathBuf::from("/tok")));
-        assert!(cfg.secret_paths.contains(&PathBuf::from("/etc/openshell-tls/client/tls.key")));
+        assert!(
+            cfg.secret_paths
+                .contains(&PathBuf::from("/etc/openshell-tls/client/tls.key"))
+        );
     }
 
     #[test]

@@ -78,7 +78,10 @@ impl MainProcess {
 pub fn parse_spec(s: &str) -> Result<MainProcess, SpecError> {
     let bad = |m: String| SpecError::Spec(m);
     if s.len() > MAX_SPEC {
-        return Err(bad(format!("{} bytes is over the {MAX_SPEC}-byte limit", s.len())));
+        return Err(bad(format!(
+            "{} bytes is over the {MAX_SPEC}-byte limit",
+            s.len()
+        )));
     }
     let json: Vec<u8> = match s.strip_prefix("base64url:") {
         Some(b64) => base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -89,7 +92,10 @@ pub fn parse_spec(s: &str) -> Result<MainProcess, SpecError> {
     let spec: Spec = serde_json::from_slice(&json)
         .map_err(|e| bad(format!("not the expected JSON object: {e}")))?;
     if spec.version != 1 {
-        return Err(bad(format!("version {} is not supported (only 1)", spec.version)));
+        return Err(bad(format!(
+            "version {} is not supported (only 1)",
+            spec.version
+        )));
     }
     match spec.command.first() {
         None => return Err(bad("`command` is empty".into())),
@@ -120,7 +126,11 @@ pub async fn report_exit(
         attempt += 1;
         match report_once(cfg, tokens, instance_id, exit_code).await {
             Ok(()) => {
-                tracing::info!(exit_code, attempt, "main process exit reported to the gateway");
+                tracing::info!(
+                    exit_code,
+                    attempt,
+                    "main process exit reported to the gateway"
+                );
                 return;
             }
             Err(ReportError::Status(s)) if s.code() == Code::Unimplemented => {
@@ -130,7 +140,10 @@ pub async fn report_exit(
                 return;
             }
             Err(e) => {
-                tracing::warn!(attempt, "reporting the main process exit failed, retrying in {delay:?}: {e}")
+                tracing::warn!(
+                    attempt,
+                    "reporting the main process exit failed, retrying in {delay:?}: {e}"
+                )
             }
         }
         tokio::time::sleep(delay).await;
@@ -176,7 +189,10 @@ mod tests {
     fn spec_json_and_base64url() {
         let json = r#"{"version":1,"command":["sleep","infinity"],"tty":true}"#;
         let m = parse_spec(json).unwrap();
-        assert_eq!(m.argv, vec![OsString::from("sleep"), OsString::from("infinity")]);
+        assert_eq!(
+            m.argv,
+            vec![OsString::from("sleep"), OsString::from("infinity")]
+        );
         assert!(m.tty);
         let b = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
         assert_eq!(parse_spec(&format!("base64url:{b}")).unwrap(), m);
@@ -199,7 +215,10 @@ mod tests {
         let words = vec![OsString::from("from-words")];
         let pick = |w: &[OsString], s, c| MainProcess::from_sources(w, s, c).unwrap().unwrap().argv;
         assert_eq!(pick(&words, Some(spec), Some("a b")), words);
-        assert_eq!(pick(&[], Some(spec), Some("a b")), vec![OsString::from("from-spec")]);
+        assert_eq!(
+            pick(&[], Some(spec), Some("a b")),
+            vec![OsString::from("from-spec")]
+        );
         assert_eq!(pick(&[], None, Some("sleep  infinity")).len(), 2);
         assert_eq!(MainProcess::from_sources(&[], None, None).unwrap(), None);
         assert!(MainProcess::from_sources(&[], None, Some("  ")).is_err());

@@ -22,7 +22,7 @@ pub mod tls;
 
 use std::ffi::OsString;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,12 +42,9 @@ pub const DEFAULT_WORKDIR: &str = "/sandbox";
 
 /// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
 pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
-    let mut args = ServeArgs::parse_from(argv);
+    let args = ServeArgs::parse_from(argv);
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
     let cfg = args.resolve()?;
-    if args.policy.workdir.is_none() {
-        args.policy.workdir = Some(PathBuf::from(DEFAULT_WORKDIR));
-    }
     warn_ignored(&args);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -64,7 +61,9 @@ fn warn_ignored(args: &ServeArgs) {
         || args.upstream_proxy_auth_allow_insecure
         || args.upstream_proxy_connect_by_hostname
     {
-        tracing::warn!("--upstream-proxy* flags are accepted for compatibility but not implemented");
+        tracing::warn!(
+            "--upstream-proxy* flags are accepted for compatibility but not implemented"
+        );
     }
     if args.ssh_handshake_secret.is_some() || args.ssh_handshake_skew_secs.is_some() {
         tracing::info!(
@@ -83,8 +82,12 @@ enum Stop {
 }
 
 async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
-    let policy = crate::policy::Policy::from_args(&args.policy, cfg.secret_paths.clone())
-        .context("building the sandbox policy")?;
+    let policy = crate::policy::Policy::from_args(
+        &args.policy,
+        Path::new(DEFAULT_WORKDIR),
+        cfg.secret_paths.clone(),
+    )
+    .context("building the sandbox policy")?;
     let workdir = policy.fs.workdir.clone();
     let sandbox = Sandbox::new(policy)?;
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -216,7 +219,9 @@ fn start_main(
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<tokio::task::JoinHandle<ExitInfo>> {
     if m.tty {
-        tracing::info!("the main process spec asks for a tty; it runs without one (no attach subsystem)");
+        tracing::info!(
+            "the main process spec asks for a tty; it runs without one (no attach subsystem)"
+        );
     }
     let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().map(Stdio::Fd);
     let spec = SpawnSpec {

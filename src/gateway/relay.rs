@@ -106,7 +106,12 @@ impl Relays {
 
     /// Wait until no relay is open.
     pub async fn idle(&self) {
-        while !self.active.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+        while !self
+            .active
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
@@ -209,7 +214,9 @@ fn tcp_target(t: &TcpRelayTarget) -> Result<SocketAddr, RelayError> {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .parse::<IpAddr>()
-            .map_err(|_| refuse("only loopback addresses (127.0.0.1, ::1, localhost) are allowed"))?,
+            .map_err(|_| {
+                refuse("only loopback addresses (127.0.0.1, ::1, localhost) are allowed")
+            })?,
     };
     if !ip.is_loopback() {
         return Err(refuse(
@@ -270,7 +277,9 @@ where
                 break;
             }
             let frame = RelayFrame {
-                payload: Some(relay_frame::Payload::Data(Bytes::copy_from_slice(&buf[..n]))),
+                payload: Some(relay_frame::Payload::Data(Bytes::copy_from_slice(
+                    &buf[..n],
+                ))),
             };
             if ftx.send(frame).await.is_err() {
                 // The call ended; nobody will read more.
@@ -330,9 +339,19 @@ mod tests {
     fn only_loopback_tcp_targets() {
         assert_eq!(t("localhost", 80).unwrap(), "127.0.0.1:80".parse().unwrap());
         assert_eq!(t("::1", 22).unwrap(), "[::1]:22".parse().unwrap());
-        assert!(t("10.0.0.1", 80).unwrap_err().to_string().contains("loopback"));
+        assert!(
+            t("10.0.0.1", 80)
+                .unwrap_err()
+                .to_string()
+                .contains("loopback")
+        );
         assert!(t("example.com", 80).is_err());
-        assert!(t("127.0.0.1", 0).unwrap_err().to_string().contains("1-65535"));
+        assert!(
+            t("127.0.0.1", 0)
+                .unwrap_err()
+                .to_string()
+                .contains("1-65535")
+        );
         assert!(t("127.0.0.1", 70000).is_err());
     }
 }

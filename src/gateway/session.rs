@@ -95,7 +95,9 @@ fn describe_status(s: &Status, has_token: &bool) -> String {
         Code::NotFound => "the gateway does not know this sandbox id (OPENSHELL_SANDBOX_ID)",
         Code::InvalidArgument => "the gateway rejected the hello",
         Code::Unavailable => "the gateway is unavailable or restarting",
-        Code::Unimplemented => "the endpoint does not serve ConnectSupervisor (not an OpenShell gateway?)",
+        Code::Unimplemented => {
+            "the endpoint does not serve ConnectSupervisor (not an OpenShell gateway?)"
+        }
         Code::ResourceExhausted => "the gateway is rate limiting",
         _ => "the gateway refused the session",
     };
@@ -270,7 +272,10 @@ mod tests {
 
     #[test]
     fn status_meanings_name_what_is_missing() {
-        let m = describe_status(&Status::permission_denied("needs a sandbox principal"), &false);
+        let m = describe_status(
+            &Status::permission_denied("needs a sandbox principal"),
+            &false,
+        );
         assert!(m.contains("OPENSHELL_K8S_SA_TOKEN_FILE"), "{m}");
         let m = describe_status(&Status::not_found("x"), &true);
         assert!(m.contains("OPENSHELL_SANDBOX_ID"), "{m}");

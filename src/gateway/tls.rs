@@ -27,17 +27,26 @@ pub enum TlsError {
         path: PathBuf,
         expected: &'static str,
     },
-    #[error("the CA file {path} (OPENSHELL_TLS_CA) holds a certificate that cannot be a trust anchor: {source}")]
-    BadCa { path: PathBuf, source: rustls::Error },
+    #[error(
+        "the CA file {path} (OPENSHELL_TLS_CA) holds a certificate that cannot be a trust anchor: {source}"
+    )]
+    BadCa {
+        path: PathBuf,
+        source: rustls::Error,
+    },
     #[error("the client certificate {path} (OPENSHELL_TLS_CERT) is not valid X.509: {reason}")]
     BadCert { path: PathBuf, reason: String },
-    #[error("the client certificate {path} (OPENSHELL_TLS_CERT) {when} ({bound}); the gateway would refuse it")]
+    #[error(
+        "the client certificate {path} (OPENSHELL_TLS_CERT) {when} ({bound}); the gateway would refuse it"
+    )]
     CertNotValidNow {
         path: PathBuf,
         when: &'static str,
         bound: String,
     },
-    #[error("the client certificate {cert} and key {key} (OPENSHELL_TLS_CERT / _KEY) cannot be used together: {source}")]
+    #[error(
+        "the client certificate {cert} and key {key} (OPENSHELL_TLS_CERT / _KEY) cannot be used together: {source}"
+    )]
     CertKey {
         cert: PathBuf,
         key: PathBuf,
@@ -83,8 +92,8 @@ pub fn load(paths: &TlsPaths, endpoint_host: &str) -> Result<TlsSetup, TlsError>
         })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     let name = paths.server_name.as_deref().unwrap_or(endpoint_host);
-    let server_name = ServerName::try_from(name.to_owned())
-        .map_err(|_| TlsError::ServerName(name.to_owned()))?;
+    let server_name =
+        ServerName::try_from(name.to_owned()).map_err(|_| TlsError::ServerName(name.to_owned()))?;
     Ok(TlsSetup {
         connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
         server_name,
@@ -145,12 +154,11 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 /// The gateway answers an expired client certificate with a bare TLS alert; checking here
 /// turns that into an error that names the file.
 fn check_validity(path: &Path, cert: &CertificateDer<'_>) -> Result<(), TlsError> {
-    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|e| {
-        TlsError::BadCert {
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|e| TlsError::BadCert {
             path: path.to_owned(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     let v = parsed.validity();
     let now = x509_parser::time::ASN1Time::now();
     if now > v.not_after {

@@ -295,11 +295,18 @@ async fn run_tty(
         }
         let _ = w.flush().await;
     };
-    drive(ctx, &mut child, rd, &mut in_tx, outputs, move |cols, rows| {
-        if let Err(e) = master.resize(cols, rows) {
-            tracing::debug!("resizing the pty: {e}");
-        }
-    })
+    drive(
+        ctx,
+        &mut child,
+        rd,
+        &mut in_tx,
+        outputs,
+        move |cols, rows| {
+            if let Err(e) = master.resize(cols, rows) {
+                tracing::debug!("resizing the pty: {e}");
+            }
+        },
+    )
     .await
 }
 
@@ -322,7 +329,7 @@ where
     let mut outputs_done = false;
     loop {
         if let (Some(info), true) = (&exit, outputs_done) {
-            return Outcome::Exited(info.clone());
+            return Outcome::Exited(*info);
         }
         tokio::select! {
             msg = rd.wait() => match msg {

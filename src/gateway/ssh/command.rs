@@ -173,7 +173,10 @@ mod tests {
         assert_eq!(parse_command(b"a\0b"), Err(CommandError::Nul(1)));
         assert_eq!(parse_command(b"   "), Err(CommandError::Empty));
         let long = vec![b'x'; MAX_COMMAND + 1];
-        assert_eq!(parse_command(&long), Err(CommandError::TooLong(MAX_COMMAND + 1)));
+        assert_eq!(
+            parse_command(&long),
+            Err(CommandError::TooLong(MAX_COMMAND + 1))
+        );
         assert!(parse_command(&vec![b'x'; MAX_COMMAND]).is_ok());
     }
 
