@@ -71,15 +71,10 @@ async fn gateway_sends_init_instead_of_data() {
     };
     relay.outbound.send(Ok(init)).await.unwrap();
     // The supervisor treats it as an error and ends its side of the relay.
-    loop {
-        match tokio::time::timeout(LONG, relay.inbound.message())
-            .await
-            .expect("relay not ended")
-        {
-            Ok(Some(_)) => continue,
-            Ok(None) | Err(_) => break,
-        }
-    }
+    while let Ok(Some(_)) = tokio::time::timeout(LONG, relay.inbound.message())
+        .await
+        .expect("relay not ended")
+    {}
     sup.wait_log("non-data frame", LONG).await;
     still_serving(&gw, &mut sup).await;
 }
