@@ -244,3 +244,22 @@ async fn no_login_shell_env_and_login_default() {
         "OPENSHELL_NO_LOGIN_SHELL=1 should give a non-login shell: {r:?}"
     );
 }
+
+#[test]
+fn test_gateway_quoting_matches_the_sheet_example() {
+    use support::exec::{build_command, shell_escape};
+    let mut req = openshell_sandbox::proto::v1::ExecSandboxRequest {
+        sandbox_id: "s".into(),
+        command: vec!["sh".into(), "-c".into(), "echo $HOME".into()],
+        workdir: "/w d".into(),
+        ..Default::default()
+    };
+    req.environment.insert("B".into(), "x y".into());
+    req.environment.insert("A".into(), "1".into());
+    assert_eq!(
+        build_command(&req).unwrap(),
+        "cd '/w d' && A=1 B='x y' sh -c 'echo $HOME'"
+    );
+    assert_eq!(shell_escape("it's").unwrap(), "'it'\"'\"'s'");
+    assert_eq!(shell_escape("").unwrap(), "''");
+}

@@ -363,3 +363,15 @@ async fn sigterm_drains_execs_and_the_main_process() {
     assert_eq!(seen.reports.len(), 1, "{}", sup.log());
     assert_eq!(seen.reports[0].exit_code, 143);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_supervisor_ends_its_session() {
+    let (gw, sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    drop(sup); // SIGKILL
+    // Like the real gateway, the test gateway demotes the sandbox when the stream ends.
+    let deadline = std::time::Instant::now() + LONG;
+    while gw.state.is_ready() {
+        assert!(std::time::Instant::now() < deadline, "session never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

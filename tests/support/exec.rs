@@ -302,26 +302,3 @@ pub async fn exec_collect(st: Arc<State>, req: ExecSandboxRequest) -> ExecResult
     }
     r
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quoting_matches_the_sheet_example() {
-        let mut req = ExecSandboxRequest {
-            sandbox_id: "s".into(),
-            command: vec!["sh".into(), "-c".into(), "echo $HOME".into()],
-            workdir: "/w d".into(),
-            ..Default::default()
-        };
-        req.environment.insert("B".into(), "x y".into());
-        req.environment.insert("A".into(), "1".into());
-        assert_eq!(
-            build_command(&req).unwrap(),
-            "cd '/w d' && A=1 B='x y' sh -c 'echo $HOME'"
-        );
-        assert_eq!(shell_escape("it's").unwrap(), "'it'\"'\"'s'");
-        assert_eq!(shell_escape("").unwrap(), "''");
-    }
-}

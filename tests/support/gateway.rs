@@ -312,7 +312,7 @@ impl OpenShell for Service {
                     .await;
             }
         }
-        let _ = st.ready.send(true);
+        st.ready.send_replace(true);
         // Heartbeats every interval, first one an interval after accept.
         let hb_tx = tx.clone();
         let every = Duration::from_secs(u64::from(st.heartbeat_secs.load(Ordering::SeqCst).max(1)));
@@ -358,7 +358,7 @@ impl OpenShell for Service {
             let mut cur = st2.current.lock().unwrap();
             if cur.as_ref().map(|c| c.id == sid).unwrap_or(false) {
                 *cur = None;
-                let _ = st2.ready.send(false);
+                st2.ready.send_replace(false);
             }
         });
         // The old session's stream ends with OK when it is replaced: the stop signal above ends

@@ -1,0 +1,128 @@
+//! Supervisor benchmarks against the test gateway on loopback with mTLS (release build):
+//! exec round trip of `true`, stdout throughput, idle RSS, and process start → SessionAccepted.
+//!
+//! Run: `cargo bench --bench gateway` (add `-- --quick` for fewer iterations).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use openshell_sandbox::proto::v1::exec_sandbox_event::Payload;
+use support::*;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn start_to_accepted(runs: usize) -> Vec<Duration> {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let mut sup = Supervisor::start(&gw, SupOpts::default());
+        gw.wait_ready(&mut sup).await;
+        out.push(t0.elapsed());
+        drop(sup);
+        // Let the gateway notice the session ended before the next start.
+        while gw.state.is_ready() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn round_trips(gw: &TestGateway, n: usize, extra: &[&str]) -> Vec<Duration> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut argv = vec!["true"];
+        argv.extend_from_slice(extra);
+        let t0 = Instant::now();
+        let r = gw.exec(&argv).await;
+        v.push(t0.elapsed());
+        assert_eq!(r.exit, Some(0), "{r:?}");
+    }
+    v.sort();
+    v
+}
+
+async fn throughput(gw: &TestGateway, bytes: u64) -> f64 {
+    let req = gw.request(&["head", "-c", &bytes.to_string(), "/dev/zero"]);
+    let t0 = Instant::now();
+    let mut got = 0u64;
+    let code = exec_each(gw.state.clone(), req, |p| {
+        if let Payload::Stdout(d) = p {
+            got += d.data.len() as u64;
+        }
+    })
+    .await
+    .unwrap();
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!((code, got), (0, bytes));
+    bytes as f64 / secs / 1e6
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let starts = start_to_accepted(if quick { 3 } else { 10 }).await;
+
+        let (gw, sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+        let n = if quick { 50 } else { 300 };
+        let _ = round_trips(&gw, 10, &[]).await; // warm-up
+        let rt_login = round_trips(&gw, n, &[]).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let idle_rss = sup.rss_kib();
+        let gib = if quick { 256 << 20 } else { 1 << 30 };
+        let mbps = throughput(&gw, gib).await;
+        drop(sup);
+
+        let (gw2, _sup2) = up(
+            AuthMode::Jwt,
+            SupOpts { args: vec!["--shell".into(), "plain".into()], ..Default::default() },
+        )
+        .await;
+        let _ = round_trips(&gw2, 10, &[]).await;
+        let rt_plain = round_trips(&gw2, n, &[]).await;
+
+        let root = if is_root() { "root, full sandbox" } else { "non-root, --allow-degraded" };
+        println!();
+        println!("openshell-sandbox gateway benchmark ({root}; test gateway on loopback, mTLS + JWT)");
+        println!("| Measure | Result | Target |");
+        println!("|---|---|---|");
+        println!(
+            "| exec round trip of `true` (bash -lc), p50 / p99 over {n} | {:.2} ms / {:.2} ms | p50 ≤ 5 ms |",
+            ms(percentile(&rt_login, 0.5)),
+            ms(percentile(&rt_login, 0.99))
+        );
+        println!(
+            "| exec round trip of `true` (--shell plain, sh -c), p50 / p99 over {n} | {:.2} ms / {:.2} ms | p50 ≤ 5 ms |",
+            ms(percentile(&rt_plain, 0.5)),
+            ms(percentile(&rt_plain, 0.99))
+        );
+        println!(
+            "| stdout throughput, {} MiB | {:.0} MB/s | ≥ 300 MB/s |",
+            gib >> 20,
+            mbps
+        );
+        println!("| supervisor idle RSS | {:.1} MiB | ≤ 15 MiB |", idle_rss as f64 / 1024.0);
+        println!(
+            "| process start → SessionAccepted, median / max of {} | {:.1} ms / {:.1} ms | ≤ 100 ms |",
+            starts.len(),
+            ms(percentile(&starts, 0.5)),
+            ms(*starts.last().unwrap())
+        );
+        drop(gw);
+    });
+}
