@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         // Relay payloads are forwarded untouched; `Bytes` avoids a copy per frame.
         .bytes(".openshell.v1.RelayFrame")
+        .bytes(".openshell.v1.ExecSandboxStdout")
+        .bytes(".openshell.v1.ExecSandboxStderr")
         .compile_fds(fds)?;
     Ok(())
 }

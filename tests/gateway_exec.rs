@@ -263,3 +263,40 @@ fn test_gateway_quoting_matches_the_sheet_example() {
     assert_eq!(shell_escape("it's").unwrap(), "'it'\"'\"'s'");
     assert_eq!(shell_escape("").unwrap(), "''");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_exec_survives_ssh_keepalives() {
+    use russh::ChannelMsg;
+    let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    let relay = gw
+        .state
+        .open_relay(Some(openshell_sandbox::proto::v1::relay_open::Target::Ssh(
+            openshell_sandbox::proto::v1::SshRelayTarget {},
+        )))
+        .await
+        .unwrap();
+    // The gateway's keepalive, sped up: one every second, dropped after 2 unanswered.
+    let cfg = std::sync::Arc::new(russh::client::Config {
+        keepalive_interval: Some(std::time::Duration::from_secs(1)),
+        keepalive_max: 2,
+        ..Default::default()
+    });
+    let mut h =
+        russh::client::connect_stream(cfg, support::gateway::bridge(relay), support::exec::AnyKey)
+            .await
+            .unwrap();
+    assert!(h.authenticate_none("sandbox").await.unwrap().success());
+    let mut ch = h.channel_open_session().await.unwrap();
+    ch.exec(true, &b"sleep 5; echo awake"[..]).await.unwrap();
+    ch.eof().await.unwrap();
+    let (mut out, mut code) = (Vec::new(), None);
+    while let Some(m) = ch.wait().await {
+        match m {
+            ChannelMsg::Data { data } => out.extend_from_slice(&data),
+            ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
+            ChannelMsg::Close => break,
+            _ => {}
+        }
+    }
+    assert_eq!((out, code), (b"awake\n".to_vec(), Some(0)));
+}

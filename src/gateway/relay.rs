@@ -9,7 +9,6 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
@@ -270,16 +269,16 @@ where
         .into_inner();
 
     let up = async move {
-        let mut buf = vec![0u8; FRAME];
+        let mut buf = bytes::BytesMut::new();
         loop {
-            let n = rd.read(&mut buf).await?;
+            // Read straight into the frame's buffer: one read of at most 16 KiB, one frame.
+            buf.reserve(FRAME);
+            let n = (&mut rd).take(FRAME as u64).read_buf(&mut buf).await?;
             if n == 0 {
                 break;
             }
             let frame = RelayFrame {
-                payload: Some(relay_frame::Payload::Data(Bytes::copy_from_slice(
-                    &buf[..n],
-                ))),
+                payload: Some(relay_frame::Payload::Data(buf.split().freeze())),
             };
             if ftx.send(frame).await.is_err() {
                 // The call ended; nobody will read more.

@@ -217,14 +217,10 @@ async fn run_ssh(
         let ev = match msg {
             None | Some(ChannelMsg::Close) => break,
             Some(ChannelMsg::Data { data }) => {
-                exec_sandbox_event::Payload::Stdout(ExecSandboxStdout {
-                    data: data.to_vec(),
-                })
+                exec_sandbox_event::Payload::Stdout(ExecSandboxStdout { data })
             }
             Some(ChannelMsg::ExtendedData { data, .. }) => {
-                exec_sandbox_event::Payload::Stderr(ExecSandboxStderr {
-                    data: data.to_vec(),
-                })
+                exec_sandbox_event::Payload::Stderr(ExecSandboxStderr { data })
             }
             Some(ChannelMsg::ExitStatus { exit_status }) => {
                 code = Some(i32::try_from(exit_status).unwrap_or(i32::MAX));

@@ -21,7 +21,7 @@ use super::pty;
 use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
-const CHUNK: usize = 32 * 1024;
+const CHUNK: usize = 64 * 1024;
 /// Exit status for a request we refuse (bad command string, no shell, no pty).
 const REFUSED: u32 = 2;
 

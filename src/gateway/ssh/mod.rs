@@ -52,6 +52,18 @@ impl SshServer {
             // pings detect a dead peer.
             inactivity_timeout: None,
             nodelay: true,
+            // Clients pick the first of their ciphers that we offer; leaving ChaCha20 out makes
+            // every client (the gateway's russh included) use AES-GCM, which ring runs with
+            // AES-NI at several times ChaCha20's speed. Output throughput depends on it.
+            preferred: russh::Preferred {
+                cipher: std::borrow::Cow::Borrowed(&[
+                    russh::cipher::AES_256_GCM,
+                    russh::cipher::AES_256_CTR,
+                    russh::cipher::AES_192_CTR,
+                    russh::cipher::AES_128_CTR,
+                ]),
+                ..Default::default()
+            },
             ..Default::default()
         };
         Ok(Arc::new(SshServer {

@@ -1,0 +1,147 @@
+//! Startup configuration through the real binary: bad or missing settings are clear errors
+//! naming the variable, and log formats work.
+
+mod support;
+
+use std::process::Command;
+
+use support::*;
+
+fn run(env: &[(&str, &str)], args: &[&str]) -> (i32, String) {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear().env("PATH", "/usr/bin:/bin").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn endpoint_without_sandbox_id_names_the_variable() {
+    let (code, err) = run(
+        &[("OPENSHELL_ENDPOINT", "https://gw:8080")],
+        &["--workdir", "/tmp"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("OPENSHELL_SANDBOX_ID"), "{err}");
+}
+
+#[test]
+fn bad_endpoint_names_the_variable() {
+    let (code, err) = run(
+        &[
+            ("OPENSHELL_ENDPOINT", "ftp://gw"),
+            ("OPENSHELL_SANDBOX_ID", "x"),
+        ],
+        &["--workdir", "/tmp"],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("OPENSHELL_ENDPOINT") && err.contains("scheme"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_main_process_spec_names_the_variable() {
+    let (code, err) = run(
+        &[(
+            "OPENSHELL_MAIN_PROCESS_SPEC",
+            r#"{"version":9,"command":["x"]}"#,
+        )],
+        &["--workdir", "/tmp"],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("OPENSHELL_MAIN_PROCESS_SPEC") && err.contains("version 9"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nothing_to_do_is_an_error() {
+    let (code, err) = run(&[], &["--workdir", "/tmp"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("OPENSHELL_ENDPOINT"), "{err}");
+}
+
+#[test]
+fn bad_user_environment_names_the_variable() {
+    let (code, err) = run(
+        &[("OPENSHELL_USER_ENVIRONMENT", "[1,2]")],
+        &["--workdir", "/tmp", "true"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("OPENSHELL_USER_ENVIRONMENT"), "{err}");
+}
+
+#[test]
+fn main_process_only_runs_without_an_endpoint_and_exits_with_its_code() {
+    let wd = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        wd.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut args = vec!["--workdir", wd.path().to_str().unwrap()];
+    if !is_root() {
+        args.push("--allow-degraded");
+    }
+    args.extend(["sh", "-c", "exit 4"]);
+    let (code, err) = run(&[], &args);
+    assert_eq!(code, 4, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs() {
+    let (gw, sup) = up(
+        AuthMode::Jwt,
+        SupOpts {
+            args: vec!["--log-format".into(), "json".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(gw.sh("echo j").await.out(), "j\n");
+    let log = sup.log();
+    let lines: Vec<_> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v.get("level").is_some(), "{l}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_bash_commands_run_under_sh() {
+    let gw0 = TestGateway::start(AuthMode::Jwt).await;
+    // A PATH holding only `sh`: no bash to be found, as in Alpine-style images.
+    let bin = gw0.dir.path().join("nobash-bin");
+    std::fs::create_dir(&bin).unwrap();
+    let sh = ["/bin/sh", "/usr/bin/sh"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap();
+    std::os::unix::fs::symlink(sh, bin.join("sh")).unwrap();
+    let mut sup = Supervisor::start(
+        &gw0,
+        SupOpts {
+            env: vec![("PATH".into(), bin.display().to_string())],
+            ..Default::default()
+        },
+    );
+    gw0.wait_ready(&mut sup).await;
+    let r = gw0.exec(&["echo", "no bash here"]).await;
+    assert_eq!(
+        (r.out(), r.exit),
+        ("no bash here\n".to_string(), Some(0)),
+        "{r:?}\n{}",
+        sup.log()
+    );
+    let r = gw0.exec(&["shopt", "-q", "login_shell"]).await;
+    assert_eq!(r.exit, Some(127), "sh has no shopt: {r:?}");
+}
