@@ -145,3 +145,102 @@ async fn without_bash_commands_run_under_sh() {
     let r = gw0.exec(&["shopt", "-q", "login_shell"]).await;
     assert_eq!(r.exit, Some(127), "sh has no shopt: {r:?}");
 }
+
+/// Zombies of this host pid: children of `parent` in state Z.
+fn zombie_children(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        if field("PPid:").as_deref() == Some(&parent.to_string())
+            && field("State:").is_some_and(|s| s.starts_with('Z'))
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn as_pid_1_orphaned_zombies_are_reaped() {
+    if !require(is_root(), "a PID namespace (unshare --pid) needs root") {
+        return;
+    }
+    let wd = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        wd.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    // The main process leaves orphans that exit at once; as PID 1 they are ours to reap.
+    let script = "for i in 1 2 3 4 5 6 7 8; do (sh -c 'exit 0' &); done; sleep 29.5";
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child"])
+        .arg(BIN)
+        .args(["--workdir", wd.path().to_str().unwrap(), "sh", "-c", script])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The supervisor is unshare's child; find it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let sup = loop {
+        let kids: Vec<u32> =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+        if let Some(p) = kids.first() {
+            break *p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "supervisor never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Wait for the orphans to have been created (the main process is then in `sleep`).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let cmdlines: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("cmdline")).ok())
+            .collect();
+        if cmdlines.iter().any(|c| c.starts_with("sleep\u{0}29.5")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "main process never reached sleep"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Zombies may exist for an instant; they must not stay.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let z = zombie_children(sup);
+        if z.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "zombies left unreaped under PID 1: {z:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
