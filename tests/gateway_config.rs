@@ -185,7 +185,8 @@ fn as_pid_1_orphaned_zombies_are_reaped() {
     // The main process leaves orphans that exit at once; as PID 1 they are ours to reap.
     let script = "for i in 1 2 3 4 5 6 7 8; do (sh -c 'exit 0' &); done; sleep 29.5";
     let mut child = Command::new("unshare")
-        .args(["--pid", "--fork", "--kill-child"])
+        // SIGTERM, not SIGKILL, when unshare goes, so the supervisor cleans its cgroups up.
+        .args(["--pid", "--fork", "--kill-child=SIGTERM"])
         .arg(BIN)
         .args(["--workdir", wd.path().to_str().unwrap(), "sh", "-c", script])
         .env_clear()
@@ -243,4 +244,33 @@ fn as_pid_1_orphaned_zombies_are_reaped() {
     }
     let _ = child.kill();
     let _ = child.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::path::Path::new(&format!("/proc/{sup}")).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "supervisor did not stop on SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The sandbox core names its cgroups after its pid, which is 1 in every PID namespace; a
+/// supervisor that was SIGKILLed leaves `openshell-sandbox-1/exec-N` behind and the next one
+/// fails with EEXIST (reported to the core's owner). Remove such leftovers; rmdir only
+/// succeeds on empty cgroups, so nothing live is touched.
+fn remove_stale_pid1_cgroups() {
+    for root in [
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup",
+    ] {
+        let dir = std::path::Path::new(root).join("openshell-sandbox-1");
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with("exec-") {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+        }
+    }
 }
