@@ -176,6 +176,7 @@ fn as_pid_1_orphaned_zombies_are_reaped() {
     if !require(is_root(), "a PID namespace (unshare --pid) needs root") {
         return;
     }
+    remove_stale_pid1_cgroups();
     let wd = tempfile::tempdir().unwrap();
     std::fs::set_permissions(
         wd.path(),
