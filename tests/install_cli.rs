@@ -2,6 +2,10 @@
 //! binary. Tests that need root (mount namespaces, dropping to another user) skip loudly when
 //! not root, and fail instead under CI=true.
 
+mod common;
+
+use common::require;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
@@ -13,18 +17,6 @@ use sha2::{Digest, Sha256};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// True when the test may run. Otherwise prints why, or panics under CI=true.
-fn require(ok: bool, why: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true forbids skipping: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
 
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
