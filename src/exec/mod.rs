@@ -183,6 +183,10 @@ impl Sandbox {
     }
 
     /// Start one command under the sandbox.
+    ///
+    /// The child gets SIGKILL when the *thread* that spawned it exits (that is how the kernel's
+    /// parent-death signal works), so call this from a long-lived thread: a runtime worker or
+    /// the main thread, never from `spawn_blocking`, whose threads exit when idle.
     pub fn spawn(&self, spec: SpawnSpec) -> Result<Child, RunError> {
         let Some(argv0) = spec.argv.first() else {
             return Err(RunError::Usage("empty command".into()));
