@@ -2,6 +2,10 @@
 //! binary. Tests that need root (mount namespaces, dropping to another user) skip loudly when
 //! not root, and fail instead under CI=true.
 
+mod common;
+
+use common::require;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
@@ -13,18 +17,6 @@ use sha2::{Digest, Sha256};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// True when the test may run. Otherwise prints why, or panics under CI=true.
-fn require(ok: bool, why: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true forbids skipping: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
 
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
@@ -405,6 +397,18 @@ fn verify_passes_only_for_this_exact_binary_and_marker() {
 }
 
 #[test]
+fn verify_of_a_missing_directory_says_not_installed() {
+    let out = run(
+        BIN,
+        &["install", "--verify", "--dest", "/nonexistent/openshell"],
+    );
+    assert_fails_with(
+        &out,
+        "/nonexistent/openshell/openshell-sandbox is not installed",
+    );
+}
+
+#[test]
 fn verify_and_wait_cannot_be_combined() {
     let out = run(
         BIN,
@@ -514,6 +518,33 @@ fn a_read_only_destination_fails_clearly() {
             && err.contains(&d.to_string()),
         "{err}"
     );
+}
+
+#[test]
+fn an_unchanged_install_and_verify_work_on_a_read_only_mount() {
+    // The DaemonSet's main container mounts the hostPath read-only and reruns `install`.
+    if !require(
+        is_root() && have("unshare"),
+        "needs root and unshare(1) to remount read-only",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().display();
+    let script = format!(
+        "set -e; mount -t tmpfs none {d}; {BIN} install --dest {d}; \
+         mount -o remount,ro {d}; {BIN} install --dest {d}; {BIN} install --verify --dest {d}"
+    );
+    let out = in_mount_namespace(&script);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("nothing changed"), "{stdout}");
+    assert!(stdout.contains("matches this binary"), "{stdout}");
 }
 
 #[test]

@@ -2,6 +2,10 @@
 //! refuses what a FROM-scratch image could not run. A static test program stands in for a
 //! static build of ours (the test profile builds a dynamic binary).
 
+mod common;
+
+use common::require;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,17 +13,6 @@ use std::process::{Command, Output};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
-
-fn require(ok: bool, why: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true forbids skipping: {why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
 
 fn script(out: &Path, bin: &Path) -> Output {
     Command::new("bash")

@@ -51,7 +51,7 @@ for b in helm kubectl; do
     mv -f "$tools/bin/$b.new" "$tools/bin/$b"
 done
 "$tools/bin/helm" version --short
-"$tools/bin/kubectl" version --client | head -1
+"$tools/bin/kubectl" version --client | sed -n 1p
 
 echo "setup-tools: installing kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
 rm -rf "$tools/pylib.new"

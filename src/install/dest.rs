@@ -10,6 +10,8 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag, openat, renameat};
@@ -165,24 +167,8 @@ impl DestDir {
         expected: &Digest256,
         mode: u32,
     ) -> Result<(), InstallError> {
-        let tmp_name = format!(
-            "{TEMP_PREFIX}{}.{:016x}",
-            std::process::id(),
-            rand::random::<u64>()
-        );
+        let (tmp_name, fd) = self.create_temp()?;
         let tmp_path = self.join(&tmp_name);
-        let flags =
-            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(
-            self.fd.as_fd(),
-            tmp_name.as_str(),
-            flags,
-            Mode::from_bits_truncate(0o600),
-        )
-        .map_err(|e| InstallError::CreateTemp {
-            path: tmp_path.clone(),
-            source: e.into(),
-        })?;
         let guard = TempGuard {
             dir: self.fd.as_fd(),
             name: &tmp_name,
@@ -233,6 +219,41 @@ impl DestDir {
         })?;
         guard.disarm();
         self.sync()
+    }
+
+    /// Create a fresh temporary file beside the target (O_EXCL, never following a symlink).
+    ///
+    /// The name needs to be unique, not unpredictable: O_EXCL refuses anything already there,
+    /// and we hold the directory lock. So no random source is involved, which matters for a
+    /// static binary in a root file system without /dev/urandom.
+    fn create_temp(&self) -> Result<(String, OwnedFd), InstallError> {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let flags =
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let mut attempt = 0;
+        loop {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{TEMP_PREFIX}{}.{nanos:08x}{seq:04x}", std::process::id());
+            match openat(
+                self.fd.as_fd(),
+                name.as_str(),
+                flags,
+                Mode::from_bits_truncate(0o600),
+            ) {
+                Ok(fd) => return Ok((name, fd)),
+                Err(Errno::EEXIST) if attempt < 16 => attempt += 1,
+                Err(e) => {
+                    return Err(InstallError::CreateTemp {
+                        path: self.join(&name),
+                        source: e.into(),
+                    });
+                }
+            }
+        }
     }
 
     /// Make the directory entries we changed durable.

@@ -345,7 +345,14 @@ fn install(dest: &Path, create_parents: bool, me: &SelfExe) -> Result<Report, In
 
 /// The readiness check: DEST holds this very binary, mode 0755, with a marker that says so.
 fn verify(dest: &Path, me: &SelfExe) -> Result<(), InstallError> {
-    let dir = DestDir::open(dest, false)?;
+    let dir = match DestDir::open(dest, false) {
+        Err(InstallError::DestMissing { .. }) => {
+            return Err(InstallError::NotInstalled {
+                path: dest.join(BINARY_NAME),
+            });
+        }
+        other => other?,
+    };
     let path = dir.join(BINARY_NAME);
     match dir.inspect(BINARY_NAME)? {
         Existing::Absent => return Err(InstallError::NotInstalled { path }),
