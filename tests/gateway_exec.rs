@@ -50,9 +50,11 @@ async fn env_and_workdir_with_awkward_quoting() {
     )
     .unwrap();
     let mut req = gw.request(&["sh", "-c", "printf '%s|%s|%s|' \"$A\" \"$B\" \"$C\"; pwd"]);
-    req.environment.insert("A".into(), "it's \"quoted\" $HOME `x`".into());
+    req.environment
+        .insert("A".into(), "it's \"quoted\" $HOME `x`".into());
     req.environment.insert("B".into(), "".into());
-    req.environment.insert("C".into(), "semi;colon && pipe|".into());
+    req.environment
+        .insert("C".into(), "semi;colon && pipe|".into());
     req.workdir = odd_dir.display().to_string();
     let r = exec_collect(gw.state.clone(), req).await;
     assert_eq!(
@@ -71,15 +73,29 @@ async fn child_env_is_clean_and_cwd_is_the_workdir() {
     let r = gw.sh("env; echo cwd=$(pwd)").await;
     let out = r.out();
     assert!(out.contains("OPENSHELL_SANDBOX=1"), "{out}");
-    assert!(out.contains(&format!("cwd={}", sup.workdir.display())), "{out}");
-    for secret in ["OPENSHELL_SANDBOX_TOKEN", "OPENSHELL_TLS", "OPENSHELL_ENDPOINT", "OPENSHELL_SANDBOX_ID"] {
-        assert!(!out.contains(secret), "{secret} leaked into the child env:\n{out}");
+    assert!(
+        out.contains(&format!("cwd={}", sup.workdir.display())),
+        "{out}"
+    );
+    for secret in [
+        "OPENSHELL_SANDBOX_TOKEN",
+        "OPENSHELL_TLS",
+        "OPENSHELL_ENDPOINT",
+        "OPENSHELL_SANDBOX_ID",
+    ] {
+        assert!(
+            !out.contains(secret),
+            "{secret} leaked into the child env:\n{out}"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_files_are_not_readable_by_execs() {
-    if !require(is_root(), "Landlock denial of the TLS key needs the full sandbox (root)") {
+    if !require(
+        is_root(),
+        "Landlock denial of the TLS key needs the full sandbox (root)",
+    ) {
         return;
     }
     let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
@@ -123,7 +139,11 @@ async fn thirty_two_concurrent_execs() {
     let mut set = tokio::task::JoinSet::new();
     for i in 0..32 {
         let st = gw.state.clone();
-        let req = gw.request(&["sh", "-c", &format!("sleep 0.2; echo {i}; echo e{i} >&2; exit {}", i % 5)]);
+        let req = gw.request(&[
+            "sh",
+            "-c",
+            &format!("sleep 0.2; echo {i}; echo e{i} >&2; exit {}", i % 5),
+        ]);
         set.spawn(async move { (i, exec_collect(st, req).await) });
     }
     let mut seen = 0;
@@ -140,7 +160,11 @@ async fn thirty_two_concurrent_execs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tty_exec_gets_a_terminal() {
     let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
-    let mut req = gw.request(&["sh", "-c", "test -t 0 && test -t 1 && echo tty=yes; stty size; echo $TERM; echo err >&2"]);
+    let mut req = gw.request(&[
+        "sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo tty=yes; stty size; echo $TERM; echo err >&2",
+    ]);
     req.tty = true;
     let r = exec_collect(gw.state.clone(), req).await;
     let out = r.out();
@@ -186,7 +210,10 @@ async fn timeout_kills_the_remote_tree() {
         if alive.is_empty() {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "still alive: {alive:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still alive: {alive:?}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
@@ -194,7 +221,8 @@ async fn timeout_kills_the_remote_tree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_login_shell_env_and_login_default() {
     if !require(
-        std::path::Path::new("/bin/bash").exists() || std::path::Path::new("/usr/bin/bash").exists(),
+        std::path::Path::new("/bin/bash").exists()
+            || std::path::Path::new("/usr/bin/bash").exists(),
         "bash is needed to tell a login shell from a plain one",
     ) {
         return;
@@ -202,9 +230,17 @@ async fn no_login_shell_env_and_login_default() {
     let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
     // The command string runs in the outer shell itself, so `shopt` sees its login state.
     let r = gw.exec(&["shopt", "-q", "login_shell"]).await;
-    assert_eq!(r.exit, Some(0), "default should be a bash login shell: {r:?}");
+    assert_eq!(
+        r.exit,
+        Some(0),
+        "default should be a bash login shell: {r:?}"
+    );
     let mut req = gw.request(&["shopt", "-q", "login_shell"]);
     req.no_login_shell = true;
     let r = exec_collect(gw.state.clone(), req).await;
-    assert_eq!(r.exit, Some(1), "OPENSHELL_NO_LOGIN_SHELL=1 should give a non-login shell: {r:?}");
+    assert_eq!(
+        r.exit,
+        Some(1),
+        "OPENSHELL_NO_LOGIN_SHELL=1 should give a non-login shell: {r:?}"
+    );
 }

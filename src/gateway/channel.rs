@@ -29,7 +29,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum ConnectError {
     #[error(transparent)]
     Tls(#[from] TlsError),
-    #[error("connecting to the gateway {endpoint}: {source}")]
+    #[error("connecting to the gateway {endpoint}: {}", chain(.source))]
     Transport {
         endpoint: String,
         #[source]
@@ -37,6 +37,20 @@ pub enum ConnectError {
     },
     #[error("invalid gateway endpoint {0}")]
     Endpoint(String),
+}
+
+/// An error and all its causes on one line; tonic's own message is only "transport error".
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
 }
 
 /// Build a new channel. TLS files are read here, every time, so Secret rotation applies to the

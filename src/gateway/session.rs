@@ -101,7 +101,17 @@ fn describe_status(s: &Status, has_token: &bool) -> String {
         Code::ResourceExhausted => "the gateway is rate limiting",
         _ => "the gateway refused the session",
     };
-    format!("{meaning} [{:?}: {}]", s.code(), s.message())
+    let cause = std::error::Error::source(s)
+        .map(|e| format!(": {}", channel::chain(e)))
+        .unwrap_or_default();
+    // With TLS 1.3 a refused client certificate shows up as an alert on the first read, after
+    // the handshake looked fine to us.
+    let hint = if cause.contains("alert") {
+        "; the gateway refused the TLS client certificate: check OPENSHELL_TLS_CERT / OPENSHELL_TLS_KEY are signed by the CA the gateway trusts and not expired"
+    } else {
+        ""
+    };
+    format!("{meaning} [{:?}: {}{cause}]{hint}", s.code(), s.message())
 }
 
 /// Exponential backoff with jitter: 1 s doubling to 30 s.

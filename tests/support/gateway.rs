@@ -67,12 +67,12 @@ pub struct Seen {
 pub struct State {
     pub sandbox_id: String,
     pub auth: AuthMode,
-    pub jwt: JwtIssuer,
+    pub jwt: Arc<JwtIssuer>,
     /// The SA token IssueSandboxToken accepts.
     pub sa_token: String,
     /// Lifetime of tokens from Issue/Refresh, seconds.
     pub token_ttl: AtomicU32,
-    pub heartbeat_secs: u32,
+    pub heartbeat_secs: AtomicU32,
     current: Mutex<Option<CurrentSession>>,
     pending: Mutex<HashMap<String, Pending>>,
     ready: watch::Sender<bool>,
@@ -88,13 +88,18 @@ pub struct State {
 
 impl State {
     pub fn new(sandbox_id: &str, auth: AuthMode) -> Arc<State> {
+        Self::with_jwt(sandbox_id, auth, Arc::new(JwtIssuer::new()))
+    }
+
+    /// A restarted gateway keeps its signing key, so tokens it issued stay valid.
+    pub fn with_jwt(sandbox_id: &str, auth: AuthMode, jwt: Arc<JwtIssuer>) -> Arc<State> {
         Arc::new(State {
             sandbox_id: sandbox_id.into(),
             auth,
-            jwt: JwtIssuer::new(),
+            jwt,
             sa_token: "k8s-service-account-token".into(),
             token_ttl: AtomicU32::new(3600),
-            heartbeat_secs: 15,
+            heartbeat_secs: AtomicU32::new(15),
             current: Mutex::new(None),
             pending: Mutex::new(HashMap::new()),
             ready: watch::channel(false).0,
@@ -277,7 +282,7 @@ impl OpenShell for Service {
         let accepted = GatewayMessage {
             payload: Some(gateway_message::Payload::SessionAccepted(SessionAccepted {
                 session_id: session_id.clone(),
-                heartbeat_interval_secs: st.heartbeat_secs,
+                heartbeat_interval_secs: st.heartbeat_secs.load(Ordering::SeqCst),
             })),
         };
         let _ = tx.send(Ok(accepted)).await;
@@ -310,7 +315,7 @@ impl OpenShell for Service {
         let _ = st.ready.send(true);
         // Heartbeats every interval, first one an interval after accept.
         let hb_tx = tx.clone();
-        let every = Duration::from_secs(u64::from(st.heartbeat_secs));
+        let every = Duration::from_secs(u64::from(st.heartbeat_secs.load(Ordering::SeqCst).max(1)));
         tokio::spawn(async move {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             loop {

@@ -131,7 +131,7 @@ impl TestGateway {
     pub async fn restart(&mut self) {
         self.server.kill();
         let addr = self.server.addr;
-        let state = State::new(SANDBOX_ID, self.state.auth);
+        let state = State::with_jwt(SANDBOX_ID, self.state.auth, self.state.jwt.clone());
         let mut tries = 0;
         let server = loop {
             // The old listener may take a moment to be dropped by the aborted task.
@@ -149,6 +149,14 @@ impl TestGateway {
         };
         self.state = state;
         self.server = server;
+    }
+
+    /// Rotate the PKI: the gateway restarts with a server certificate from `ca` and trusts
+    /// only client certificates from `ca`.
+    pub async fn rotate_ca(&mut self, ca: pki::Ca) {
+        self.tls = Some(server_tls(&ca));
+        self.ca = ca;
+        self.restart().await;
     }
 
     /// Wait until a supervisor session is up (no timing assertion: the deadline only stops a

@@ -71,11 +71,14 @@ impl SshServer {
             };
             match russh::server::run_stream(self.config.clone(), stream, handler).await {
                 Ok(running) => {
-                    if let Err(e) = running.await {
-                        tracing::debug!("ssh connection ended: {e}");
+                    match running.await {
+                        Ok(()) => tracing::debug!("ssh connection closed"),
+                        // Garbage, a truncated stream or a packet over russh's 256 KiB
+                        // transport limit: the connection (and every exec on it) ends.
+                        Err(e) => tracing::warn!("ssh connection over the relay ended: {e}"),
                     }
                 }
-                Err(e) => tracing::debug!("ssh handshake failed: {e}"),
+                Err(e) => tracing::warn!("ssh handshake over the relay failed: {e}"),
             }
         });
     }
