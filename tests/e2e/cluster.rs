@@ -30,16 +30,16 @@ pub const GATEWAY_PORT: u16 = 8080;
 static NEXT: AtomicU32 = AtomicU32::new(0);
 const PREFIX: &str = "osb-e2e-";
 
-fn ip(args: &[&str]) -> anyhow::Result<String> {
+/// Run `ip` with `cmd` split on whitespace (none of our names or addresses contains any).
+fn ip(cmd: &str) -> anyhow::Result<String> {
     let ip = crate::container::tool("ip").context("`ip` (iproute2) is not installed")?;
     let out = Command::new(ip)
-        .args(args)
+        .args(cmd.split_whitespace())
         .output()
         .context("running `ip` (iproute2)")?;
     if !out.status.success() {
         bail!(
-            "`ip {}` failed: {}",
-            args.join(" "),
+            "`ip {cmd}` failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -60,19 +60,19 @@ impl Netns {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::SeqCst)
         );
-        ip(&["netns", "add", &name])?;
+        ip(&format!("netns add {name}"))?;
         let ns = Netns {
             path: PathBuf::from("/run/netns").join(&name),
             name,
             deleted: false,
         };
-        ip(&["-n", &ns.name, "link", "set", "lo", "up"])?;
+        ip(&format!("-n {} link set lo up", ns.name))?;
         Ok(ns)
     }
 
     pub fn delete(&mut self) -> anyhow::Result<()> {
         if !self.deleted {
-            ip(&["netns", "del", &self.name])?;
+            ip(&format!("netns del {}", self.name))?;
             self.deleted = true;
         }
         Ok(())
@@ -121,7 +121,7 @@ pub fn sweep_stale() {
             continue;
         };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = ip(&["netns", "del", &name]);
+            let _ = ip(&format!("netns del {name}"));
         }
     }
 }
@@ -174,41 +174,14 @@ impl Cluster {
         let gw_if = format!("veth{n}");
         let gw_addr = Ipv4Addr::new(192, 0, 2, 4 * n + 1);
         let pod_addr = Ipv4Addr::new(192, 0, 2, 4 * n + 2);
-        ip(&[
-            "link",
-            "add",
-            "name",
-            &gw_if,
-            "netns",
-            &self.gw_ns.name,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &ns.name,
-        ])?;
-        ip(&[
-            "-n",
-            &self.gw_ns.name,
-            "addr",
-            "add",
-            &format!("{gw_addr}/30"),
-            "dev",
-            &gw_if,
-        ])?;
-        ip(&["-n", &self.gw_ns.name, "link", "set", &gw_if, "up"])?;
-        ip(&[
-            "-n",
-            &ns.name,
-            "addr",
-            "add",
-            &format!("{pod_addr}/30"),
-            "dev",
-            "eth0",
-        ])?;
-        ip(&["-n", &ns.name, "link", "set", "eth0", "up"])?;
+        let (gw, pod) = (&self.gw_ns.name, &ns.name);
+        ip(&format!(
+            "link add name {gw_if} netns {gw} type veth peer name eth0 netns {pod}"
+        ))?;
+        ip(&format!("-n {gw} addr add {gw_addr}/30 dev {gw_if}"))?;
+        ip(&format!("-n {gw} link set {gw_if} up"))?;
+        ip(&format!("-n {pod} addr add {pod_addr}/30 dev eth0"))?;
+        ip(&format!("-n {pod} link set eth0 up"))?;
 
         let state = State::new(sandbox_id, AuthMode::CertOnly);
         let addr = SocketAddr::from((gw_addr, GATEWAY_PORT));
@@ -239,7 +212,7 @@ impl Cluster {
 }
 
 fn interfaces(ns: &str) -> anyhow::Result<Vec<String>> {
-    let out = ip(&["-n", ns, "-o", "link", "show"])?;
+    let out = ip(&format!("-n {ns} -o link show"))?;
     Ok(out
         .lines()
         .filter_map(|l| l.split(':').nth(1))
