@@ -1,7 +1,262 @@
-//! Placeholder: implemented on its own branch and merged.
-use std::ffi::OsString;
-use std::process::ExitCode;
+//! `serve`: the supervisor as a sandbox pod runs it.
+//!
+//! - `config`: flags and OpenShell's env vars, checked.
+//! - `tls`, `channel`, `auth`: the mTLS HTTP/2 channel and the bearer token.
+//! - `session`: ConnectSupervisor (hello, heartbeats, reconnect).
+//! - `relay`: RelayOpen → RelayStream, bridged to the in-process SSH server or a loopback port.
+//! - `ssh`: the SSH exec server; every command runs through the sandbox core (`crate::exec`).
+//! - `main_process`: the optional canonical main process and its exit report.
+//!
+//! Order at start: policy and sandbox first (fail closed before anything is reachable), then
+//! the main process, then the session. Order at SIGTERM: refuse new relays, stop the session,
+//! terminate execs and the main process (SIGTERM, grace, SIGKILL), report, exit 0.
 
-pub fn main(_argv: &[OsString]) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("the supervisor (`serve`) is not built yet")
+pub mod auth;
+pub mod channel;
+pub mod config;
+pub mod main_process;
+pub mod relay;
+pub mod session;
+pub mod ssh;
+pub mod tls;
+
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use self::config::{Config, ServeArgs};
+use self::main_process::MainProcess;
+use self::ssh::command::{DEFAULT_PATH, ExecContext, Tracker};
+use crate::exec::{ExitInfo, Sandbox, SpawnSpec, Stdio};
+
+/// Where the pod mounts the workspace; the default `--workdir`.
+pub const DEFAULT_WORKDIR: &str = "/sandbox";
+
+/// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
+pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
+    let args = ServeArgs::parse_from(argv);
+    crate::logging::init(&args.policy.log_level, args.policy.log_format);
+    let cfg = args.resolve()?;
+    warn_ignored(&args);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(supervise(args, cfg))
+}
+
+fn warn_ignored(args: &ServeArgs) {
+    if args.upstream_proxy.is_some()
+        || args.upstream_no_proxy.is_some()
+        || args.upstream_proxy_auth_file.is_some()
+        || args.upstream_proxy_auth_allow_insecure
+        || args.upstream_proxy_connect_by_hostname
+    {
+        tracing::warn!(
+            "--upstream-proxy* flags are accepted for compatibility but not implemented"
+        );
+    }
+    if args.ssh_handshake_secret.is_some() || args.ssh_handshake_skew_secs.is_some() {
+        tracing::info!(
+            "OPENSHELL_SSH_HANDSHAKE_SECRET/_SKEW_SECS ignored: the SSH server is reachable only through the authenticated relay"
+        );
+    }
+    if let Some(p) = &args.ssh_socket_path {
+        tracing::info!(path = %p.display(), "OPENSHELL_SSH_SOCKET_PATH ignored: no SSH socket is created");
+    }
+}
+
+/// Why the supervisor is stopping.
+enum Stop {
+    Signal(&'static str),
+    MainExited(ExitInfo),
+}
+
+async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
+    let policy = crate::policy::Policy::from_args(
+        &args.policy,
+        Path::new(DEFAULT_WORKDIR),
+        cfg.secret_paths.clone(),
+    )
+    .context("building the sandbox policy")?;
+    let workdir = policy.fs.workdir.clone();
+    let sandbox = Sandbox::new(policy)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tracker = Arc::new(Tracker::default());
+    let ctx = Arc::new(ExecContext {
+        sandbox: sandbox.clone(),
+        shell: cfg.shell,
+        user_env: cfg.user_env.clone(),
+        workdir,
+        path: std::env::var("PATH")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_PATH.into()),
+        shutdown: stop_rx.clone(),
+        grace: cfg.shutdown_grace,
+        tracker: tracker.clone(),
+    });
+    let ssh = ssh::SshServer::new(ctx.clone())?;
+    let relays = relay::Relays::new(cfg.max_execs, ssh);
+    // One instance id per main process, the same on every reconnect.
+    let instance_id = uuid::Uuid::new_v4().to_string();
+
+    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+
+    let mut main_task = match &cfg.main {
+        Some(m) => Some(start_main(&ctx, m, cfg.main_timeout, stop_rx.clone())?),
+        None => None,
+    };
+
+    let tokens = cfg
+        .gateway
+        .as_ref()
+        .map(|g| auth::TokenStore::new(g.token.clone()));
+    let mut background = Vec::new();
+    if let (Some(g), Some(tokens)) = (&cfg.gateway, &tokens) {
+        if !tokens.has_source() {
+            tracing::info!(
+                "no token source (OPENSHELL_SANDBOX_TOKEN, _TOKEN_FILE, OPENSHELL_K8S_SA_TOKEN_FILE): connecting with the client certificate only, as v0.0.36 gateways expect"
+            );
+        }
+        if g.tls.is_none() {
+            tracing::warn!(
+                endpoint = %g.endpoint,
+                "PLAINTEXT gateway connection (http://): no TLS, no server authentication; use https:// outside tests"
+            );
+        }
+        let channels = session::ChannelSlot::new(g.clone());
+        let s = Arc::new(session::Session {
+            cfg: g.clone(),
+            tokens: tokens.clone(),
+            channels: channels.clone(),
+            instance_id: instance_id.clone(),
+            relays: relays.clone(),
+            hello_timeout: cfg.hello_timeout,
+        });
+        background.push(tokio::spawn(session::run(s, stop_rx.clone())));
+        background.push(tokio::spawn(auth::refresh_loop(tokens.clone(), channels)));
+    } else {
+        tracing::warn!("no gateway endpoint configured: running the main process only");
+    }
+
+    let stop = tokio::select! {
+        _ = sigterm.recv() => Stop::Signal("SIGTERM"),
+        _ = sigint.recv() => Stop::Signal("SIGINT"),
+        Some(info) = async {
+            match main_task.as_mut() {
+                Some(t) => t.await.ok(),
+                None => std::future::pending().await,
+            }
+        } => {
+            main_task = None;
+            Stop::MainExited(info)
+        }
+    };
+    match &stop {
+        Stop::Signal(name) => tracing::info!("{name}: shutting down"),
+        Stop::MainExited(info) => {
+            tracing::info!(code = ?info.code, signal = ?info.signal, "main process exited; shutting down")
+        }
+    }
+    let signalled = matches!(stop, Stop::Signal(_));
+    // Refuse new relays, end the session (the gateway demotes the sandbox), then terminate
+    // every running exec and the main process.
+    relays.close();
+    let _ = stop_tx.send(true);
+    for t in &background {
+        t.abort();
+    }
+    let main_exit = match (stop, main_task) {
+        (Stop::MainExited(info), _) => Some(info),
+        (Stop::Signal(_), Some(t)) => t.await.ok(),
+        (Stop::Signal(_), None) => None,
+    };
+    let drain = cfg.shutdown_grace + Duration::from_secs(5);
+    if tokio::time::timeout(drain, tracker.idle()).await.is_err() {
+        tracing::warn!("some execs did not end within {drain:?}");
+    }
+    // Let the last exit statuses reach the gateway before the connection goes away.
+    let _ = tokio::time::timeout(Duration::from_secs(3), relays.idle()).await;
+
+    if let (Some(info), Some(g), Some(tokens)) = (&main_exit, &cfg.gateway, &tokens) {
+        let code = exit_code(info);
+        main_process::report_exit(g, tokens, &instance_id, code).await;
+    }
+    // A signal means Kubernetes asked us to stop: exit 0. The main process ending on its own
+    // ends the supervisor with its code.
+    Ok(match main_exit {
+        Some(info) if !signalled => ExitCode::from(exit_code(&info).clamp(0, 255) as u8),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// The exit code as the gateway wants it: the status, or 128+N for signal N.
+fn exit_code(info: &ExitInfo) -> i32 {
+    match (info.code, info.signal) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 255,
+    }
+}
+
+/// Start the main process in the sandbox. The task ends with its exit: on its own, at the
+/// `--timeout` (exit 124), or terminated at shutdown.
+fn start_main(
+    ctx: &Arc<ExecContext>,
+    m: &MainProcess,
+    timeout: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<ExitInfo>> {
+    if m.tty {
+        tracing::info!(
+            "the main process spec asks for a tty; it runs without one (no attach subsystem)"
+        );
+    }
+    let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().map(Stdio::Fd);
+    let spec = SpawnSpec {
+        argv: m.argv.clone(),
+        env: ctx.child_env("dumb", std::path::Path::new("/bin/sh")),
+        cwd: None,
+        stdin: Stdio::Null,
+        // The main process logs to the pod's stdout and stderr, like ours.
+        stdout: dup(std::io::stdout().as_fd()).context("duplicating stdout")?,
+        stderr: dup(std::io::stderr().as_fd()).context("duplicating stderr")?,
+        controlling_tty: false,
+    };
+    let mut child = ctx
+        .sandbox
+        .spawn(spec)
+        .with_context(|| format!("starting the main process {:?}", m.argv))?;
+    tracing::info!(pid = child.pid(), argv = ?m.argv, "main process started");
+    let grace = ctx.grace;
+    Ok(tokio::spawn(async move {
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            info = child.wait() => info,
+            _ = deadline => {
+                tracing::warn!("main process hit --timeout; terminating");
+                let mut info = child.terminate_tree(Duration::from_millis(100)).await;
+                info.code = Some(124);
+                info.signal = None;
+                info
+            }
+            _ = ssh::stopped(&mut stop) => child.terminate_tree(grace).await,
+        }
+    }))
 }

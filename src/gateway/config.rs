@@ -1,0 +1,528 @@
+//! `serve` configuration: every environment variable OpenShell's Kubernetes driver sets on the
+//! sandbox pod (protocol sheet §5.1 and §8) is also a flag, so the pod's command line and env
+//! work unchanged. `ServeArgs::resolve` turns the raw flags into a checked [`Config`], naming
+//! the variable behind every missing or contradictory setting.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use super::main_process::{MainProcess, SpecError};
+
+/// Default location of the client TLS Secret in a sandbox pod.
+pub const DEFAULT_TLS_DIR: &str = "/etc/openshell-tls/client";
+
+/// `openshell-sandbox [serve] [OPTIONS] [MAIN COMMAND...]`
+#[derive(Debug, Parser)]
+#[command(
+    name = "openshell-sandbox",
+    about = "Sandbox supervisor: dial back to the OpenShell gateway and serve exec",
+    version
+)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub policy: crate::cli::PolicyArgs,
+
+    /// Gateway URL; `https://` is mTLS, `http://` is plaintext h2c.
+    #[arg(long, env = "OPENSHELL_ENDPOINT", value_name = "URL")]
+    pub endpoint: Option<String>,
+
+    /// Fallback for --endpoint.
+    #[arg(
+        long,
+        env = "OPENSHELL_GATEWAY_ENDPOINT",
+        value_name = "URL",
+        hide = true
+    )]
+    pub gateway_endpoint: Option<String>,
+
+    /// Sandbox object id (UUID) sent in the hello, relays and exit reports.
+    #[arg(long, env = "OPENSHELL_SANDBOX_ID", value_name = "ID")]
+    pub sandbox_id: Option<String>,
+
+    /// Sandbox name, for logs only.
+    #[arg(long = "sandbox-name", env = "OPENSHELL_SANDBOX", value_name = "NAME")]
+    pub sandbox_name: Option<String>,
+
+    /// CA certificate (PEM) that the gateway's certificate must chain to. Nothing else is trusted.
+    #[arg(
+        long,
+        env = "OPENSHELL_TLS_CA",
+        value_name = "PATH",
+        default_value = "/etc/openshell-tls/client/ca.crt"
+    )]
+    pub tls_ca: PathBuf,
+
+    /// Client certificate chain (PEM) presented to the gateway.
+    #[arg(
+        long,
+        env = "OPENSHELL_TLS_CERT",
+        value_name = "PATH",
+        default_value = "/etc/openshell-tls/client/tls.crt"
+    )]
+    pub tls_cert: PathBuf,
+
+    /// Private key (PEM) of the client certificate.
+    #[arg(
+        long,
+        env = "OPENSHELL_TLS_KEY",
+        value_name = "PATH",
+        default_value = "/etc/openshell-tls/client/tls.key"
+    )]
+    pub tls_key: PathBuf,
+
+    /// Name the gateway's certificate must carry, instead of the endpoint host.
+    #[arg(long, env = "OPENSHELL_GATEWAY_TLS_SERVER_NAME", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+
+    /// A gateway JWT, used as the bearer as is (test harnesses).
+    #[arg(
+        long,
+        env = "OPENSHELL_SANDBOX_TOKEN",
+        value_name = "JWT",
+        hide_env_values = true
+    )]
+    pub sandbox_token: Option<String>,
+
+    /// File holding a gateway JWT (read once, trimmed).
+    #[arg(long, env = "OPENSHELL_SANDBOX_TOKEN_FILE", value_name = "PATH")]
+    pub sandbox_token_file: Option<PathBuf>,
+
+    /// Projected Kubernetes service-account token, exchanged for a gateway JWT through
+    /// IssueSandboxToken.
+    #[arg(long, env = "OPENSHELL_K8S_SA_TOKEN_FILE", value_name = "PATH")]
+    pub k8s_sa_token_file: Option<PathBuf>,
+
+    /// The canonical main process: JSON `{"version":1,"command":[...],"tty":bool}` or
+    /// `base64url:` followed by that JSON in URL-safe unpadded base64.
+    #[arg(long, env = "OPENSHELL_MAIN_PROCESS_SPEC", value_name = "SPEC")]
+    pub main_process_spec: Option<String>,
+
+    /// v0.0.36 form of the main process, split on whitespace (e.g. `sleep infinity`).
+    #[arg(long, env = "OPENSHELL_SANDBOX_COMMAND", value_name = "COMMAND")]
+    pub sandbox_command: Option<String>,
+
+    /// JSON object of variables given to every exec's environment (OPENSHELL_* keys dropped).
+    #[arg(
+        long,
+        env = "OPENSHELL_USER_ENVIRONMENT",
+        value_name = "JSON",
+        hide_env_values = true
+    )]
+    pub user_environment: Option<String>,
+
+    /// OpenShell's SSH socket. Accepted for compatibility and unused: our SSH server is only
+    /// reachable through the relay, over an in-memory pipe, so there is no socket to protect.
+    #[arg(
+        long,
+        env = "OPENSHELL_SSH_SOCKET_PATH",
+        value_name = "PATH",
+        hide = true
+    )]
+    pub ssh_socket_path: Option<PathBuf>,
+
+    /// v0.0.36 handshake secret; accepted and ignored (the relay is already authenticated).
+    #[arg(
+        long,
+        env = "OPENSHELL_SSH_HANDSHAKE_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
+    pub ssh_handshake_secret: Option<String>,
+
+    /// v0.0.36 handshake clock skew; accepted and ignored.
+    #[arg(long, env = "OPENSHELL_SSH_HANDSHAKE_SKEW_SECS", hide = true)]
+    pub ssh_handshake_skew_secs: Option<String>,
+
+    /// Upstream proxy for the sandbox (accepted for pod compatibility; not implemented).
+    #[arg(long, value_name = "URL")]
+    pub upstream_proxy: Option<String>,
+    /// Accepted for pod compatibility; not implemented.
+    #[arg(long, value_name = "LIST")]
+    pub upstream_no_proxy: Option<String>,
+    /// Accepted for pod compatibility; not implemented. The file is denied to sandboxed code.
+    #[arg(long, value_name = "PATH")]
+    pub upstream_proxy_auth_file: Option<PathBuf>,
+    /// Accepted for pod compatibility; not implemented.
+    #[arg(long)]
+    pub upstream_proxy_auth_allow_insecure: bool,
+    /// Accepted for pod compatibility; not implemented.
+    #[arg(long)]
+    pub upstream_proxy_connect_by_hostname: bool,
+
+    /// Most execs (relays) served at once; past it a RelayOpen fails with a clear error.
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_execs: u32,
+
+    /// How exec command strings are run: `login` is OpenShell's `bash -lc` (or `sh -c` where
+    /// there is no bash); `plain` is always a non-login `sh -c`.
+    #[arg(long, value_enum, env = "OPENSHELL_EXEC_SHELL", default_value_t = ShellMode::Login)]
+    pub shell: ShellMode,
+
+    /// Seconds between SIGTERM and SIGKILL when execs are stopped at shutdown.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub shutdown_grace: u64,
+
+    /// Wall-clock limit of the main process in seconds (exit code 124 when it fires).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+
+    /// Seconds to wait for the gateway to answer the hello before retrying.
+    #[arg(long, value_name = "SECS", default_value_t = 20, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub hello_timeout: u64,
+
+    /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShellMode {
+    /// `bash -lc CMD` when bash exists (OpenShell's behaviour), else `sh -c CMD`.
+    Login,
+    /// Always `sh -c CMD`; no profile scripts run.
+    Plain,
+}
+
+/// Where the bearer token comes from (sheet §3.2, in priority order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// OPENSHELL_SANDBOX_TOKEN.
+    Literal(String),
+    /// OPENSHELL_SANDBOX_TOKEN_FILE.
+    File(PathBuf),
+    /// OPENSHELL_K8S_SA_TOKEN_FILE, exchanged through IssueSandboxToken.
+    ServiceAccount(PathBuf),
+    /// None: the v0.0.36 gateway authenticates the client certificate only.
+    None,
+}
+
+/// TLS material paths; read again for every new connection (Secret rotation).
+#[derive(Debug, Clone)]
+pub struct TlsPaths {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub server_name: Option<String>,
+}
+
+/// The gateway side of the configuration.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The endpoint URL as given.
+    pub endpoint: String,
+    pub host: String,
+    pub port: u16,
+    /// `None` means plaintext h2c.
+    pub tls: Option<TlsPaths>,
+    pub sandbox_id: String,
+    pub token: TokenSource,
+}
+
+/// Everything `serve` needs, checked.
+#[derive(Debug)]
+pub struct Config {
+    /// `None`: no endpoint configured; only the main process runs.
+    pub gateway: Option<GatewayConfig>,
+    pub main: Option<MainProcess>,
+    pub user_env: Vec<(String, String)>,
+    pub max_execs: usize,
+    pub shell: ShellMode,
+    pub shutdown_grace: Duration,
+    pub main_timeout: Option<Duration>,
+    pub hello_timeout: Duration,
+    /// Files the sandboxed code must never read (TLS, tokens, proxy credentials).
+    pub secret_paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "OPENSHELL_SANDBOX_ID (--sandbox-id) is not set, but an endpoint is; the hello needs the sandbox id"
+    )]
+    MissingSandboxId,
+    #[error(
+        "no gateway endpoint (OPENSHELL_ENDPOINT / OPENSHELL_GATEWAY_ENDPOINT / --endpoint) and no main process: nothing to do"
+    )]
+    NothingToDo,
+    #[error("OPENSHELL_ENDPOINT `{value}`: {reason}")]
+    BadEndpoint { value: String, reason: String },
+    #[error("OPENSHELL_GATEWAY_TLS_SERVER_NAME `{0}` is not a valid DNS name or IP address")]
+    BadServerName(String),
+    #[error("OPENSHELL_SANDBOX_TOKEN is set but empty")]
+    EmptyToken,
+    #[error("OPENSHELL_USER_ENVIRONMENT is not a JSON object of strings: {0}")]
+    BadUserEnvironment(String),
+    #[error(transparent)]
+    MainProcess(#[from] SpecError),
+}
+
+impl ServeArgs {
+    /// Check and resolve the flags. Reads no files (TLS and token files are read when used).
+    pub fn resolve(&self) -> Result<Config, ConfigError> {
+        let main = MainProcess::from_sources(
+            &self.command,
+            self.main_process_spec.as_deref(),
+            self.sandbox_command.as_deref(),
+        )?;
+        let endpoint = non_empty(&self.endpoint).or_else(|| non_empty(&self.gateway_endpoint));
+        let mut secret_paths = Vec::new();
+        let gateway = match endpoint {
+            None => {
+                if main.is_none() {
+                    return Err(ConfigError::NothingToDo);
+                }
+                None
+            }
+            Some(ep) => {
+                let sandbox_id =
+                    non_empty(&self.sandbox_id).ok_or(ConfigError::MissingSandboxId)?;
+                let (tls, host, port) = parse_endpoint(&ep)?;
+                let tls = if tls {
+                    let server_name = non_empty(&self.tls_server_name);
+                    if let Some(name) = &server_name
+                        && rustls_pki_types::ServerName::try_from(name.as_str()).is_err()
+                    {
+                        return Err(ConfigError::BadServerName(name.clone()));
+                    }
+                    Some(TlsPaths {
+                        ca: self.tls_ca.clone(),
+                        cert: self.tls_cert.clone(),
+                        key: self.tls_key.clone(),
+                        server_name,
+                    })
+                } else {
+                    None
+                };
+                let token = self.token_source()?;
+                Some(GatewayConfig {
+                    endpoint: ep,
+                    host,
+                    port,
+                    tls,
+                    sandbox_id,
+                    token,
+                })
+            }
+        };
+        // Deny every secret we could be configured with, whether or not it is used, so a
+        // sandboxed command can never read it.
+        secret_paths.extend([&self.tls_ca, &self.tls_cert, &self.tls_key].map(|p| p.clone()));
+        secret_paths.extend(
+            [
+                &self.sandbox_token_file,
+                &self.k8s_sa_token_file,
+                &self.upstream_proxy_auth_file,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned(),
+        );
+        Ok(Config {
+            gateway,
+            main,
+            user_env: parse_user_env(self.user_environment.as_deref())?,
+            max_execs: self.max_execs as usize,
+            shell: self.shell,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace),
+            main_timeout: self.timeout.map(Duration::from_secs),
+            hello_timeout: Duration::from_secs(self.hello_timeout),
+            secret_paths,
+        })
+    }
+
+    fn token_source(&self) -> Result<TokenSource, ConfigError> {
+        if let Some(t) = &self.sandbox_token {
+            let t = t.trim();
+            if t.is_empty() {
+                return Err(ConfigError::EmptyToken);
+            }
+            return Ok(TokenSource::Literal(t.to_owned()));
+        }
+        if let Some(p) = self
+            .sandbox_token_file
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            return Ok(TokenSource::File(p.clone()));
+        }
+        if let Some(p) = self
+            .k8s_sa_token_file
+            .as_ref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            return Ok(TokenSource::ServiceAccount(p.clone()));
+        }
+        Ok(TokenSource::None)
+    }
+}
+
+fn non_empty(v: &Option<String>) -> Option<String> {
+    v.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// Split `scheme://host[:port][/]` into (tls, host, port). Paths are refused: gRPC routes by
+/// method path, and a prefix would silently break every call.
+fn parse_endpoint(ep: &str) -> Result<(bool, String, u16), ConfigError> {
+    let bad = |reason: &str| ConfigError::BadEndpoint {
+        value: ep.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: http::Uri = ep
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+    let tls = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        Some(other) => return Err(bad(&format!("scheme `{other}` is not http or https"))),
+        None => {
+            return Err(bad(
+                "missing scheme; use https://HOST:PORT or http://HOST:PORT",
+            ));
+        }
+    };
+    let host = uri.host().ok_or_else(|| bad("missing host"))?;
+    if !matches!(uri.path(), "" | "/") {
+        return Err(bad("a path is not allowed after the host and port"));
+    }
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    Ok((tls, host, port))
+}
+
+fn parse_user_env(raw: Option<&str>) -> Result<Vec<(String, String)>, ConfigError> {
+    let Some(raw) = raw.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(raw).map_err(|e| ConfigError::BadUserEnvironment(e.to_string()))?;
+    Ok(map
+        .into_iter()
+        // OPENSHELL_* keys are supervisor internals; a NUL cannot be passed to execve at all.
+        .filter(|(k, v)| {
+            !k.starts_with("OPENSHELL_")
+                && !k.is_empty()
+                && !k.contains(['=', '\0'])
+                && !v.contains('\0')
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> ServeArgs {
+        let mut v = vec!["openshell-sandbox"];
+        v.extend_from_slice(extra);
+        ServeArgs::try_parse_from(v).unwrap()
+    }
+
+    #[test]
+    fn endpoint_forms() {
+        assert_eq!(
+            parse_endpoint("https://gw.example:8080").unwrap(),
+            (true, "gw.example".into(), 8080)
+        );
+        assert_eq!(
+            parse_endpoint("http://[::1]:9/").unwrap(),
+            (false, "::1".into(), 9)
+        );
+        assert!(
+            parse_endpoint("ftp://x")
+                .unwrap_err()
+                .to_string()
+                .contains("scheme")
+        );
+        assert!(parse_endpoint("gw:80").is_err());
+        assert!(
+            parse_endpoint("http://gw:80/prefix")
+                .unwrap_err()
+                .to_string()
+                .contains("path")
+        );
+    }
+
+    #[test]
+    fn endpoint_without_sandbox_id_names_the_variable() {
+        let err = args(&["--endpoint", "http://127.0.0.1:1"])
+            .resolve()
+            .unwrap_err();
+        assert!(err.to_string().contains("OPENSHELL_SANDBOX_ID"), "{err}");
+    }
+
+    #[test]
+    fn token_priority_follows_the_sheet() {
+        let a = args(&[
+            "--endpoint",
+            "http://h:1",
+            "--sandbox-id",
+            "s",
+            "--sandbox-token-file",
+            "/f",
+            "--k8s-sa-token-file",
+            "/sa",
+        ]);
+        assert_eq!(
+            a.resolve().unwrap().gateway.unwrap().token,
+            TokenSource::File("/f".into())
+        );
+        let a = args(&[
+            "--endpoint",
+            "http://h:1",
+            "--sandbox-id",
+            "s",
+            "--k8s-sa-token-file",
+            "/sa",
+        ]);
+        assert_eq!(
+            a.resolve().unwrap().gateway.unwrap().token,
+            TokenSource::ServiceAccount("/sa".into())
+        );
+    }
+
+    #[test]
+    fn trailing_words_are_the_main_process() {
+        let a = args(&["--workdir", "/tmp", "sleep", "infinity"]);
+        assert_eq!(
+            a.command,
+            vec![OsString::from("sleep"), OsString::from("infinity")]
+        );
+        let cfg = a.resolve().unwrap();
+        assert!(cfg.gateway.is_none());
+        assert!(cfg.main.is_some());
+    }
+
+    #[test]
+    fn secrets_are_denied() {
+        let cfg = args(&["--sandbox-token-file", "/tok", "true"])
+            .resolve()
+            .unwrap();
+        assert!(cfg.secret_paths.contains(&PathBuf::from("/tok")));
+        assert!(
+            cfg.secret_paths
+                .contains(&PathBuf::from("/etc/openshell-tls/client/tls.key"))
+        );
+    }
+
+    #[test]
+    fn user_environment_drops_internal_keys() {
+        let env = parse_user_env(Some(r#"{"A":"1","OPENSHELL_X":"2"}"#)).unwrap();
+        assert_eq!(env, vec![("A".to_string(), "1".to_string())]);
+        assert!(parse_user_env(Some("[1]")).is_err());
+    }
+}

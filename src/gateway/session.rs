@@ -1,0 +1,293 @@
+//! The ConnectSupervisor session (sheet §2.1): hello, SessionAccepted, heartbeats, RelayOpen
+//! dispatch, and reconnecting with backoff. Gateway errors are logged with what they mean and
+//! retried; nothing the gateway does makes the supervisor exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use super::auth::{self, TokenError, TokenStore};
+use super::channel::{self, ConnectError};
+use super::config::{GatewayConfig, TokenSource};
+use super::relay::Relays;
+use crate::proto::v1::{
+    GatewayMessage, SupervisorHeartbeat, SupervisorHello, SupervisorMessage, gateway_message,
+    supervisor_message,
+};
+
+/// The channel of the current session, shared with the token refresher.
+pub struct ChannelSlot {
+    cfg: GatewayConfig,
+    current: Mutex<Option<Channel>>,
+}
+
+impl ChannelSlot {
+    pub fn new(cfg: GatewayConfig) -> Arc<Self> {
+        Arc::new(ChannelSlot {
+            cfg,
+            current: Mutex::new(None),
+        })
+    }
+
+    pub async fn set(&self, ch: Channel) {
+        *self.current.lock().await = Some(ch);
+    }
+
+    /// The current session's channel, or a new one when no session is up.
+    pub async fn get_or_connect(&self) -> Result<Channel, ConnectError> {
+        if let Some(ch) = self.current.lock().await.clone() {
+            return Ok(ch);
+        }
+        channel::connect(&self.cfg).await
+    }
+}
+
+/// Shared state of the control loop.
+pub struct Session {
+    pub cfg: GatewayConfig,
+    pub tokens: Arc<TokenStore>,
+    pub channels: Arc<ChannelSlot>,
+    /// One per main process: the same on every reconnect (HEAD semantics).
+    pub instance_id: String,
+    pub relays: Arc<Relays>,
+    /// How long to wait for response headers and SessionAccepted before giving up on an attempt.
+    pub hello_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error("{}", describe_status(.0, .1))]
+    Status(Status, bool),
+    #[error("the gateway did not answer the hello within {0:?}")]
+    HelloTimeout(Duration),
+    #[error("the gateway's first message was not SessionAccepted")]
+    NotAccepted,
+    #[error("the gateway rejected the session: {0}")]
+    Rejected(String),
+    #[error("the gateway ended the session stream")]
+    Ended,
+    #[error("the gateway sent a relay frame kind this supervisor does not know")]
+    Unknown,
+}
+
+/// What a gRPC status on ConnectSupervisor means, in words an operator can act on.
+fn describe_status(s: &Status, has_token: &bool) -> String {
+    let meaning = match s.code() {
+        Code::Unauthenticated if !has_token => {
+            "the gateway requires a bearer token and none is configured: set OPENSHELL_K8S_SA_TOKEN_FILE, OPENSHELL_SANDBOX_TOKEN_FILE or OPENSHELL_SANDBOX_TOKEN (v0.0.47+ gateways need a sandbox JWT)"
+        }
+        Code::Unauthenticated => "the gateway did not accept the bearer token",
+        Code::PermissionDenied if !has_token => {
+            "the gateway wants a sandbox principal, i.e. a sandbox JWT, and no token source is configured: set OPENSHELL_K8S_SA_TOKEN_FILE, OPENSHELL_SANDBOX_TOKEN_FILE or OPENSHELL_SANDBOX_TOKEN"
+        }
+        Code::PermissionDenied => {
+            "the token is not for this sandbox (its sandbox_id must equal OPENSHELL_SANDBOX_ID)"
+        }
+        Code::NotFound => "the gateway does not know this sandbox id (OPENSHELL_SANDBOX_ID)",
+        Code::InvalidArgument => "the gateway rejected the hello",
+        Code::Unavailable => "the gateway is unavailable or restarting",
+        Code::Unimplemented => {
+            "the endpoint does not serve ConnectSupervisor (not an OpenShell gateway?)"
+        }
+        Code::ResourceExhausted => "the gateway is rate limiting",
+        _ => "the gateway refused the session",
+    };
+    let cause = std::error::Error::source(s)
+        .map(|e| format!(": {}", channel::chain(e)))
+        .unwrap_or_default();
+    // With TLS 1.3 a refused client certificate shows up as an alert on the first read, after
+    // the handshake looked fine to us.
+    let hint = if cause.contains("alert") {
+        "; the gateway refused the TLS client certificate: check OPENSHELL_TLS_CERT / OPENSHELL_TLS_KEY are signed by the CA the gateway trusts and not expired"
+    } else {
+        ""
+    };
+    format!("{meaning} [{:?}: {}{cause}]{hint}", s.code(), s.message())
+}
+
+/// Exponential backoff with jitter: 1 s doubling to 30 s.
+pub struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    pub const BASE: Duration = Duration::from_secs(1);
+    pub const MAX: Duration = Duration::from_secs(30);
+
+    pub fn new() -> Self {
+        Backoff { next: Self::BASE }
+    }
+
+    pub fn reset(&mut self) {
+        self.next = Self::BASE;
+    }
+
+    /// The next delay; jitter of ±20 % keeps a fleet of pods from reconnecting in lockstep.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        d.mul_f64(0.8 + 0.4 * rand::random::<f64>())
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A session that stayed up this long was healthy; the next failure starts from 1 s again.
+const HEALTHY_SESSION: Duration = Duration::from_secs(60);
+
+/// Keep a session up until `stop` turns true.
+pub async fn run(session: Arc<Session>, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Backoff::new();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let started = Instant::now();
+        let result = tokio::select! {
+            r = one_session(&session) => r,
+            _ = stop.changed() => return,
+        };
+        if let Err(e) = result {
+            tracing::warn!(endpoint = %session.cfg.endpoint, "gateway session: {e}");
+            if let SessionError::Status(s, _) = &e
+                && s.code() == Code::Unauthenticated
+                && matches!(session.tokens.source, TokenSource::ServiceAccount(_))
+            {
+                // The exchanged token may be stale; exchange the SA token again next time.
+                session.tokens.reset();
+            }
+        }
+        if started.elapsed() >= HEALTHY_SESSION {
+            backoff.reset();
+        }
+        let delay = backoff.next_delay();
+        tracing::info!("reconnecting to the gateway in {delay:?}");
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
+    let ch = channel::connect(&s.cfg).await?;
+    auth::ensure_token(&s.tokens, &ch).await?;
+    s.channels.set(ch.clone()).await;
+    let mut client = channel::client(ch, &s.tokens);
+
+    let (tx, rx) = mpsc::channel::<SupervisorMessage>(64);
+    // The gateway reads the hello before it sends response headers, so it must be queued
+    // before the call is awaited.
+    let hello = SupervisorMessage {
+        payload: Some(supervisor_message::Payload::Hello(SupervisorHello {
+            sandbox_id: s.cfg.sandbox_id.clone(),
+            instance_id: s.instance_id.clone(),
+        })),
+    };
+    // The receiver is alive; this cannot fail.
+    let _ = tx.send(hello).await;
+    let has_token = s.tokens.get().is_some();
+    let status = |st| SessionError::Status(st, has_token);
+    let resp = tokio::time::timeout(
+        s.hello_timeout,
+        client.connect_supervisor(ReceiverStream::new(rx)),
+    )
+    .await
+    .map_err(|_| SessionError::HelloTimeout(s.hello_timeout))?
+    .map_err(status)?;
+    let mut inbound = resp.into_inner();
+    let first = tokio::time::timeout(s.hello_timeout, inbound.message())
+        .await
+        .map_err(|_| SessionError::HelloTimeout(s.hello_timeout))?
+        .map_err(status)?;
+    let accepted = match first.and_then(|m| m.payload) {
+        Some(gateway_message::Payload::SessionAccepted(a)) => a,
+        Some(gateway_message::Payload::SessionRejected(r)) => {
+            return Err(SessionError::Rejected(r.reason));
+        }
+        _ => return Err(SessionError::NotAccepted),
+    };
+    let interval = Duration::from_secs(u64::from(accepted.heartbeat_interval_secs.max(5)));
+    tracing::info!(
+        session_id = %accepted.session_id,
+        sandbox_id = %s.cfg.sandbox_id,
+        heartbeat_secs = interval.as_secs(),
+        "gateway session accepted"
+    );
+    let mut heartbeat = tokio::time::interval_at(Instant::now() + interval, interval);
+    loop {
+        tokio::select! {
+            _ = heartbeat.tick() => {
+                let hb = SupervisorMessage {
+                    payload: Some(supervisor_message::Payload::Heartbeat(SupervisorHeartbeat {})),
+                };
+                if tx.send(hb).await.is_err() {
+                    return Err(SessionError::Ended);
+                }
+            }
+            msg = inbound.message() => {
+                let msg: Option<GatewayMessage> = msg.map_err(status)?;
+                let Some(msg) = msg else { return Err(SessionError::Ended) };
+                match msg.payload {
+                    Some(gateway_message::Payload::RelayOpen(open)) => {
+                        s.relays.open(open, client.clone(), tx.clone());
+                    }
+                    Some(gateway_message::Payload::Heartbeat(_)) => {
+                        tracing::trace!("gateway heartbeat");
+                    }
+                    Some(gateway_message::Payload::RelayClose(c)) => {
+                        // Neither side sends it in practice (sheet §2.3); closing is by stream end.
+                        tracing::debug!(channel_id = %c.channel_id, reason = %c.reason, "gateway sent RelayClose; ignored");
+                    }
+                    Some(gateway_message::Payload::SessionRejected(r)) => {
+                        return Err(SessionError::Rejected(r.reason));
+                    }
+                    Some(gateway_message::Payload::SessionAccepted(_)) => {
+                        tracing::warn!("duplicate SessionAccepted ignored");
+                    }
+                    None => return Err(SessionError::Unknown),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets() {
+        let mut b = Backoff::new();
+        let d: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
+        assert!(d[0] >= Duration::from_millis(800) && d[0] <= Duration::from_millis(1200));
+        assert!(d[1] >= Duration::from_millis(1600) && d[1] <= Duration::from_millis(2400));
+        assert!(d[7] <= Duration::from_secs(36) && d[7] >= Duration::from_secs(24));
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn status_meanings_name_what_is_missing() {
+        let m = describe_status(
+            &Status::permission_denied("needs a sandbox principal"),
+            &false,
+        );
+        assert!(m.contains("OPENSHELL_K8S_SA_TOKEN_FILE"), "{m}");
+        let m = describe_status(&Status::not_found("x"), &true);
+        assert!(m.contains("OPENSHELL_SANDBOX_ID"), "{m}");
+    }
+}

@@ -1,0 +1,176 @@
+//! The SSH exec server behind every relay (sheet §4.2), on russh.
+//!
+//! Authentication `none` (and `publickey`) is accepted for any user: the only way to reach this
+//! server is a relay the gateway opened on an authenticated session, over an in-memory pipe.
+//! Each session channel is served by its own task (`channel.rs`); this file holds the russh
+//! handler, which only answers requests, so the russh session loop never waits on a child.
+
+mod channel;
+pub mod command;
+mod pty;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::keys::PrivateKey;
+use russh::keys::ssh_key::private::Ed25519Keypair;
+use russh::server::{Auth, ChannelOpenHandle, Msg, Session};
+use russh::{Channel, ChannelId, MethodKind, MethodSet};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub use channel::stopped;
+pub use command::ExecContext;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SshError {
+    #[error("generating the SSH host key: {0}")]
+    HostKey(String),
+}
+
+/// Shared by every relay: the russh configuration (with this process's host key) and what
+/// execs need.
+pub struct SshServer {
+    config: Arc<russh::server::Config>,
+    ctx: Arc<ExecContext>,
+}
+
+impl SshServer {
+    pub fn new(ctx: Arc<ExecContext>) -> Result<Arc<Self>, SshError> {
+        // A fresh Ed25519 host key per start, like the real supervisor; the gateway does not
+        // check host keys (sheet §4.1 step 6).
+        let mut seed = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
+            .map_err(|_| SshError::HostKey("the system random source failed".into()))?;
+        let key = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
+        let config = russh::server::Config {
+            methods: MethodSet::from(&[MethodKind::None, MethodKind::PublicKey][..]),
+            keys: vec![key],
+            // Nothing is ever rejected, so the constant-time delay would only slow execs down.
+            auth_rejection_time: Duration::from_millis(10),
+            auth_rejection_time_initial: Some(Duration::ZERO),
+            // A quiet long-running exec is legitimate; the gateway's keepalives and HTTP/2
+            // pings detect a dead peer.
+            inactivity_timeout: None,
+            nodelay: true,
+            ..Default::default()
+        };
+        Ok(Arc::new(SshServer {
+            config: Arc::new(config),
+            ctx,
+        }))
+    }
+
+    /// Serve one SSH connection over `stream` in the background.
+    pub fn serve<S>(self: Arc<Self>, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        tokio::spawn(async move {
+            let handler = Handler {
+                ctx: self.ctx.clone(),
+            };
+            match russh::server::run_stream(self.config.clone(), stream, handler).await {
+                Ok(running) => {
+                    match running.await {
+                        Ok(()) => tracing::debug!("ssh connection closed"),
+                        // Garbage, a truncated stream or a packet over russh's 256 KiB
+                        // transport limit: the connection (and every exec on it) ends.
+                        Err(e) => tracing::warn!("ssh connection over the relay ended: {e}"),
+                    }
+                }
+                Err(e) => tracing::warn!("ssh handshake over the relay failed: {e}"),
+            }
+        });
+    }
+}
+
+struct Handler {
+    ctx: Arc<ExecContext>,
+}
+
+impl russh::server::Handler for Handler {
+    type Error = russh::Error;
+
+    async fn auth_none(&mut self, _user: &str) -> Result<Auth, Self::Error> {
+        Ok(Auth::Accept)
+    }
+
+    async fn auth_publickey(
+        &mut self,
+        _user: &str,
+        _key: russh::server::VerifiedPublicKey<'_>,
+    ) -> Result<Auth, Self::Error> {
+        Ok(Auth::Accept)
+    }
+
+    async fn channel_open_session(
+        &mut self,
+        channel: Channel<Msg>,
+        reply: ChannelOpenHandle,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        reply.accept().await;
+        channel::spawn(channel, session.handle(), self.ctx.clone());
+        Ok(())
+    }
+
+    // Other channel types (direct-tcpip, x11, streamlocal) are refused by dropping the open
+    // handle, which russh turns into "administratively prohibited".
+
+    async fn pty_request(
+        &mut self,
+        channel: ChannelId,
+        _term: &str,
+        _cols: u32,
+        _rows: u32,
+        _pw: u32,
+        _ph: u32,
+        _modes: &[(russh::Pty, u32)],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(channel)
+    }
+
+    async fn env_request(
+        &mut self,
+        channel: ChannelId,
+        _name: &str,
+        _value: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        // Only OPENSHELL_NO_LOGIN_SHELL has an effect (handled by the channel task); the rest
+        // are acknowledged and ignored, as the real supervisor does.
+        session.channel_success(channel)
+    }
+
+    async fn exec_request(
+        &mut self,
+        channel: ChannelId,
+        data: &[u8],
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        // The same check runs in the channel task, which reports the reason on stderr.
+        match command::parse_command(data) {
+            Ok(_) => session.channel_success(channel),
+            Err(_) => session.channel_failure(channel),
+        }
+    }
+
+    async fn shell_request(
+        &mut self,
+        channel: ChannelId,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        session.channel_success(channel)
+    }
+
+    async fn subsystem_request(
+        &mut self,
+        channel: ChannelId,
+        name: &str,
+        session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        tracing::debug!("subsystem `{name}` refused");
+        session.channel_failure(channel)
+    }
+}

@@ -1,0 +1,365 @@
+//! The ConnectSupervisor session through the real binary: reconnects, refusals, TLS and token
+//! problems, heartbeats, the main-process exit report and SIGTERM.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use support::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_restart_mid_session_then_exec_succeeds() {
+    let (mut gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    assert_eq!(gw.sh("echo before").await.out(), "before\n");
+    let first_instance = gw.state.seen().hellos[0].instance_id.clone();
+    gw.restart().await;
+    gw.wait_ready(&mut sup).await;
+    let r = gw.sh("echo after").await;
+    assert_eq!((r.out(), r.exit), ("after\n".to_string(), Some(0)), "{r:?}");
+    // One instance id per main process: the same on every reconnect.
+    assert_eq!(gw.state.seen().hellos[0].instance_id, first_instance);
+    assert!(
+        sup.try_status().is_none(),
+        "the supervisor must survive a gateway restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_session_is_retried_with_its_meaning_logged() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    gw.state.reject_sessions.store(2, Ordering::SeqCst);
+    *gw.state.reject_code.lock().unwrap() = tonic::Code::NotFound;
+    let mut sup = Supervisor::start(&gw, SupOpts::default());
+    gw.wait_ready(&mut sup).await;
+    assert_eq!(gw.state.seen().rejected_sessions, 2);
+    let log = sup.log();
+    assert!(log.contains("does not know this sandbox id"), "{log}");
+    assert_eq!(gw.sh("echo ok").await.out(), "ok\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_follow_the_offered_interval_with_a_5s_floor() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    // Offer 1 s; the supervisor must use max(1, 5) = 5 s.
+    gw.state.heartbeat_secs.store(1, Ordering::SeqCst);
+    let mut sup = Supervisor::start(&gw, SupOpts::default());
+    gw.wait_ready(&mut sup).await;
+    let deadline = std::time::Instant::now() + LONG;
+    while gw.state.seen().heartbeats.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no heartbeats:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let hb = gw.state.seen().heartbeats;
+    let gap = hb[1] - hb[0];
+    // A floor, not a speed claim: a gap under 5 s would mean the 5 s minimum was ignored.
+    assert!(
+        gap >= Duration::from_millis(4500),
+        "heartbeats {gap:?} apart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_ca_is_refused_with_a_clear_message() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let other = pki::Ca::new("some-other-ca");
+    let bad_ca = gw.dir.path().join("other-ca.crt");
+    std::fs::write(&bad_ca, &other.pem).unwrap();
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![("OPENSHELL_TLS_CA".into(), bad_ca.display().to_string())],
+            ..Default::default()
+        },
+    );
+    let log = sup
+        .wait_log("not signed by the CA in OPENSHELL_TLS_CA", LONG)
+        .await;
+    assert!(!gw.state.is_ready(), "{log}");
+    assert!(sup.try_status().is_none(), "must keep retrying, not exit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_server_name_is_refused_with_a_clear_message() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![(
+                "OPENSHELL_GATEWAY_TLS_SERVER_NAME".into(),
+                "wrong.example".into(),
+            )],
+            ..Default::default()
+        },
+    );
+    let log = sup
+        .wait_log("OPENSHELL_GATEWAY_TLS_SERVER_NAME", LONG)
+        .await;
+    assert!(log.contains("wrong.example"), "{log}");
+    assert!(!gw.state.is_ready());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_or_expired_client_cert_is_named() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![("OPENSHELL_TLS_CERT".into(), "/nonexistent/tls.crt".into())],
+            ..Default::default()
+        },
+    );
+    sup.wait_log("/nonexistent/tls.crt (OPENSHELL_TLS_CERT)", LONG)
+        .await;
+    drop(sup);
+
+    let expired = gw.ca.expired_client();
+    let files = pki::ClientFiles::write(&gw.dir.path().join("expired"), &gw.ca.pem, &expired);
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![
+                (
+                    "OPENSHELL_TLS_CERT".into(),
+                    files.cert.display().to_string(),
+                ),
+                ("OPENSHELL_TLS_KEY".into(), files.key.display().to_string()),
+            ],
+            ..Default::default()
+        },
+    );
+    sup.wait_log("has expired", LONG).await;
+
+    // A certificate from a CA the gateway does not trust: the gateway refuses the handshake.
+    let stranger = pki::Ca::new("untrusted-client-ca");
+    let files = pki::ClientFiles::write(
+        &gw.dir.path().join("stranger"),
+        &gw.ca.pem,
+        &stranger.client(),
+    );
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![
+                (
+                    "OPENSHELL_TLS_CERT".into(),
+                    files.cert.display().to_string(),
+                ),
+                ("OPENSHELL_TLS_KEY".into(), files.key.display().to_string()),
+            ],
+            ..Default::default()
+        },
+    );
+    sup.wait_log("the gateway refused the TLS client certificate", LONG)
+        .await;
+    assert!(!gw.state.is_ready());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_client_cert_is_used_on_the_next_connection() {
+    let (mut gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    // Rotate the Secret in place: a new CA signs both a new server and client certificate.
+    let new_ca = pki::Ca::new("rotated-ca");
+    pki::ClientFiles::write(&gw.client.dir, &new_ca.pem, &new_ca.client());
+    gw.rotate_ca(new_ca).await;
+    gw.wait_ready(&mut sup).await;
+    assert_eq!(gw.sh("echo rotated").await.out(), "rotated\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_source_connects_with_the_certificate_only() {
+    // v0.0.36: the client certificate is the only authentication.
+    let gw = TestGateway::start(AuthMode::CertOnly).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![("OPENSHELL_SANDBOX_TOKEN".into(), String::new())],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    assert_eq!(gw.state.seen().hello_auth[0], None, "no bearer expected");
+    assert_eq!(gw.sh("echo v36").await.out(), "v36\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_gateway_without_token_logs_what_is_missing() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![("OPENSHELL_SANDBOX_TOKEN".into(), String::new())],
+            ..Default::default()
+        },
+    );
+    let log = sup.wait_log("OPENSHELL_K8S_SA_TOKEN_FILE", LONG).await;
+    assert!(
+        log.contains("none is configured") || log.contains("no token source"),
+        "{log}"
+    );
+    assert!(sup.try_status().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_for_another_sandbox_is_explained() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let other = gw.state.jwt.mint("another-sandbox", 3600);
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![("OPENSHELL_SANDBOX_TOKEN".into(), other)],
+            ..Default::default()
+        },
+    );
+    sup.wait_log("must equal OPENSHELL_SANDBOX_ID", LONG).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_gateway_hello_is_bounded_then_retried() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    gw.state.silent_hello.store(true, Ordering::SeqCst);
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec!["--hello-timeout".into(), "1".into()],
+            ..Default::default()
+        },
+    );
+    sup.wait_log("did not answer the hello", LONG).await;
+    gw.state.silent_hello.store(false, Ordering::SeqCst);
+    gw.wait_ready(&mut sup).await;
+    assert_eq!(gw.sh("echo answered").await.out(), "answered\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_token_is_exchanged_and_refreshed() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    gw.state.token_ttl.store(3, Ordering::SeqCst);
+    let sa = gw.dir.path().join("sa-token");
+    std::fs::write(&sa, format!("{}\n", gw.state.sa_token)).unwrap();
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![
+                ("OPENSHELL_SANDBOX_TOKEN".into(), String::new()),
+                (
+                    "OPENSHELL_K8S_SA_TOKEN_FILE".into(),
+                    sa.display().to_string(),
+                ),
+            ],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let seen = gw.state.seen();
+    assert_eq!(seen.issued, 1);
+    let bearer = seen.hello_auth[0].clone().unwrap();
+    assert_ne!(
+        bearer, gw.state.sa_token,
+        "the SA token must be exchanged, not used"
+    );
+    assert_eq!(gw.state.jwt.verify(&bearer).unwrap().sandbox_id, SANDBOX_ID);
+    let deadline = std::time::Instant::now() + LONG;
+    while gw.state.seen().refreshed < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refresh:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Relays carry the refreshed token.
+    assert_eq!(gw.sh("echo fresh").await.out(), "fresh\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn main_process_exit_is_reported_after_error_statuses() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    gw.state.fail_reports.store(2, Ordering::SeqCst);
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec!["sh".into(), "-c".into(), "sleep 2; exit 3".into()],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let status = sup.wait_exit(LONG).await;
+    assert_eq!(status.code(), Some(3), "{}", sup.log());
+    let seen = gw.state.seen();
+    assert_eq!(seen.report_attempts, 3, "{}", sup.log());
+    assert_eq!(seen.reports.len(), 1);
+    assert_eq!(seen.reports[0].exit_code, 3);
+    assert_eq!(seen.reports[0].sandbox_id, SANDBOX_ID);
+    assert_eq!(seen.reports[0].instance_id, seen.hellos[0].instance_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_command_v36_is_the_main_process() {
+    let gw = TestGateway::start(AuthMode::CertOnly).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![
+                ("OPENSHELL_SANDBOX_TOKEN".into(), String::new()),
+                ("OPENSHELL_SANDBOX_COMMAND".into(), "sh -c exit\t5".into()),
+                ("OPENSHELL_SSH_HANDSHAKE_SECRET".into(), "deadbeef".into()),
+                ("OPENSHELL_SSH_HANDSHAKE_SKEW_SECS".into(), "300".into()),
+            ],
+            ..Default::default()
+        },
+    );
+    // `sh -c exit 5` runs `exit` with $0=5: status 0. Split on whitespace, like v0.0.36.
+    let status = sup.wait_exit(LONG).await;
+    assert_eq!(status.code(), Some(0), "{}", sup.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_execs_and_the_main_process() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec![
+                "--shutdown-grace".into(),
+                "2".into(),
+                "sleep".into(),
+                "1000".into(),
+            ],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let marker = sup.workdir.join("started");
+    let st = gw.state.clone();
+    let req = gw.request(&[
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 1000", marker.display()),
+    ]);
+    let running = tokio::spawn(async move { exec_collect(st, req).await });
+    let deadline = std::time::Instant::now() + LONG;
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "exec never started:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sup.signal(libc::SIGTERM);
+    let r = running.await.unwrap();
+    // The exec was terminated (SIGTERM → 128+15) and still reported its status.
+    assert_eq!(r.exit, Some(143), "{r:?}\n{}", sup.log());
+    let status = sup.wait_exit(LONG).await;
+    assert_eq!(status.code(), Some(0), "{}", sup.log());
+    let seen = gw.state.seen();
+    assert_eq!(seen.reports.len(), 1, "{}", sup.log());
+    assert_eq!(seen.reports[0].exit_code, 143);
+}
