@@ -13,9 +13,12 @@ pub fn init(level: &str, format: LogFormat) {
         .and_then(|s| EnvFilter::try_new(s).ok())
         .or_else(|| EnvFilter::try_new(level).ok())
         .unwrap_or_else(|| EnvFilter::new("warn"));
+    // Colour only on a terminal: pod logs (`kubectl logs`) must not fill with escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let _ = match format {
         LogFormat::Human => builder.with_target(false).try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("openshell-sandbox: error: {err:#}");
+            eprintln!("openshell-sandbox: error: {}", render(&err));
             ExitCode::from(exit_code_for(&err))
         }
     }
@@ -37,4 +37,21 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
         return e.exit_code();
     }
     1
+}
+
+/// The error and its causes on one line, skipping a cause whose text the message before it
+/// already includes (many errors name their cause in their own message).
+fn render(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

@@ -164,6 +164,15 @@ impl Sandbox {
         &self.inner.policy
     }
 
+    /// A sandbox from an already prepared (possibly hand-trimmed) set of layers. For the
+    /// per-layer benchmark; it skips the fail-closed checks of [`Sandbox::new`].
+    #[doc(hidden)]
+    pub fn from_prepared(policy: Policy, prepared: Prepared) -> Sandbox {
+        Sandbox {
+            inner: Arc::new(Inner { policy, prepared }),
+        }
+    }
+
     /// What each layer enforces.
     pub fn layers(&self) -> &[LayerStatus] {
         &self.inner.prepared.layers
@@ -174,6 +183,10 @@ impl Sandbox {
     }
 
     /// Start one command under the sandbox.
+    ///
+    /// The child gets SIGKILL when the *thread* that spawned it exits (that is how the kernel's
+    /// parent-death signal works), so call this from a long-lived thread: a runtime worker or
+    /// the main thread, never from `spawn_blocking`, whose threads exit when idle.
     pub fn spawn(&self, spec: SpawnSpec) -> Result<Child, RunError> {
         let Some(argv0) = spec.argv.first() else {
             return Err(RunError::Usage("empty command".into()));

@@ -75,7 +75,13 @@ fn own_path(controller: &str) -> Option<PathBuf> {
 
 /// Find a place to create per-exec cgroups, creating our own parent group there.
 pub fn detect() -> Option<Root> {
-    let name = format!("openshell-sandbox-{}", std::process::id());
+    // Unique per Root: two sandboxes in one process must not share (and remove) one group.
+    static ROOTS: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "openshell-sandbox-{}-{}",
+        std::process::id(),
+        ROOTS.fetch_add(1, Ordering::Relaxed)
+    );
     // cgroup v2 (unified only): needs the pids controller delegated to our cgroup.
     if let Some(own) = own_path("") {
         let mount = Path::new("/sys/fs/cgroup");

@@ -273,6 +273,7 @@ pub const STEPS: &[&str] = &[
     "join cgroup",
     "rlimits",
     "identity",
+    "parent-death signal",
     "landlock",
     "close fds",
     "seccomp",
@@ -288,18 +289,19 @@ pub fn enforce_in_child(
     cg: Option<&cgroup::ExecCgroup>,
     controlling_tty: bool,
 ) -> Result<(), ChildError> {
-    process::enforce_session(p.supervisor_pid, controlling_tty).map_err(|(_, e)| (0, e))?;
+    process::enforce_session(controlling_tty).map_err(|(_, e)| (0, e))?;
     if let Some(cg) = cg {
         cg.join().map_err(|e| (1, e))?;
     }
     rlimits::apply(&p.rlimits).map_err(|(_, e)| (2, e))?;
     identity::enforce(&p.identity).map_err(|(_, e)| (3, e))?;
+    process::enforce_parent_death(p.supervisor_pid).map_err(|(_, e)| (4, e))?;
     if let Some(ll) = &p.landlock {
-        ll.enforce().map_err(|e| (4, e))?;
+        ll.enforce().map_err(|e| (5, e))?;
     }
-    process::enforce_fds().map_err(|e| (5, e.1))?;
+    process::enforce_fds().map_err(|e| (6, e.1))?;
     if let Some(prog) = &p.seccomp {
-        seccomp::install(prog).map_err(|e| (6, e))?;
+        seccomp::install(prog).map_err(|e| (7, e))?;
     }
     Ok(())
 }

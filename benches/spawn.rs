@@ -1,0 +1,160 @@
+//! Spawn-to-exit of sandboxed `/bin/true` with every layer, against a plain
+//! `std::process::Command` spawn of `/bin/true`, measured interleaved in one run, plus a
+//! per-layer breakdown (each variant drops one layer). Run with `make bench` (as root for the
+//! identity and cgroup layers).
+
+use std::time::{Duration, Instant};
+
+use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio, reaper};
+use openshell_sandbox::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
+use openshell_sandbox::sandbox;
+
+const ROUNDS: usize = 400;
+
+fn policy(workdir: &std::path::Path) -> Policy {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    Policy {
+        fs: FsPolicy::with_defaults(workdir.to_path_buf()),
+        network: NetworkMode::None,
+        limits: Limits::default(),
+        identity: root.then_some(Identity {
+            uid: NOBODY,
+            gid: NOBODY,
+        }),
+        allow_degraded: !root,
+    }
+}
+
+fn spec() -> SpawnSpec {
+    SpawnSpec {
+        argv: vec!["/bin/true".into()],
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        cwd: None,
+        stdin: Stdio::Null,
+        stdout: Stdio::Null,
+        stderr: Stdio::Null,
+        controlling_tty: false,
+    }
+}
+
+/// The baseline: std's spawn (posix_spawn fast path) of /bin/true. It is waited for through
+/// the same reaper as the sandboxed runs (registered under its lock, as `Sandbox::spawn`
+/// does), so both sides pay the same wait path and only the spawn differs.
+async fn plain() -> Duration {
+    let t = Instant::now();
+    let r = reaper::get();
+    let guard = r.lock();
+    #[allow(clippy::zombie_processes)] // reaped by our reaper, registered below
+    let child = std::process::Command::new("/bin/true")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn /bin/true");
+    let rx = guard.register(child.id() as i32);
+    // The reaper waits for it (below); std's Child holds nothing else.
+    drop(child);
+    let st = rx.await.expect("reaped");
+    assert_eq!(st.status, 0);
+    t.elapsed()
+}
+
+async fn sandboxed(sb: &Sandbox) -> Duration {
+    let t = Instant::now();
+    let mut c = sb.spawn(spec()).expect("sandboxed spawn");
+    let info = c.wait().await;
+    let d = t.elapsed();
+    assert_eq!(info.code, Some(0), "{info:?}");
+    c.kill_tree();
+    d
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn p90(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() * 9 / 10]
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let wd = tempfile::tempdir().unwrap();
+        let pol = policy(wd.path());
+        let full = Sandbox::new(pol.clone()).expect("full sandbox");
+        // One variant per layer, each with that layer removed from an otherwise full set.
+        let variant = |f: &dyn Fn(&mut sandbox::Prepared)| {
+            let mut p = sandbox::prepare(&pol).expect("prepare");
+            f(&mut p);
+            Sandbox::from_prepared(pol.clone(), p)
+        };
+        let variants: Vec<(&str, Sandbox)> = vec![
+            ("- landlock", variant(&|p| p.landlock = None)),
+            ("- seccomp", variant(&|p| p.seccomp = None)),
+            ("- cgroup", variant(&|p| p.cgroups = None)),
+            ("- rlimits", variant(&|p| p.rlimits.clear())),
+            ("- identity", variant(&|p| p.identity.target = None)),
+            (
+                "no layers (fork + setsid only)",
+                variant(&|p| {
+                    p.landlock = None;
+                    p.seccomp = None;
+                    p.cgroups = None;
+                    p.rlimits.clear();
+                    p.identity.target = None;
+                }),
+            ),
+        ];
+        // Warm up page cache and the reaper.
+        for _ in 0..20 {
+            plain().await;
+            sandboxed(&full).await;
+        }
+        let mut base = Vec::with_capacity(ROUNDS);
+        let mut all = Vec::with_capacity(ROUNDS);
+        let mut per: Vec<Vec<Duration>> = vec![Vec::with_capacity(ROUNDS); variants.len()];
+        for _ in 0..ROUNDS {
+            base.push(plain().await);
+            all.push(sandboxed(&full).await);
+            for (i, (_, sb)) in variants.iter().enumerate() {
+                per[i].push(sandboxed(sb).await);
+            }
+        }
+        let mb = median(&mut base);
+        let ma = median(&mut all);
+        println!("spawn-to-exit of /bin/true, {ROUNDS} interleaved rounds, medians (p90)");
+        println!(
+            "{:<34} {:>9} {:>9} {:>7}",
+            "variant", "median", "p90", "ratio"
+        );
+        let row = |name: &str, v: &mut Vec<Duration>| {
+            let m = median(v);
+            println!(
+                "{:<34} {:>7.0}us {:>7.0}us {:>7.2}",
+                name,
+                m.as_secs_f64() * 1e6,
+                p90(v).as_secs_f64() * 1e6,
+                m.as_secs_f64() / mb.as_secs_f64()
+            );
+        };
+        row("plain std::process::Command", &mut base);
+        row("sandboxed, all layers", &mut all);
+        for (i, (name, _)) in variants.iter().enumerate() {
+            row(name, &mut per[i]);
+        }
+        println!(
+            "RATIO all-layers / plain = {:.3} (target <= 1.25)",
+            ma.as_secs_f64() / mb.as_secs_f64()
+        );
+        for l in full.layers() {
+            println!("  layer {:<15} {:?}: {}", l.layer, l.status, l.detail);
+        }
+    });
+}

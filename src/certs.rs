@@ -1,7 +1,0 @@
-//! Placeholder: implemented on its own branch and merged.
-use std::ffi::OsString;
-use std::process::ExitCode;
-
-pub fn main(_argv: &[OsString]) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`certs` is not built yet")
-}
