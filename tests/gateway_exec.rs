@@ -300,3 +300,26 @@ async fn silent_exec_survives_ssh_keepalives() {
     }
     assert_eq!((out, code), (b"awake\n".to_vec(), Some(0)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_process_does_not_hold_the_exec_open() {
+    let (gw, sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    // `sleep` inherits stdout; the exec still ends when its shell does, and the sleep is gone.
+    let r = gw.sh("sleep 300 & echo $! > bg.pid; echo started").await;
+    assert_eq!(
+        (r.out(), r.exit),
+        ("started\n".to_string(), Some(0)),
+        "{r:?}"
+    );
+    let pid = std::fs::read_to_string(sup.workdir.join("bg.pid")).unwrap();
+    let stat = format!("/proc/{}/stat", pid.trim());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Gone, or a zombie about to be reaped.
+    while std::fs::read_to_string(&stat).is_ok_and(|s| !s.contains(") Z ")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "background sleep survived its exec"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -191,7 +191,12 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
 
     if let (Some(info), Some(g), Some(tokens)) = (&main_exit, &cfg.gateway, &tokens) {
         let code = exit_code(info);
-        main_process::report_exit(g, tokens, &instance_id, code).await;
+        // Retried until the gateway says OK, as the sheet asks; a (further) SIGTERM is the
+        // operator saying not to wait any longer.
+        tokio::select! {
+            _ = main_process::report_exit(g, tokens, &instance_id, code) => {}
+            _ = sigterm.recv() => tracing::warn!("SIGTERM while reporting the main process exit; exiting without a confirmed report"),
+        }
     }
     // A signal means Kubernetes asked us to stop: exit 0. The main process ending on its own
     // ends the supervisor with its code.

@@ -23,6 +23,8 @@ use crate::proto::v1::{
 
 /// The supervisor reads its target in chunks of this size and sends one frame per read.
 pub const FRAME: usize = 16 * 1024;
+/// How long the gateway may take to answer a RelayStream call.
+const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// In-memory pipe between the relay and the SSH server, like the gateway's own duplex.
 const DUPLEX: usize = 64 * 1024;
 
@@ -262,11 +264,18 @@ where
         })),
     };
     let _ = ftx.send(init).await;
-    let mut inbound = client
-        .relay_stream(ReceiverStream::new(frx))
-        .await
-        .map_err(RelayError::Stream)?
-        .into_inner();
+    // The gateway answers as soon as it has read `init`; a gateway that never does must not
+    // hold a relay slot forever.
+    let mut inbound =
+        tokio::time::timeout(OPEN_TIMEOUT, client.relay_stream(ReceiverStream::new(frx)))
+            .await
+            .map_err(|_| {
+                RelayError::Stream(Status::deadline_exceeded(
+                    "RelayStream was not answered in time",
+                ))
+            })?
+            .map_err(RelayError::Stream)?
+            .into_inner();
 
     let up = async move {
         let mut buf = bytes::BytesMut::new();

@@ -349,7 +349,13 @@ where
                 Some(ChannelMsg::WindowChange { col_width, row_height, .. }) => resize(col_width, row_height),
                 Some(_) => {}
             },
-            info = child.wait(), if exit.is_none() => exit = Some(info),
+            info = child.wait(), if exit.is_none() => {
+                // Nothing of an exec outlives it (the core kills the rest of the tree when the
+                // Child is dropped anyway). Doing it now also closes the pipes a background
+                // process still holds, so the output reaches EOF and the exec can finish.
+                child.kill_tree();
+                exit = Some(info);
+            }
             _ = &mut outputs, if !outputs_done => outputs_done = true,
             // An Err means the supervisor itself is being torn down: stop the child too.
             _ = stopped(&mut shutdown), if exit.is_none() => {
