@@ -71,6 +71,44 @@ struct Throughput {
     wall: f64,
 }
 
+/// Where an exec's time goes: relay open (RelayOpen → RelayStream claimed), SSH handshake and
+/// auth, then channel + exec of `true` + exit status.
+async fn breakdown(gw: &TestGateway, n: usize) -> [Duration; 3] {
+    use openshell_sandbox::proto::v1::{SshRelayTarget, relay_open};
+    let (mut relay, mut ssh, mut run) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let r = gw
+            .state
+            .open_relay(Some(relay_open::Target::Ssh(SshRelayTarget {})))
+            .await
+            .unwrap();
+        let t1 = Instant::now();
+        let h = exec::ssh_connect(gateway::bridge(r)).await.unwrap();
+        let t2 = Instant::now();
+        let mut ch = h.channel_open_session().await.unwrap();
+        ch.exec(true, &b"true"[..]).await.unwrap();
+        ch.eof().await.unwrap();
+        while let Some(m) = ch.wait().await {
+            if matches!(m, russh::ChannelMsg::ExitStatus { .. }) {
+                break;
+            }
+        }
+        let t3 = Instant::now();
+        relay.push(t1 - t0);
+        ssh.push(t2 - t1);
+        run.push(t3 - t2);
+    }
+    for v in [&mut relay, &mut ssh, &mut run] {
+        v.sort();
+    }
+    [
+        percentile(&relay, 0.5),
+        percentile(&ssh, 0.5),
+        percentile(&run, 0.5),
+    ]
+}
+
 async fn throughput(gw: &TestGateway, sup: &Supervisor, bytes: u64) -> Throughput {
     let (s0, g0) = (cpu_secs(sup.pid()), cpu_secs(std::process::id()));
     let req = gw.request(&["head", "-c", &bytes.to_string(), "/dev/zero"]);
@@ -119,7 +157,10 @@ fn main() {
         )
         .await;
         let _ = round_trips(&gw2, 10, &[]).await;
+        let c0 = cpu_secs(_sup2.pid());
         let rt_plain = round_trips(&gw2, n, &[]).await;
+        let cpu_per_exec = (cpu_secs(_sup2.pid()) - c0) / n as f64;
+        let parts = breakdown(&gw2, n / 2).await;
 
         let root = if is_root() { "root, full sandbox" } else { "non-root, --allow-degraded" };
         println!();
@@ -135,6 +176,13 @@ fn main() {
             "| exec round trip of `true` (--shell plain, sh -c), p50 / p99 over {n} | {:.2} ms / {:.2} ms | p50 ≤ 5 ms |",
             ms(percentile(&rt_plain, 0.5)),
             ms(percentile(&rt_plain, 0.99))
+        );
+        println!(
+            "| `true` (plain) split, p50: relay open / SSH handshake+auth / exec to exit-status; supervisor CPU per exec | {:.2} / {:.2} / {:.2} ms; {:.2} ms CPU | – |",
+            ms(parts[0]),
+            ms(parts[1]),
+            ms(parts[2]),
+            cpu_per_exec * 1000.0
         );
         println!(
             "| stdout throughput, {} MiB | {:.0} MB/s ({:.1} s wall; CPU: supervisor {:.1} s, test gateway {:.1} s) | ≥ 300 MB/s |",

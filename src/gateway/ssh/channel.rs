@@ -120,7 +120,10 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
         None => run_piped(&ctx, argv, env, &mut rd, &wr, early).await,
     };
     match outcome {
-        Outcome::Exited(info) => finish(&wr, &handle, id, info).await,
+        Outcome::Exited(info) => {
+            tracing::debug!(code = ?info.code, signal = ?info.signal, "exec finished");
+            finish(&wr, &handle, id, info).await
+        }
         Outcome::Refused(msg, code) => refuse(&wr, &msg, code).await,
         Outcome::Gone => {}
     }
@@ -143,10 +146,17 @@ fn shell_code(info: &ExitInfo) -> u32 {
 }
 
 fn spawn_child(ctx: &ExecContext, spec: SpawnSpec) -> Result<Child, Outcome> {
-    ctx.sandbox.spawn(spec).map_err(|e| {
+    let t0 = std::time::Instant::now();
+    let child = ctx.sandbox.spawn(spec).map_err(|e| {
         tracing::warn!("exec failed to start: {e}");
         Outcome::Refused(e.to_string(), u32::from(e.exit_code()))
-    })
+    })?;
+    tracing::debug!(
+        pid = child.pid(),
+        spawn_us = t0.elapsed().as_micros() as u64,
+        "exec started"
+    );
+    Ok(child)
 }
 
 /// Where the exec's stdin goes.
