@@ -323,3 +323,89 @@ async fn background_process_does_not_hold_the_exec_open() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_shell_on_a_pty() {
+    use russh::ChannelMsg;
+    let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    let relay = gw
+        .state
+        .open_relay(Some(openshell_sandbox::proto::v1::relay_open::Target::Ssh(
+            openshell_sandbox::proto::v1::SshRelayTarget {},
+        )))
+        .await
+        .unwrap();
+    let h = support::exec::ssh_connect(support::gateway::bridge(relay))
+        .await
+        .unwrap();
+    let mut ch = h.channel_open_session().await.unwrap();
+    ch.request_pty(false, "xterm", 80, 24, 0, 0, &[])
+        .await
+        .unwrap();
+    ch.request_shell(true).await.unwrap();
+    ch.window_change(100, 30, 0, 0).await.unwrap();
+    ch.data(&b"stty size; echo marker-$((6*7)); exit 3\n"[..])
+        .await
+        .unwrap();
+    let (mut out, mut code) = (Vec::new(), None);
+    while let Some(m) = ch.wait().await {
+        match m {
+            ChannelMsg::Data { data } => out.extend_from_slice(&data),
+            ChannelMsg::ExitStatus { exit_status } => code = Some(exit_status),
+            ChannelMsg::Close => break,
+            _ => {}
+        }
+    }
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("marker-42"), "{out}");
+    assert!(
+        out.contains("30 100"),
+        "window-change should resize the pty: {out}"
+    );
+    assert_eq!(code, Some(3), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_stays_responsive_while_an_exec_misbehaves() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    gw.state
+        .heartbeat_secs
+        .store(5, std::sync::atomic::Ordering::SeqCst);
+    let mut sup = Supervisor::start(&gw, SupOpts::default());
+    gw.wait_ready(&mut sup).await;
+    // A CPU spin on every core plus a flood of output nobody reads quickly.
+    let st = gw.state.clone();
+    let mut hog = gw.request(&[
+        "sh",
+        "-c",
+        "yes >/dev/null & yes >/dev/null & head -c 300000000 /dev/zero",
+    ]);
+    hog.timeout_seconds = 14;
+    let bad = tokio::spawn(async move {
+        let mut rx = support::exec::exec_stream(st, hog).await.unwrap();
+        while let Some(ev) = rx.recv().await {
+            if ev.is_err() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // Other execs are still served meanwhile.
+    for i in 0..3 {
+        let r = gw.sh(&format!("echo meanwhile {i}")).await;
+        assert_eq!(r.out(), format!("meanwhile {i}\n"), "{r:?}");
+    }
+    bad.await.unwrap();
+    let hb = gw.state.seen().heartbeats;
+    assert!(hb.len() >= 2, "heartbeats: {}", hb.len());
+    for w in hb.windows(2) {
+        // Liveness, not speed: a gap over twice the interval means the loop was starved.
+        assert!(
+            w[1] - w[0] < std::time::Duration::from_secs(10),
+            "heartbeat gap {:?}",
+            w[1] - w[0]
+        );
+    }
+    assert!(sup.try_status().is_none());
+}
