@@ -375,3 +375,55 @@ async fn killed_supervisor_ends_its_session() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_without_exit_status_is_unavailable() {
+    let (gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    let marker = sup.workdir.join("running");
+    let st = gw.state.clone();
+    let req = gw.request(&[
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 1000", marker.display()),
+    ]);
+    let running = tokio::spawn(async move { exec_collect(st, req).await });
+    let deadline = std::time::Instant::now() + LONG;
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "exec never started:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The supervisor dies mid-exec: the gateway sees the relay end with no exit status.
+    sup.signal(libc::SIGKILL);
+    let r = running.await.unwrap();
+    let status = r
+        .status
+        .expect("no exit status means an error, not an exit code");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("exit status"), "{status:?}");
+    let _ = sup.wait_exit(LONG).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn main_process_timeout_is_124_and_reported() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec![
+                "--timeout".into(),
+                "2".into(),
+                "sleep".into(),
+                "1000".into(),
+            ],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let status = sup.wait_exit(LONG).await;
+    assert_eq!(status.code(), Some(124), "{}", sup.log());
+    assert_eq!(gw.state.seen().reports[0].exit_code, 124);
+}
