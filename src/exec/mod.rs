@@ -454,17 +454,23 @@ impl Child {
     }
 
     /// SIGKILL everything of this exec that is still alive, repeatedly, until nothing is left.
-    pub fn kill_tree(&mut self) {
+    /// Returns the pids that survived about a second of that (normally none; see
+    /// SECURITY.md for when a process that forks in a loop can outrun a /proc sweep).
+    pub fn kill_tree(&mut self) -> Vec<i32> {
         if self.cleaned {
-            return;
+            return Vec::new();
         }
-        tree::kill_all(
+        let left = tree::kill_all(
             self.pid,
             self.cgroup.as_ref(),
             self.supervisor_pid,
             self.done.is_none(),
         );
-        self.cleaned = self.done.is_some();
+        self.cleaned = self.done.is_some() && left.is_empty();
+        if !left.is_empty() {
+            tracing::warn!(pids = ?left, "processes of an exec survived the kill sweep");
+        }
+        left
     }
 
     /// SIGTERM the whole tree, give it `grace` to exit, then SIGKILL it. Returns how the child

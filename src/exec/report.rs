@@ -49,6 +49,10 @@ pub struct ExitReport {
     pub stderr_bytes: u64,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// Every process of the run was gone when it ended.
+    pub contained: bool,
+    /// Pids that survived the kill sweep (-1: an unknown process kept the output pipes open).
+    pub survivors: Vec<i32>,
     pub landlock_abi: i32,
     pub layers: Vec<LayerStatus>,
 }
@@ -130,7 +134,12 @@ impl ExitReport {
                 ""
             },
             self.landlock_abi,
-            if degraded.is_empty() {
+            if !self.contained {
+                format!(
+                    "CONTAINMENT FAILED: processes {:?} survived the run",
+                    self.survivors
+                )
+            } else if degraded.is_empty() {
                 "all layers enforced".to_string()
             } else {
                 format!("DEGRADED: {}", degraded.join(", "))

@@ -17,6 +17,10 @@ use crate::policy::{Identity, Policy};
 
 /// Exit code when the wall-clock limit fired, as coreutils' `timeout` uses.
 pub const TIMEOUT_EXIT: i32 = 124;
+/// Exit code when processes of the run could not be killed: the sandbox failed its promise.
+pub const CONTAINMENT_FAILED_EXIT: i32 = 125;
+/// How long to wait for the output pipes to close after the tree was killed.
+const PUMP_DRAIN: Duration = Duration::from_secs(5);
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
@@ -210,13 +214,25 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     };
     // Whatever the command left behind dies with it; that also closes pipes held by
     // descendants, so the pumps below reach EOF.
-    child.kill_tree();
+    let mut survivors = child.kill_tree();
     let cgroup_memory_hit = child.hit_memory_limit();
+    // The pipes close when the last holder dies. If a process outran the sweep it may hold
+    // them forever: bound the wait, then stop reading and report the containment failure.
+    let drained =
+        tokio::time::timeout(PUMP_DRAIN, async { (out_task.await, err_task.await) }).await;
     let join = |r: Result<std::io::Result<StreamStats>, tokio::task::JoinError>| {
         r.ok().and_then(|r| r.ok()).unwrap_or_default()
     };
-    let out = join(out_task.await);
-    let err = join(err_task.await);
+    let (out, err) = match drained {
+        Ok((o, e)) => (join(o), join(e)),
+        Err(_) => {
+            survivors.extend(child.kill_tree());
+            if survivors.is_empty() {
+                survivors.push(-1); // unknown holder of the pipes
+            }
+            (StreamStats::default(), StreamStats::default())
+        }
+    };
     drop(child);
     drop(scratch);
 
@@ -227,7 +243,9 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         cgroup_memory_hit,
     };
     let reason = report::classify(&info, &cx, &out, &err);
+    let contained = survivors.is_empty();
     let exit_code = match (reason, forwarded_signal) {
+        _ if !contained => CONTAINMENT_FAILED_EXIT,
         (Reason::Timeout, _) => TIMEOUT_EXIT,
         (_, Some(sig)) => 128 + sig,
         _ => info.shell_code(),
@@ -245,6 +263,8 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         stderr_bytes: err.bytes,
         stdout_truncated: out.truncated,
         stderr_truncated: err.truncated,
+        contained,
+        survivors,
         landlock_abi: sandbox.landlock_abi(),
         layers: sandbox.layers().to_vec(),
     };

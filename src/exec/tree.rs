@@ -50,32 +50,35 @@ fn process_table() -> HashMap<i32, ProcInfo> {
     out
 }
 
-/// Every live process of the exec rooted at `leader`, except the supervisor itself.
+/// Every live process of the exec rooted at `leader`, except the supervisor itself: the
+/// cgroup's members, plus, from one /proc snapshot, every descendant of the roots (the leader,
+/// the members of its session, and orphans re-parented to the supervisor that are not another
+/// exec's main process), found in one breadth-first pass over a parent → children map. (An
+/// upward walk per process would find only the top of a deep daemon chain per round.)
 fn members(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32) -> Vec<i32> {
     let mut pids: Vec<i32> = cg.map(|c| c.members()).unwrap_or_default();
     let table = process_table();
     let registered = super::reaper::get();
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    let mut queue: Vec<i32> = Vec::new();
     for (&pid, info) in &table {
         if pid == supervisor {
             continue;
         }
-        let mut in_tree = info.sid == leader || pid == leader;
-        // Walk up the parent chain (bounded: the table is a snapshot and may hold a cycle
-        // through reused pids).
-        let mut cur = info.ppid;
-        for _ in 0..64 {
-            if in_tree || cur <= 1 || cur == supervisor {
-                break;
-            }
-            if cur == leader {
-                in_tree = true;
-                break;
-            }
-            cur = table.get(&cur).map(|p| p.ppid).unwrap_or(0);
-        }
+        children.entry(info.ppid).or_default().push(pid);
         let orphan = info.ppid == supervisor && pid != leader && !registered.is_exec(pid);
-        if in_tree || orphan {
-            pids.push(pid);
+        if pid == leader || info.sid == leader || orphan {
+            queue.push(pid);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    while let Some(pid) = queue.pop() {
+        if pid == supervisor || !seen.insert(pid) {
+            continue;
+        }
+        pids.push(pid);
+        if let Some(kids) = children.get(&pid) {
+            queue.extend(kids.iter().copied());
         }
     }
     pids.sort_unstable();
@@ -96,8 +99,14 @@ pub fn signal(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32, sig: i32, l
     }
 }
 
-/// SIGKILL until nothing of the exec is left (bounded to about a second).
-pub fn kill_all(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32, leader_alive: bool) {
+/// SIGKILL until nothing of the exec is left (bounded to about a second). Returns the pids
+/// still alive after that: a process that forks faster than we can find it.
+pub fn kill_all(
+    leader: i32,
+    cg: Option<&ExecCgroup>,
+    supervisor: i32,
+    leader_alive: bool,
+) -> Vec<i32> {
     let mut alive = leader_alive;
     for round in 0..200 {
         if alive {
@@ -107,7 +116,7 @@ pub fn kill_all(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32, leader_al
         }
         let m = members(leader, cg, supervisor);
         if m.is_empty() {
-            break;
+            return m;
         }
         for pid in m {
             // SAFETY: as above.
@@ -116,4 +125,5 @@ pub fn kill_all(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32, leader_al
         super::reaper::nudge();
         std::thread::sleep(Duration::from_millis(if round < 10 { 1 } else { 5 }));
     }
+    members(leader, cg, supervisor)
 }

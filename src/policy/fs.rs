@@ -201,8 +201,9 @@ fn expand_one(
     if deny.iter().any(|d| path.starts_with(d)) {
         return Ok(());
     }
-    // No denied path below this one: grant the whole subtree.
-    if !deny.iter().any(|d| d.starts_with(path)) {
+    // No denied path below this one (or it is not a directory, so nothing can be below it):
+    // grant the whole subtree.
+    if !deny.iter().any(|d| d.starts_with(path)) || !path.is_dir() {
         out.insert(FsRule {
             path: path.to_path_buf(),
             access,
@@ -219,16 +220,16 @@ fn expand_one(
         .collect();
     entries.sort();
     for entry in entries {
-        // A symlink is granted as what it resolves to; if that is (or holds) a secret, the
-        // recursion below drops or splits it. Dangling links are skipped.
-        let Ok(target) = entry.canonicalize() else {
-            continue;
-        };
-        let target_is_dir = target.is_dir();
-        if entry != target && !target_is_dir && deny.iter().any(|d| target.starts_with(d)) {
-            continue;
+        // Symlinks are skipped, never followed. A rule on this directory would not have
+        // granted a link's target (Landlock checks the resolved path), and whoever can write
+        // here (the sandbox itself, in a workdir) would choose that target: `escape -> /`
+        // would grant the whole filesystem, and `a -> .` loops make the walk exponential. A
+        // target inside this directory is granted through its own entry.
+        match std::fs::symlink_metadata(&entry) {
+            Ok(m) if m.file_type().is_symlink() => continue,
+            Ok(_) => expand_one(&entry, access, deny, out, depth + 1)?,
+            Err(_) => continue,
         }
-        expand_one(&target, access, deny, out, depth + 1)?;
     }
     Ok(())
 }
@@ -291,6 +292,39 @@ mod tests {
                 .iter()
                 .all(|r| !r.path.starts_with(root.join("etc/openshell-tls")))
         );
+    }
+
+    #[test]
+    fn links_in_a_split_directory_are_never_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("work/private")).unwrap();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::os::unix::fs::symlink("/", root.join("work/escape")).unwrap();
+        for l in ["a", "b", "c"] {
+            std::os::unix::fs::symlink(".", root.join("work").join(l)).unwrap();
+        }
+        let rules = rules_for(&root, vec![root.join("work/private")]);
+        // Only what really lies in the workdir, never `/` or the loops.
+        for r in &rules {
+            assert!(r.path.starts_with(&root), "granted {:?}", r.path);
+        }
+        assert!(
+            rules
+                .iter()
+                .all(|r| !r.path.starts_with(root.join("work/private")))
+        );
+    }
+
+    #[test]
+    fn a_denied_path_below_a_file_grants_the_file() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("work")).unwrap();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/hostname"), "h").unwrap();
+        let rules = rules_for(&root, vec![root.join("etc/hostname/x")]);
+        assert!(rules.iter().any(|r| r.path == root.join("etc/hostname")));
     }
 
     #[test]

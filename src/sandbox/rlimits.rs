@@ -8,8 +8,10 @@
 //! - RLIMIT_NPROC: checked at fork against the number of processes of the *real uid* system
 //!   wide, and never enforced for uid 0 or holders of CAP_SYS_RESOURCE/CAP_SYS_ADMIN. That is why
 //!   the child runs as a non-root uid, and why a pids cgroup backs it up when one is available.
-//! - RLIMIT_FSIZE: the size one file may reach; writing past it gives EFBIG (SIGXFSZ ignored).
-//!   It does not bound the total written across files.
+//! - RLIMIT_FSIZE: the size one file may reach. SIGXFSZ is set to "ignore" in the child when
+//!   this limit is set, so a write past it fails with EFBIG, which programs report, instead of
+//!   killing them (a child may restore the signal). It does not bound the total written across
+//!   files.
 //! - RLIMIT_NOFILE: the highest fd number + 1 the process may open.
 //! - RLIMIT_CORE = 0: no core dumps, which could leak memory contents into the workdir.
 
@@ -80,6 +82,10 @@ pub fn prepare(limits: &Limits) -> Vec<Rlimit> {
 /// own hard limit is lower, we keep ours (the child can never exceed it either).
 pub fn apply(limits: &[Rlimit]) -> Result<(), (&'static str, i32)> {
     for l in limits {
+        if l.resource == libc::RLIMIT_FSIZE {
+            // SAFETY: sigaction-backed signal() is async-signal-safe; SIG_IGN survives execve.
+            unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        }
         let mut cur = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
