@@ -39,6 +39,12 @@ pub struct Ctx {
 /// socket is checked only against the socket file's mode.
 const PATHNAME_SOCKET_GAP: &str = "Landlock ABI < 9 cannot restrict connect() to pathname UNIX sockets; \
      only the socket file's permissions stand in the way";
+const METADATA_GAP: &str = "Landlock does not restrict stat(): size, times and owner of a denied \
+     file stay visible (its contents do not)";
+const NOTIFY_GAP: &str = "Landlock does not restrict inotify: a child can watch a denied \
+     directory and learn the names of files created or changed in it";
+const FANOTIFY_GAP: &str = "Landlock does not restrict fanotify marks, and unprivileged \
+     fanotify_init is allowed since Linux 5.13; the seccomp filter could deny fanotify_init";
 const UID0_OWNS_ROOT_FILES: &str = "the child is uid 0: files owned by root with owner-only modes \
      (/etc/shadow) are its own, and capabilities are not needed to read them";
 
@@ -78,6 +84,10 @@ const TABLE: &[(&str, Expect)] = &[
     // No capability: CAP_MKNOD and CAP_DAC_READ_SEARCH are gone from every set.
     ("mknod_char_device", Expect::Errno(EPERM)),
     ("open_by_handle", Expect::Errno(EPERM)),
+    // Landlock has no right for metadata or change notification.
+    ("stat_denied_secret", Expect::KnownGap(METADATA_GAP)),
+    ("inotify_watch_denied_dir", Expect::KnownGap(NOTIFY_GAP)),
+    ("fanotify_watch_denied_dir", Expect::KnownGap(FANOTIFY_GAP)),
     // Other processes: /proc files need ptrace access, which Landlock refuses for any process
     // outside the sandbox's domain (EACCES from procfs); the syscalls are seccomp's EPERM;
     // signals are Landlock's scope (EPERM).

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fanotify.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -267,6 +269,47 @@ static void open_by_handle(struct result *r)
         close((int)fd);
 }
 
+/*
+ * Metadata and change notification. Landlock (ABI 7 here) has no access right for either:
+ * these show what a child can still learn about a denied file without reading it.
+ */
+static void stat_denied_secret(struct result *r)
+{
+    NEED(r, secret);
+    struct stat st;
+    if (stat(secret, &st) != 0)
+        set_result(r, BLOCKED, errno, "stat %s", secret);
+    else
+        set_result(r, ALLOWED, 0, "stat %s: size %lld, mtime %lld", secret, (long long)st.st_size,
+                   (long long)st.st_mtime);
+}
+
+static void inotify_watch_denied_dir(struct result *r)
+{
+    NEED(r, secret_dir);
+    int fd = inotify_init1(IN_CLOEXEC);
+    if (fd < 0) {
+        set_result(r, BLOCKED, errno, "inotify_init1");
+        return;
+    }
+    expect_fail(r, inotify_add_watch(fd, secret_dir, IN_ALL_EVENTS), "inotify_add_watch");
+}
+
+static void fanotify_watch_denied_dir(struct result *r)
+{
+    NEED(r, secret_dir);
+    /* The unprivileged flavour (Linux >= 5.13): file ids and names, never descriptors. */
+    int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME, O_RDONLY);
+    if (fd < 0) {
+        set_result(r, BLOCKED, errno, "fanotify_init");
+        return;
+    }
+    expect_fail(r,
+                fanotify_mark(fd, FAN_MARK_ADD, FAN_CREATE | FAN_MODIFY | FAN_EVENT_ON_CHILD,
+                              AT_FDCWD, secret_dir),
+                "fanotify_mark on the denied dir");
+}
+
 const struct attempt FS_ATTEMPTS[] = {
     ATTEMPT("fs", control_write_workdir),
     ATTEMPT("fs", control_read_ro_sibling),
@@ -297,5 +340,8 @@ const struct attempt FS_ATTEMPTS[] = {
     ATTEMPT("fs", write_proc_self_exe),
     ATTEMPT("fs", mknod_char_device),
     ATTEMPT("fs", open_by_handle),
+    ATTEMPT("fs", stat_denied_secret),
+    ATTEMPT("fs", inotify_watch_denied_dir),
+    ATTEMPT("fs", fanotify_watch_denied_dir),
     {0},
 };
