@@ -284,3 +284,75 @@ fn without_the_sandbox_the_same_attempts_get_through() {
         out.stdout
     );
 }
+
+/// Run 1 of a two-run attack: the sandboxed command, with the whole workdir its own, leaves
+/// symlinks there (`ln -s TARGET NAME` for each pair).
+fn plant_links(scene: &Scene, links: &[(&str, &str)]) {
+    let script: String = links
+        .iter()
+        .map(|(target, name)| format!("ln -s {target} {} && ", scene.wd.join(name).display()))
+        .collect::<String>()
+        + "true";
+    let st = std::process::Command::new(probe::BIN)
+        .args(["run", "-q", "--uid", &scene.uid.to_string(), "--workdir"])
+        .arg(&scene.wd)
+        .args(["--", "/bin/sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "planting {links:?} failed: {st:?}");
+}
+
+/// Run 2: the same workdir with a denied directory below it, so its grant is split.
+fn run_with_private_dir(scene: &Scene, attempt: &str) -> probe::Outcome {
+    let private = scene.wd.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::os::unix::fs::chown(&private, Some(scene.uid), Some(scene.uid)).unwrap();
+    let deny = private.display().to_string();
+    let mut args = vec![attempt.to_string()];
+    args.extend(scene.params());
+    probe::launch(scene, Mode::Root, &["--deny", &deny], &args)
+}
+
+/// FINDING (fails today): when a denied path lies below the workdir, expand_grants splits the
+/// workdir's grant into its entries and grants each symlink as its target (src/policy/fs.rs,
+/// `expand_one`). A link `escape -> /` left by an earlier run becomes read-write rules on every
+/// top-level directory except the path to the denied one: the child writes outside its
+/// workdir. See SECURITY.md, "Findings".
+#[test]
+fn symlink_left_in_the_workdir_does_not_widen_a_later_run() {
+    if !probe::require_root_and_cc() {
+        return;
+    }
+    let scene = Scene::new(64214);
+    plant_links(&scene, &[("/", "escape")]);
+    let out = run_with_private_dir(&scene, "write_outside_workdir");
+    outside::kill_uid(&scene, scene.uid);
+    assert!(!out.hung && out.status.success(), "{}", out.stderr);
+    let a = out.attempt("write_outside_workdir");
+    assert_eq!(
+        expect::check(a, &Expect::Errno(libc::EACCES)),
+        Ok(()),
+        "a symlink planted in the workdir widened the next run's grants"
+    );
+}
+
+/// FINDING (fails today): three links to their own directory make the same expansion
+/// exponential (3^16 walks of the directory, src/policy/fs.rs `expand_one`): the next run
+/// with a denied path below the workdir never gets past preparing its sandbox.
+#[test]
+fn symlink_loops_left_in_the_workdir_do_not_stall_a_later_run() {
+    if !probe::require_root_and_cc() {
+        return;
+    }
+    let scene = Scene::new(64215);
+    plant_links(&scene, &[(".", "a"), (".", "b"), (".", "c")]);
+    let out = run_with_private_dir(&scene, "control_write_workdir");
+    outside::kill_uid(&scene, scene.uid);
+    assert!(
+        !out.hung,
+        "preparing the sandbox did not finish within {:?}: the grant expansion follows symlink loops",
+        probe::HANG
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+}
