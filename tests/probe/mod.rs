@@ -35,7 +35,7 @@ pub fn require(cond: bool, what: &str) -> bool {
             "required for this test but absent: {what} (CI=true turns this skip into a failure)"
         );
     }
-    eprintln!("SKIPPED: {what}");
+    loud(&format!("SKIPPED: {what}"));
     false
 }
 
