@@ -101,46 +101,76 @@ static void membomb(struct result *r)
 
 /*
  * Several processes, each under the per-process RLIMIT_AS, together above it. Only a memory
- * cgroup bounds the sum. Each child touches its share, reports one byte, closes the pipe and
- * waits; EOF on the pipe means every child has either reported or died.
+ * cgroup bounds the sum. Each child touches its share and reports on its own pipe; once every
+ * child has reported or died, the parent asks each one in turn to touch its memory again and
+ * answer. A child OOM-killed in the meantime never answers, so every answer is from a process
+ * that held its share while all the others had finished allocating: they hold it at once.
  */
 static void membomb_multi(struct result *r)
 {
     long procs = param_long("procs", 4), each = param_long("each_mib", 64) * MIB;
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) {
-        set_result(r, ERROR, errno, "pipe2");
-        return;
-    }
-    pid_t kids[16];
     if (procs > 16)
         procs = 16;
+    /* Asking a child that was OOM-killed is EPIPE, not death. */
+    signal(SIGPIPE, SIG_IGN);
+    pid_t kids[16];
+    int ask[16][2], answer[16][2];
+    for (long i = 0; i < procs; i++) {
+        if (pipe2(ask[i], O_CLOEXEC) != 0 || pipe2(answer[i], O_CLOEXEC) != 0) {
+            set_result(r, ERROR, errno, "pipe2");
+            return;
+        }
+    }
     for (long i = 0; i < procs; i++) {
         kids[i] = fork();
         if (kids[i] == 0) {
-            close(p[0]);
-            int err = 0;
-            if (touch_until_failure(each, each, &err) == each) {
-                ssize_t w = write(p[1], "x", 1);
-                (void)w;
+            for (long j = 0; j < procs; j++) {
+                close(ask[j][1]);
+                close(answer[j][0]);
+                if (j != i) {
+                    close(ask[j][0]);
+                    close(answer[j][1]);
+                }
             }
-            close(p[1]);
+            char *mem = mmap(NULL, (size_t)each, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (mem == MAP_FAILED)
+                _exit(1);
+            memset(mem, 0x5a, (size_t)each);
+            char c = 'r';
+            if (write(answer[i][1], &c, 1) != 1 || read(ask[i][0], &c, 1) != 1)
+                _exit(1);
+            volatile long sum = 0;
+            for (long k = 0; k < each; k += 4096)
+                sum += mem[k];
+            if (write(answer[i][1], &c, 1) != 1)
+                _exit(1);
             for (;;)
                 pause();
         }
     }
-    close(p[1]);
-    char buf[16];
-    long held = 0;
-    ssize_t n;
-    while ((n = read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-        held += n > 0 ? n : 0;
     for (long i = 0; i < procs; i++) {
-        int st = 0;
+        close(ask[i][0]);
+        close(answer[i][1]);
+    }
+    /* First round: every child reports or dies (EOF). */
+    int reported[16] = {0};
+    for (long i = 0; i < procs; i++) {
+        char c;
+        reported[i] = read(answer[i][0], &c, 1) == 1;
+    }
+    /* Second round: only the living answer. */
+    long held = 0;
+    for (long i = 0; i < procs; i++) {
+        char c = 'a';
+        if (reported[i] && write(ask[i][1], &c, 1) == 1 && read(answer[i][0], &c, 1) == 1)
+            held++;
+    }
+    for (long i = 0; i < procs; i++) {
         if (kids[i] <= 0)
             continue;
         kill(kids[i], SIGKILL);
-        waitpid(kids[i], &st, 0);
+        waitpid(kids[i], NULL, 0);
     }
     long limit = param_long("limit", -1);
     set_result(r, held * each <= limit ? CONTAINED : ALLOWED, 0,
