@@ -203,7 +203,8 @@ static long fill_file(const char *path, int *err)
     return total;
 }
 
-/* SIGXFSZ left at its default: the write past the limit kills the writer. */
+/* SIGXFSZ left as the supervisor set it (ignored under --file-size): the write past the
+ * limit fails with EFBIG. */
 static void diskfill(struct result *r)
 {
     char path[512];
