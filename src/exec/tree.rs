@@ -2,9 +2,10 @@
 //!
 //! The child is a session leader (setsid), so its pid is also its process group and session id.
 //! Descendants are found three ways, strongest first:
-//! 1. the exec's cgroup, when there is one: exact, including daemons that changed session;
-//! 2. the process table: every process whose parent chain leads to the exec, or that is in its
-//!    session;
+//! 1. the exec's cgroup, when there is one: exact, including daemons that changed session,
+//!    so nothing else is consulted;
+//! 2. otherwise, the process table: every process whose parent chain leads to the exec, or
+//!    that is in its session;
 //! 3. orphans re-parented to the supervisor (we are a child subreaper) that are not the main
 //!    process of another exec: a double-forked `setsid` daemon ends up here with nothing else
 //!    linking it to its exec. Without a cgroup this is the only trace of it, so such an orphan
@@ -56,7 +57,15 @@ fn process_table() -> HashMap<i32, ProcInfo> {
 /// exec's main process), found in one breadth-first pass over a parent → children map. (An
 /// upward walk per process would find only the top of a deep daemon chain per round.)
 fn members(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32) -> Vec<i32> {
-    let mut pids: Vec<i32> = cg.map(|c| c.members()).unwrap_or_default();
+    // With a cgroup the answer is exact and cheap: every descendant is born in the exec's
+    // group and the sandbox uid cannot move itself out (cgroup.procs elsewhere is root's).
+    // Scanning all of /proc costs a millisecond or more per call on a busy node.
+    if let Some(cg) = cg {
+        let mut pids = cg.members();
+        pids.retain(|&p| p != supervisor);
+        return pids;
+    }
+    let mut pids: Vec<i32> = Vec::new();
     let table = process_table();
     let registered = super::reaper::get();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
