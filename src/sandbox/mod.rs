@@ -243,7 +243,13 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
         }),
     }
 
-    let rl = rlimits::prepare(&policy.limits);
+    let mut rl = rlimits::prepare(&policy.limits);
+    if cgroups.is_some() {
+        // The per-exec pids.max bounds each exec exactly. RLIMIT_NPROC would add nothing but a
+        // budget shared by every exec of the sandbox uid, so a fork bomb in one exec would stop
+        // all the others from starting.
+        rl.retain(|l| l.resource != libc::RLIMIT_NPROC);
+    }
     layers.push(LayerStatus {
         layer: "rlimits",
         status: Enforcement::Enforced,

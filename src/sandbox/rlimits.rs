@@ -7,7 +7,8 @@
 //!   maps more gets ENOMEM; V8 and JVMs reserve far more than they touch, so size it generously.
 //! - RLIMIT_NPROC: checked at fork against the number of processes of the *real uid* system
 //!   wide, and never enforced for uid 0 or holders of CAP_SYS_RESOURCE/CAP_SYS_ADMIN. That is why
-//!   the child runs as a non-root uid, and why a pids cgroup backs it up when one is available.
+//!   the child runs as a non-root uid. When a per-exec pids cgroup exists it replaces this
+//!   limit (see `sandbox::prepare`): exact per exec, and not a budget shared across execs.
 //! - RLIMIT_FSIZE: the size one file may reach. SIGXFSZ is set to "ignore" in the child when
 //!   this limit is set, so a write past it fails with EFBIG, which programs report, instead of
 //!   killing them (a child may restore the signal). It does not bound the total written across
