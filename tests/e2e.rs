@@ -250,7 +250,17 @@ async fn terminate(sc: &Scenario, pod: &mut Pod, ns: PodNamespaces, already_sign
         "the supervisor's log does not show the SIGTERM shutdown".into()
     });
     for (kind, inode) in [("pid", ns.pid), ("mnt", ns.mnt), ("uts", ns.uts)] {
-        let left = processes_in_ns(kind, inode);
+        // Processes that are already dying (helpers that entered the pod's namespaces, the
+        // runtime's own wrapper) can still be listed for a moment after PID 1 is gone: wait
+        // for them, with a limit, before calling them leftovers.
+        let mut left = processes_in_ns(kind, inode);
+        for _ in 0..100 {
+            if left.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            left = processes_in_ns(kind, inode);
+        }
         sc.check(left.is_empty(), || {
             format!("processes left in the pod's {kind} namespace: {left:?}")
         });
