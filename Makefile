@@ -35,7 +35,7 @@ lint:
 
 # Everything: unit and integration tests, the static-binary test (needs `static`).
 test: static tools
-	$(CARGO) test -- --nocapture 2>&1 | tee .test.log | grep -E '^(test |SKIPPED|running|test result)|panicked' ; \
+	$(CARGO) test --no-fail-fast -- --nocapture 2>&1 | tee .test.log | grep -E '^(test |SKIPPED|running|test result)|panicked' ; \
 	  status=$${PIPESTATUS[0]}; \
 	  if [ $$status -ne 0 ]; then grep -B2 -A30 -E '^---- |panicked' .test.log | head -300; fi; \
 	  exit $$status
