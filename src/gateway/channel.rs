@@ -64,9 +64,11 @@ pub async fn connect(cfg: &GatewayConfig) -> Result<Channel, ConnectError> {
     let endpoint = Endpoint::from_shared(cfg.endpoint.clone())
         .map_err(|_| ConnectError::Endpoint(cfg.endpoint.clone()))?
         .connect_timeout(CONNECT_TIMEOUT)
-        // Liveness of the gateway comes from HTTP/2 PINGs, not heartbeats (sheet §2.4).
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(20))
+        // Liveness of the gateway comes from HTTP/2 PINGs, not heartbeats (sheet §2.4): a
+        // gateway that vanished without a FIN (node lost, network partition) is noticed
+        // within interval + timeout, and the session reconnects.
+        .http2_keep_alive_interval(cfg.keepalive)
+        .keep_alive_timeout(cfg.keepalive_timeout)
         .keep_alive_while_idle(true)
         .http2_adaptive_window(true)
         .tcp_nodelay(true);

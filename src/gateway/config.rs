@@ -175,6 +175,27 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub hello_timeout: u64,
 
+    /// Seconds between HTTP/2 PINGs to the gateway, sent also while idle (sheet §2.4).
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub keepalive_interval: u64,
+
+    /// Seconds to wait for a PING's ack before the connection is declared dead and the
+    /// session reconnects.
+    #[arg(long, value_name = "SECS", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub keepalive_timeout: u64,
+
+    /// First reconnect delay in milliseconds; it doubles up to --reconnect-max-ms.
+    #[arg(long, value_name = "MS", default_value_t = 1000, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub reconnect_base_ms: u64,
+
+    /// Longest reconnect delay in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub reconnect_max_ms: u64,
+
     /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC).
     #[arg(
         trailing_var_arg = true,
@@ -225,6 +246,9 @@ pub struct GatewayConfig {
     pub tls: Option<TlsPaths>,
     pub sandbox_id: String,
     pub token: TokenSource,
+    /// HTTP/2 PING interval and ack timeout.
+    pub keepalive: Duration,
+    pub keepalive_timeout: Duration,
 }
 
 /// Everything `serve` needs, checked.
@@ -239,6 +263,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     pub main_timeout: Option<Duration>,
     pub hello_timeout: Duration,
+    /// Reconnect backoff: first delay and cap.
+    pub reconnect: (Duration, Duration),
     /// Files the sandboxed code must never read (TLS, tokens, proxy credentials).
     pub secret_paths: Vec<PathBuf>,
 }
@@ -259,6 +285,8 @@ pub enum ConfigError {
     BadServerName(String),
     #[error("OPENSHELL_SANDBOX_TOKEN is set but empty")]
     EmptyToken,
+    #[error("--reconnect-base-ms {0} is larger than --reconnect-max-ms {1}")]
+    BadBackoff(u64, u64),
     #[error("OPENSHELL_USER_ENVIRONMENT is not a JSON object of strings: {0}")]
     BadUserEnvironment(String),
     #[error(transparent)]
@@ -268,6 +296,12 @@ pub enum ConfigError {
 impl ServeArgs {
     /// Check and resolve the flags. Reads no files (TLS and token files are read when used).
     pub fn resolve(&self) -> Result<Config, ConfigError> {
+        if self.reconnect_base_ms > self.reconnect_max_ms {
+            return Err(ConfigError::BadBackoff(
+                self.reconnect_base_ms,
+                self.reconnect_max_ms,
+            ));
+        }
         let main = MainProcess::from_sources(
             &self.command,
             self.main_process_spec.as_deref(),
@@ -310,6 +344,8 @@ impl ServeArgs {
                     tls,
                     sandbox_id,
                     token,
+                    keepalive: Duration::from_secs(self.keepalive_interval),
+                    keepalive_timeout: Duration::from_secs(self.keepalive_timeout),
                 })
             }
         };
@@ -335,6 +371,10 @@ impl ServeArgs {
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             main_timeout: self.timeout.map(Duration::from_secs),
             hello_timeout: Duration::from_secs(self.hello_timeout),
+            reconnect: (
+                Duration::from_millis(self.reconnect_base_ms),
+                Duration::from_millis(self.reconnect_max_ms),
+            ),
             secret_paths,
         })
     }

@@ -143,6 +143,7 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
             instance_id: instance_id.clone(),
             relays: relays.clone(),
             hello_timeout: cfg.hello_timeout,
+            reconnect: cfg.reconnect,
         });
         background.push(tokio::spawn(session::run(s, stop_rx.clone())));
         background.push(tokio::spawn(auth::refresh_loop(tokens.clone(), channels)));

@@ -57,6 +57,8 @@ pub struct Session {
     pub relays: Arc<Relays>,
     /// How long to wait for response headers and SessionAccepted before giving up on an attempt.
     pub hello_timeout: Duration,
+    /// Reconnect backoff: first delay and cap (1 s and 30 s unless overridden).
+    pub reconnect: (Duration, Duration),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,8 +77,6 @@ enum SessionError {
     Rejected(String),
     #[error("the gateway ended the session stream")]
     Ended,
-    #[error("the gateway sent a relay frame kind this supervisor does not know")]
-    Unknown,
 }
 
 /// What a gRPC status on ConnectSupervisor means, in words an operator can act on.
@@ -114,8 +114,10 @@ fn describe_status(s: &Status, has_token: &bool) -> String {
     format!("{meaning} [{:?}: {}{cause}]{hint}", s.code(), s.message())
 }
 
-/// Exponential backoff with jitter: 1 s doubling to 30 s.
+/// Exponential backoff with jitter: by default 1 s doubling to 30 s.
 pub struct Backoff {
+    base: Duration,
+    max: Duration,
     next: Duration,
 }
 
@@ -123,25 +125,29 @@ impl Backoff {
     pub const BASE: Duration = Duration::from_secs(1);
     pub const MAX: Duration = Duration::from_secs(30);
 
-    pub fn new() -> Self {
-        Backoff { next: Self::BASE }
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Backoff {
+            base,
+            max,
+            next: base,
+        }
     }
 
     pub fn reset(&mut self) {
-        self.next = Self::BASE;
+        self.next = self.base;
     }
 
     /// The next delay; jitter of ±20 % keeps a fleet of pods from reconnecting in lockstep.
     pub fn next_delay(&mut self) -> Duration {
         let d = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
+        self.next = (self.next * 2).min(self.max);
         d.mul_f64(0.8 + 0.4 * rand::random::<f64>())
     }
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self::new()
+        Self::new(Self::BASE, Self::MAX)
     }
 }
 
@@ -150,7 +156,7 @@ const HEALTHY_SESSION: Duration = Duration::from_secs(60);
 
 /// Keep a session up until `stop` turns true.
 pub async fn run(session: Arc<Session>, mut stop: watch::Receiver<bool>) {
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::new(session.reconnect.0, session.reconnect.1);
     loop {
         if *stop.borrow() {
             return;
@@ -258,7 +264,10 @@ async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
                     Some(gateway_message::Payload::SessionAccepted(_)) => {
                         tracing::warn!("duplicate SessionAccepted ignored");
                     }
-                    None => return Err(SessionError::Unknown),
+                    // A payload this build does not know (a newer gateway's addition decodes
+                    // to None): skip it, as the gateway skips unknown supervisor messages.
+                    // Ending the session would make every newer gateway unusable.
+                    None => tracing::warn!("gateway sent a message kind this supervisor does not know; ignored"),
                 }
             }
         }
@@ -271,7 +280,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_to_the_cap_and_resets() {
-        let mut b = Backoff::new();
+        let mut b = Backoff::default();
         let d: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
         assert!(d[0] >= Duration::from_millis(800) && d[0] <= Duration::from_millis(1200));
         assert!(d[1] >= Duration::from_millis(1600) && d[1] <= Duration::from_millis(2400));
