@@ -427,3 +427,131 @@ async fn main_process_timeout_is_124_and_reported() {
     assert_eq!(status.code(), Some(124), "{}", sup.log());
     assert_eq!(gw.state.seen().reports[0].exit_code, 124);
 }
+
+/// A TCP proxy whose connections can be frozen: bytes stop flowing both ways while both
+/// sockets stay open, as when a gateway node vanishes without a FIN or RST. Connections
+/// accepted after `freeze` flow normally.
+struct FreezeProxy {
+    port: u16,
+    frozen_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl FreezeProxy {
+    async fn start(target: u16) -> FreezeProxy {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicU64;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen_below = Arc::new(AtomicU64::new(0));
+        let next = Arc::new(AtomicU64::new(0));
+        let (fb, nx) = (frozen_below.clone(), next.clone());
+        tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let id = nx.fetch_add(1, Ordering::SeqCst);
+                let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    continue;
+                };
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                tokio::spawn(pipe(dr, uw, id, fb.clone()));
+                tokio::spawn(pipe(ur, dw, id, fb.clone()));
+            }
+        });
+        FreezeProxy {
+            port,
+            frozen_below,
+            next,
+        }
+    }
+
+    /// Freeze every connection accepted so far.
+    fn freeze(&self) {
+        self.frozen_below
+            .store(self.next.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+async fn pipe(
+    mut r: tokio::net::tcp::OwnedReadHalf,
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    id: u64,
+    frozen_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if id < frozen_below.load(Ordering::SeqCst) {
+            // Swallow this and everything after it; both sockets stay open (borrowed here)
+            // for as long as the test runs.
+            let _keep = (&r, &w);
+            std::future::pending::<()>().await;
+        }
+        if w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_pings_detect_a_silent_gateway_and_the_session_moves_on() {
+    // A gateway that stops answering without closing anything gives the supervisor no error
+    // to react to: heartbeats go into the socket buffer and nobody is told. Only the HTTP/2
+    // PING, unanswered past its timeout, shows the connection is dead (sheet §2.4).
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let proxy = FreezeProxy::start(gw.server.addr.port()).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            env: vec![(
+                "OPENSHELL_ENDPOINT".into(),
+                format!("https://localhost:{}", proxy.port),
+            )],
+            args: ["--keepalive-interval", "1", "--keepalive-timeout", "2"]
+                .map(String::from)
+                .to_vec(),
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    assert_eq!(gw.sh("echo before").await.out(), "before\n");
+    assert_eq!(gw.state.seen().hellos.len(), 1);
+
+    proxy.freeze();
+    let frozen_at = std::time::Instant::now();
+    // The gateway still holds the old session (its socket is open), so the sign of detection
+    // is a second hello, on a new connection, replacing it.
+    let deadline = frozen_at + LONG;
+    while gw.state.seen().hellos.len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reconnect within {LONG:?} of the gateway going silent; log:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let detected = frozen_at.elapsed();
+    let log = sup.log();
+    assert!(
+        log.contains("session stream broke after the gateway accepted it")
+            && log.contains("reconnecting to the gateway"),
+        "{log}"
+    );
+    // The token is valid for an hour: nothing refreshes it this early (a refresh issued at
+    // start-up used to hang on the frozen connection here).
+    assert_eq!(gw.state.seen().refreshed, 0, "{log}");
+    // With a 1 s interval and a 2 s timeout the dead connection is noticed after about 3 s,
+    // never before the first unanswered PING could have timed out.
+    assert!(
+        detected >= Duration::from_secs(2),
+        "reconnected after {detected:?}, before any PING could have timed out; log:\n{log}"
+    );
+    eprintln!("silent gateway detected and replaced after {detected:?}");
+    let r = gw.sh("echo after").await;
+    assert_eq!((r.out(), r.exit), ("after\n".to_string(), Some(0)), "{r:?}");
+    assert!(sup.try_status().is_none(), "the supervisor must stay up");
+}

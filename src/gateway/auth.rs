@@ -198,13 +198,14 @@ pub async fn refresh_loop(tokens: Arc<TokenStore>, channels: Arc<super::session:
         return;
     }
     loop {
-        let delay = match tokens.get() {
-            Some(t) => refresh_delay(&t, SystemTime::now()),
+        let Some(token) = tokens.get() else {
             // The session has not obtained a first token yet.
-            None => Duration::from_secs(1),
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
         };
-        tokio::time::sleep(delay).await;
-        if tokens.get().is_none() {
+        tokio::time::sleep(refresh_delay(&token, SystemTime::now())).await;
+        if tokens.get().as_deref() != Some(token.as_str()) {
+            // Replaced meanwhile (a new exchange after UNAUTHENTICATED): time the new one.
             continue;
         }
         loop {

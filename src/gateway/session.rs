@@ -77,6 +77,11 @@ enum SessionError {
     Rejected(String),
     #[error("the gateway ended the session stream")]
     Ended,
+    #[error(
+        "the session stream broke after the gateway accepted it (gateway restarted, connection lost, or HTTP/2 PINGs unanswered): {}",
+        channel::chain(.0)
+    )]
+    Lost(Status),
 }
 
 /// What a gRPC status on ConnectSupervisor means, in words an operator can act on.
@@ -245,7 +250,7 @@ async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
                 }
             }
             msg = inbound.message() => {
-                let msg: Option<GatewayMessage> = msg.map_err(status)?;
+                let msg: Option<GatewayMessage> = msg.map_err(SessionError::Lost)?;
                 let Some(msg) = msg else { return Err(SessionError::Ended) };
                 match msg.payload {
                     Some(gateway_message::Payload::RelayOpen(open)) => {
