@@ -2,6 +2,12 @@
 //! exec round trip of `true`, stdout throughput, idle RSS, and process start → SessionAccepted.
 //!
 //! Run: `cargo bench --bench gateway` (add `-- --quick` for fewer iterations).
+//!
+//! Two narrower modes, for profiling (e.g. under `perf record -p <supervisor pid>`):
+//! - `OSB_BENCH_THROUGHPUT=1`: only the 1 GiB stdout run, three times
+//!   (`OSB_SUP_ENV=NAME=VALUE` adds one variable to the supervisor's environment);
+//! - `OSB_BENCH_TIMELINE=1`: 30 execs of `true`, then the gateway's timestamps of the last one
+//!   next to the supervisor's debug log of it (russh at debug), to see where the time goes.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -138,6 +144,38 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if std::env::var_os("OSB_BENCH_THROUGHPUT").is_some() {
+        rt.block_on(async {
+            let env: Vec<(String, String)> = std::env::var("OSB_SUP_ENV")
+                .ok()
+                .and_then(|v| {
+                    v.split_once('=')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                })
+                .into_iter()
+                .collect();
+            let (gw, sup) = up(
+                AuthMode::Jwt,
+                SupOpts {
+                    env,
+                    ..Default::default()
+                },
+            )
+            .await;
+            for _ in 0..3 {
+                let tp = throughput(&gw, &sup, 1 << 30).await;
+                println!(
+                    "{:.0} MB/s ({:.1} s wall; CPU: supervisor {:.2} s, test gateway {:.2} s)",
+                    tp.mbps, tp.wall, tp.supervisor_cpu, tp.gateway_cpu
+                );
+            }
+        });
+        return;
+    }
+    if std::env::var_os("OSB_BENCH_TIMELINE").is_some() {
+        rt.block_on(timeline());
+        return;
+    }
     rt.block_on(async {
         let starts = start_to_accepted(if quick { 3 } else { 10 }).await;
 
@@ -201,4 +239,80 @@ fn main() {
         );
         drop(gw);
     });
+}
+
+fn stamp(label: &str) {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    println!(
+        "GW {:>6}.{:06} {label}",
+        t.as_secs() % 100_000,
+        t.subsec_micros()
+    );
+}
+
+async fn timeline() {
+    use openshell_sandbox::proto::v1::{SshRelayTarget, relay_open};
+    let (gw, sup) = up(
+        AuthMode::Jwt,
+        SupOpts {
+            args: vec!["--shell".into(), "plain".into()],
+            env: vec![(
+                "RUST_LOG".into(),
+                "openshell_sandbox=trace,russh=debug".into(),
+            )],
+            ..Default::default()
+        },
+    )
+    .await;
+    for i in 0..30 {
+        let last = i == 29;
+        if last {
+            println!("--- last exec; supervisor log from here");
+            std::fs::write(&sup.log_path, b"").unwrap();
+            stamp("open_relay");
+        }
+        let r = gw
+            .state
+            .open_relay(Some(relay_open::Target::Ssh(SshRelayTarget {})))
+            .await
+            .unwrap();
+        if last {
+            stamp("relay claimed");
+        }
+        let h = exec::ssh_connect(gateway::bridge(r)).await.unwrap();
+        if last {
+            stamp("ssh connected + auth");
+        }
+        let mut ch = h.channel_open_session().await.unwrap();
+        if last {
+            stamp("channel open");
+        }
+        ch.exec(true, &b"true"[..]).await.unwrap();
+        ch.eof().await.unwrap();
+        if last {
+            stamp("exec + eof sent");
+        }
+        while let Some(m) = ch.wait().await {
+            if matches!(m, russh::ChannelMsg::ExitStatus { .. }) {
+                break;
+            }
+        }
+        if last {
+            stamp("exit status");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for l in sup.log().lines() {
+        let t = l.get(17..26).unwrap_or("");
+        println!(
+            "SUP {t} {}",
+            l.get(27..)
+                .unwrap_or(l)
+                .chars()
+                .take(160)
+                .collect::<String>()
+        );
+    }
 }

@@ -131,6 +131,10 @@ async fn output_of_256_mib_arrives_intact() {
         want.update(format!("{i:016}"));
     }
     assert_eq!(hasher.finalize(), want.finalize());
+    // Data frames from the supervisor are at most 16 KiB (sheet §2.3), and output this large
+    // fills them.
+    let largest = gateway::LARGEST_FRAME.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(largest, 16 * 1024);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

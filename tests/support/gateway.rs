@@ -496,6 +496,10 @@ impl Service {
     }
 }
 
+/// The largest data frame any supervisor sent to this process's gateways (sheet §2.3: the
+/// supervisor sends at most 16 KiB per frame).
+pub static LARGEST_FRAME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Move bytes between a claimed relay and a duplex, as the gateway's bridge does: data frames
 /// of at most 16 KiB, empty frames skipped, and a non-data frame after init ends reading.
 pub fn bridge(relay: RawRelay) -> DuplexStream {
@@ -510,6 +514,7 @@ pub fn bridge(relay: RawRelay) -> DuplexStream {
             match f.payload {
                 Some(relay_frame::Payload::Data(d)) if d.is_empty() => {}
                 Some(relay_frame::Payload::Data(d)) => {
+                    LARGEST_FRAME.fetch_max(d.len(), Ordering::Relaxed);
                     if wr.write_all(&d).await.is_err() {
                         break;
                     }

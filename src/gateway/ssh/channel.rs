@@ -25,10 +25,17 @@ const CHUNK: usize = 64 * 1024;
 /// Exit status for a request we refuse (bad command string, no shell, no pty).
 const REFUSED: u32 = 2;
 
-pub fn spawn(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
+/// Serve `channel` in its own task; `done` runs when it is finished.
+pub fn spawn(
+    channel: Channel<Msg>,
+    handle: Handle,
+    ctx: Arc<ExecContext>,
+    done: impl FnOnce() + Send + 'static,
+) {
     tokio::spawn(async move {
         let id = channel.id();
         serve(channel, handle, ctx).await;
+        done();
         tracing::trace!(?id, "ssh channel done");
     });
 }
