@@ -309,3 +309,49 @@ fn bad_input_gets_a_clear_error_and_a_defined_code() {
         );
     }
 }
+
+#[test]
+fn the_exec_joins_its_own_cgroups_as_a_whole_process() {
+    if !require_root() {
+        return;
+    }
+    // The child joins by moving its single thread (v1 `tasks`), which the kernel does without
+    // the global threadgroup lock; check that the whole process, and what it forks, lands in
+    // the per-exec group of every controller used.
+    let wd = Workdir::new();
+    let r = run(
+        &wd,
+        &["--pids", "64", "--memory", "256M"],
+        &[
+            "sh",
+            "-c",
+            "cat /proc/self/cgroup; sh -c 'cat /proc/self/cgroup'",
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let out = r.stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    for ctrl in ["pids", "memory"] {
+        // v1: the line of the hierarchy carrying the controller; v2: the unified `0::` line.
+        let v1: Vec<&&str> = lines
+            .iter()
+            .filter(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|x| x == ctrl))
+            })
+            .collect();
+        let ours = if v1.is_empty() {
+            lines.iter().filter(|l| l.starts_with("0::")).collect()
+        } else {
+            v1
+        };
+        assert!(!ours.is_empty(), "no {ctrl} line in\n{out}");
+        for l in ours {
+            assert!(
+                l.contains("/openshell-sandbox-") && l.contains("/exec-"),
+                "{ctrl}: not in a per-exec group: {l}\n{out}"
+            );
+        }
+    }
+}

@@ -170,8 +170,8 @@ fn setup_v2(cur: &Path, name: &str) -> Option<PathBuf> {
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
-/// The cgroup(s) of one exec. The child joins them by writing "0" to the open `cgroup.procs`
-/// descriptors, a single write(2) each, before it drops privileges.
+/// The cgroup(s) of one exec. The child joins them by writing "0" to the open `tasks` (v1) or
+/// `cgroup.procs` (v2) descriptors, a single write(2) each, before it drops privileges.
 #[derive(Debug)]
 pub struct ExecCgroup {
     dirs: Vec<PathBuf>,
@@ -207,12 +207,23 @@ impl ExecCgroup {
                 }
             }
         }
+        // Which file the child writes "0" to. Moving a whole thread group (cgroup.procs) takes
+        // the kernel's global cgroup_threadgroup_rwsem for writing, which waits for an RCU
+        // grace period: 0.1 ms when the system is quiet, 10 ms and more on a busy one, on every
+        // exec. Moving only the calling thread ("0" in v1's `tasks`) skips that lock
+        // (cgroup_procs_write_start: no pid and no threadgroup). The child is single-threaded
+        // when it joins (fork copies one thread), so moving its thread moves the process.
+        // v2 has no such file for non-threaded groups; there cgroup.procs it is.
+        let join_file = match &root.layout {
+            Layout::V1 { .. } => "tasks",
+            Layout::V2 { .. } => "cgroup.procs",
+        };
         let procs = dirs
             .iter()
             .map(|d| {
                 fs::OpenOptions::new()
                     .write(true)
-                    .open(d.join("cgroup.procs"))
+                    .open(d.join(join_file))
                     .map(OwnedFd::from)
             })
             .collect::<io::Result<Vec<_>>>()?;
