@@ -7,8 +7,8 @@
 //!
 //! The end-to-end targets assert liveness afterwards: the supervisor is alive, its RSS is
 //! bounded, no relay slot leaked, and a normal exec still prints `hello`.
-//! Seeds: fuzz/corpus/{main_process_spec,exec_command,ssh_relay}. Bounded by case counts only;
-//! `OSB_FUZZ_CASES=N` scales every target.
+//! Seeds: fuzz/corpus/{main_process_spec,exec_command,ssh_relay}. `OSB_FUZZ_CASES=N` scales
+//! every target; `OSB_FUZZ_SECONDS=N` runs each for N seconds instead (tests/fuzz_support).
 
 mod fuzz_support;
 mod support;
@@ -24,8 +24,6 @@ use openshell_sandbox::gateway::main_process::{MainProcess, SpecError, parse_spe
 use openshell_sandbox::gateway::ssh::command::{CommandError, MAX_COMMAND, parse_command};
 use openshell_sandbox::proto::v1::*;
 use proptest::prelude::*;
-use proptest::strategy::ValueTree;
-use proptest::test_runner::TestRunner;
 use support::gateway::bridge;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -151,49 +149,63 @@ fn main_process_spec_seeds() {
     assert!(matches!(parse_spec(&huge), Err(SpecError::Spec(m)) if m.contains("limit")));
 }
 
-proptest! {
-    #![proptest_config(fuzz_support::config(2000))]
-
-    #[test]
-    fn main_process_spec_arbitrary(s in ".{0,200}") {
-        check_spec(&s)?;
-        check_spec(&format!("base64url:{}", URL_SAFE_NO_PAD.encode(&s)))?;
-    }
-
-    #[test]
-    fn main_process_spec_well_formed((version, argv, tty, form) in spec_strategy()) {
-        let input = render(version, &argv, tty, form);
-        let got = parse_spec(input.trim());
-        let valid = version == 1
-            && argv.first().is_some_and(|w| !w.is_empty())
-            && argv.iter().all(|w| !w.contains('\0'));
-        if valid {
-            let want = MainProcess {
-                argv: argv.iter().map(OsString::from).collect(),
-                tty: tty.unwrap_or(false),
-            };
-            prop_assert_eq!(got, Ok(want), "{}", input);
-        } else {
-            prop_assert!(got.is_err(), "{input:?} accepted: {got:?}");
-        }
-        check_spec(&input)?;
-    }
-
-    #[test]
-    fn main_process_spec_mutated(
-        (version, argv, tty, form) in spec_strategy(),
-        edits in prop::collection::vec((any::<usize>(), any::<u8>(), any::<char>()), 1..6),
-    ) {
-        check_spec(&mutate(&render(version, &argv, tty, form), &edits))?;
-    }
+#[test]
+fn main_process_spec_arbitrary() {
+    fuzz_support::run(
+        "main_process_spec_arbitrary",
+        fuzz_support::config(2000),
+        &".{0,200}",
+        |s| {
+            check_spec(&s)?;
+            check_spec(&format!("base64url:{}", URL_SAFE_NO_PAD.encode(&s)))
+        },
+    );
 }
 
-/// Rejected specs through the real binary: a clean error naming the variable, never a panic
-/// (101) or an abort (134, or death by signal).
+#[test]
+fn main_process_spec_well_formed() {
+    fuzz_support::run(
+        "main_process_spec_well_formed",
+        fuzz_support::config(2000),
+        &spec_strategy(),
+        |(version, argv, tty, form)| {
+            let input = render(version, &argv, tty, form);
+            let got = parse_spec(input.trim());
+            let valid = version == 1
+                && argv.first().is_some_and(|w| !w.is_empty())
+                && argv.iter().all(|w| !w.contains('\0'));
+            if valid {
+                let want = MainProcess {
+                    argv: argv.iter().map(OsString::from).collect(),
+                    tty: tty.unwrap_or(false),
+                };
+                prop_assert_eq!(got, Ok(want), "{}", input);
+            } else {
+                prop_assert!(got.is_err(), "{input:?} accepted: {got:?}");
+            }
+            check_spec(&input)
+        },
+    );
+}
+
+#[test]
+fn main_process_spec_mutated() {
+    let edits = prop::collection::vec((any::<usize>(), any::<u8>(), any::<char>()), 1..6);
+    fuzz_support::run(
+        "main_process_spec_mutated",
+        fuzz_support::config(2000),
+        &(spec_strategy(), edits),
+        |((version, argv, tty, form), edits)| {
+            check_spec(&mutate(&render(version, &argv, tty, form), &edits))
+        },
+    );
+}
+
+/// Rejected specs through the real binary.
 #[test]
 fn main_process_spec_through_the_binary() {
     let dir = tempfile::tempdir().unwrap();
-    let mut inputs: Vec<String> = vec![
+    let inputs: Vec<String> = vec![
         "{".into(),
         "base64url:!!!".into(),
         r#"{"version":2,"command":["true"]}"#.into(),
@@ -204,52 +216,68 @@ fn main_process_spec_through_the_binary() {
             "x".repeat(100 << 10)
         ),
     ];
-    let mut runner = TestRunner::new(fuzz_support::config(12));
-    for _ in 0..fuzz_support::cases(12) {
-        let s = ".{1,64}".new_tree(&mut runner).unwrap().current();
-        if !s.contains('\0') && parse_spec(s.trim()).is_err() && !s.trim().is_empty() {
-            inputs.push(s);
-        }
-    }
     for input in &inputs {
-        let mut child = Command::new(BIN)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("OPENSHELL_MAIN_PROCESS_SPEC", input)
-            .arg("--workdir")
-            .arg(dir.path())
-            .arg("--allow-degraded")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + LONG;
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("supervisor still running 60 s after a bad spec {input:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut err = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-        let shown: String = input.chars().take(80).collect();
-        assert!(
-            status
-                .code()
-                .is_some_and(|c| c != 0 && c != 101 && c != 134),
-            "spec {shown:?}: {status:?}\n{err}"
-        );
-        assert!(
-            err.contains("OPENSHELL_MAIN_PROCESS_SPEC"),
-            "spec {shown:?}: the error does not name the variable:\n{err}"
-        );
+        spec_through_the_binary(dir.path(), input);
     }
-    eprintln!("{} rejected specs through the binary", inputs.len());
+    let generated = std::sync::atomic::AtomicUsize::new(0);
+    fuzz_support::run(
+        "main_process_spec_through_the_binary",
+        fuzz_support::config(12),
+        &".{1,64}",
+        |s| {
+            // Only rejected specs: an accepted one would start a main process.
+            if !s.contains('\0') && parse_spec(s.trim()).is_err() && !s.trim().is_empty() {
+                spec_through_the_binary(dir.path(), &s);
+                generated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(())
+        },
+    );
+    eprintln!(
+        "{} rejected specs through the binary",
+        inputs.len() + generated.into_inner()
+    );
+}
+
+/// One rejected spec through the binary: a clean error naming the variable, never a panic
+/// (101) or an abort (134, or death by signal).
+fn spec_through_the_binary(dir: &std::path::Path, input: &str) {
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("OPENSHELL_MAIN_PROCESS_SPEC", input)
+        .arg("--workdir")
+        .arg(dir)
+        .arg("--allow-degraded")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LONG;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("supervisor still running 60 s after a bad spec {input:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let shown: String = input.chars().take(80).collect();
+    assert!(
+        status
+            .code()
+            .is_some_and(|c| c != 0 && c != 101 && c != 134),
+        "spec {shown:?}: {status:?}\n{err}"
+    );
+    assert!(
+        err.contains("OPENSHELL_MAIN_PROCESS_SPEC"),
+        "spec {shown:?}: the error does not name the variable:\n{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,27 +333,34 @@ fn exec_command_seeds() {
     }
 }
 
-proptest! {
-    #![proptest_config(fuzz_support::config(2000))]
-
-    #[test]
-    fn exec_command_arbitrary(raw in prop::collection::vec(any::<u8>(), 0..512)) {
-        check_command(&raw)?;
-    }
-
-    #[test]
-    fn exec_command_text(s in "[ \t\r\n]{0,3}.{0,64}[ \t\r\n]{0,3}") {
-        check_command(s.as_bytes())?;
-    }
+#[test]
+fn exec_command_arbitrary() {
+    fuzz_support::run(
+        "exec_command_arbitrary",
+        fuzz_support::config(2000),
+        &prop::collection::vec(any::<u8>(), 0..512),
+        |raw| check_command(&raw),
+    );
 }
 
-proptest! {
-    #![proptest_config(fuzz_support::config(64))]
+#[test]
+fn exec_command_text() {
+    fuzz_support::run(
+        "exec_command_text",
+        fuzz_support::config(2000),
+        &"[ \t\r\n]{0,3}.{0,64}[ \t\r\n]{0,3}",
+        |s| check_command(s.as_bytes()),
+    );
+}
 
-    #[test]
-    fn exec_command_near_the_limit(raw in near_limit()) {
-        check_command(&raw)?;
-    }
+#[test]
+fn exec_command_near_the_limit() {
+    fuzz_support::run(
+        "exec_command_near_the_limit",
+        fuzz_support::config(64),
+        &near_limit(),
+        |raw| check_command(&raw),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -489,22 +524,21 @@ fn ssh_server_fed_arbitrary_bytes_over_relays() {
         fed += 1;
     }
     let counts = Mutex::new((fed, most_back));
-    let mut runner = TestRunner::new(fuzz_support::config(48));
-    runner
-        .run(&ssh_inputs(transcript), |input| {
-            let n = rt
-                .block_on(feed(&gw, &input))
-                .map_err(TestCaseError::fail)?;
-            // Garbage is answered with at most the banner, KEXINIT and a little more.
-            prop_assert!(n < 64 * 1024, "{n} bytes back for {} bytes in", input.len());
-            let mut c = counts.lock().unwrap();
-            c.0 += 1;
-            c.1 = c.1.max(n);
-            let mut s = sup.lock().unwrap();
-            prop_assert!(s.try_status().is_none(), "supervisor died:\n{}", s.log());
-            Ok(())
-        })
-        .unwrap_or_else(|e| panic!("{e}\n{}", sup.lock().unwrap().log()));
+    let strategy = ssh_inputs(transcript);
+    fuzz_support::try_run("ssh_relay", fuzz_support::config(48), &strategy, |input| {
+        let n = rt
+            .block_on(feed(&gw, &input))
+            .map_err(TestCaseError::fail)?;
+        // Garbage is answered with at most the banner, KEXINIT and a little more.
+        prop_assert!(n < 64 * 1024, "{n} bytes back for {} bytes in", input.len());
+        let mut c = counts.lock().unwrap();
+        c.0 += 1;
+        c.1 = c.1.max(n);
+        let mut s = sup.lock().unwrap();
+        prop_assert!(s.try_status().is_none(), "supervisor died:\n{}", s.log());
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", sup.lock().unwrap().log()));
     let rss = rt.block_on(assert_serving(&gw, &sup, baseline));
     let (fed, most_back) = *counts.lock().unwrap();
     eprintln!(
@@ -602,9 +636,12 @@ fn relay_open_sequences_from_a_hostile_gateway() {
     });
 
     let steps = Mutex::new(0u32);
-    let mut runner = TestRunner::new(fuzz_support::config(64));
-    runner
-        .run(&open_strategy(closed_port, held_id.clone()), |seq| {
+    let strategy = open_strategy(closed_port, held_id.clone());
+    let sequences = fuzz_support::try_run(
+        "relay_open_sequences",
+        fuzz_support::config(64),
+        &strategy,
+        |seq| {
             rt.block_on(async {
                 for op in &seq {
                     match op.clone() {
@@ -622,8 +659,9 @@ fn relay_open_sequences_from_a_hostile_gateway() {
             let mut s = sup.lock().unwrap();
             prop_assert!(s.try_status().is_none(), "supervisor died:\n{}", s.log());
             Ok(())
-        })
-        .unwrap_or_else(|e| panic!("{e}\n{}", sup.lock().unwrap().log()));
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", sup.lock().unwrap().log()));
 
     let results = gw.state.seen().relay_results;
     for r in results.iter().filter(|r| !r.success) {
@@ -670,7 +708,7 @@ fn relay_open_sequences_from_a_hostile_gateway() {
     eprintln!(
         "{} RelayOpen messages in {} sequences; {refused} refused, each with a reason; RSS {baseline} -> {rss} KiB; exec still prints hello",
         steps.lock().unwrap(),
-        fuzz_support::cases(64)
+        sequences
     );
 }
 
@@ -716,25 +754,34 @@ fn gateway_frame_seeds() {
     }
 }
 
-proptest! {
-    #![proptest_config(fuzz_support::config(4000))]
+#[test]
+fn gateway_frames_arbitrary() {
+    fuzz_support::run(
+        "gateway_frames_arbitrary",
+        fuzz_support::config(4000),
+        &prop::collection::vec(any::<u8>(), 0..256),
+        |bytes| check_frames(&bytes),
+    );
+}
 
-    #[test]
-    fn gateway_frames_arbitrary(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
-        check_frames(&bytes)?;
-    }
-
-    #[test]
-    fn gateway_frames_claimed_lengths(bytes in claimed_lengths()) {
-        check_frames(&bytes)?;
-        use prost::Message;
-        // A declared length beyond the buffer is an error, not a truncated success.
-        if bytes.len() < 64 && (bytes[0] & 7) == 2 {
-            let declared = prost::encoding::decode_varint(&mut &bytes[1..]).unwrap_or(0);
-            if declared > 64 {
-                prop_assert!(GatewayMessage::decode(&bytes[..]).is_err());
-                prop_assert!(RelayFrame::decode(&bytes[..]).is_err());
+#[test]
+fn gateway_frames_claimed_lengths() {
+    fuzz_support::run(
+        "gateway_frames_claimed_lengths",
+        fuzz_support::config(4000),
+        &claimed_lengths(),
+        |bytes| {
+            check_frames(&bytes)?;
+            use prost::Message;
+            // A declared length beyond the buffer is an error, not a truncated success.
+            if bytes.len() < 64 && (bytes[0] & 7) == 2 {
+                let declared = prost::encoding::decode_varint(&mut &bytes[1..]).unwrap_or(0);
+                if declared > 64 {
+                    prop_assert!(GatewayMessage::decode(&bytes[..]).is_err());
+                    prop_assert!(RelayFrame::decode(&bytes[..]).is_err());
+                }
             }
-        }
-    }
+            Ok(())
+        },
+    );
 }

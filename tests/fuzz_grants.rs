@@ -408,20 +408,16 @@ fn expand_grants_never_covers_a_denied_path_nor_widens_a_grant() {
     let mut config = fuzz_support::config(1_000);
     // Each case builds a tree on disk; keep shrinking short.
     config.max_shrink_iters = 512;
-    let mut runner = proptest::test_runner::TestRunner::new(config);
-    let result = runner.run(&tree(), |t| {
+    let trees = fuzz_support::run("expand_grants", config, &tree(), |t| {
         if check(&t)? > 0 {
             split.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
     let split = split.into_inner();
-    eprintln!("expand_grants: {split} trees needed a split");
+    eprintln!("expand_grants: {split} of {trees} trees needed a split");
     assert!(
-        split >= fuzz_support::cases(1_000) / 10,
+        u64::from(split) >= trees / 10,
         "too few trees exercised the split"
     );
 }

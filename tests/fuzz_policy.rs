@@ -128,22 +128,33 @@ fn parse_size_seeds() {
     }
 }
 
-proptest! {
-    #![proptest_config(fuzz_support::config(20_000))]
+#[test]
+fn parse_size_matches_the_reference() {
+    let strategy = prop_oneof![size_like(), any::<String>()];
+    fuzz_support::run(
+        "parse_size_matches_the_reference",
+        fuzz_support::config(20_000),
+        &strategy,
+        |input| check_size(&input),
+    );
+}
 
-    #[test]
-    fn parse_size_matches_the_reference(input in prop_oneof![size_like(), any::<String>()]) {
-        check_size(&input)?;
-    }
-
-    #[test]
-    fn parse_size_round_trips(n in 1u64.., unit in proptest::sample::select(UNITS)) {
-        let input = format!("{n}{unit}");
-        check_size(&input)?;
-        if unit.is_empty() {
-            prop_assert_eq!(parse_size(&input), Ok(n));
-        }
-    }
+#[test]
+fn parse_size_round_trips() {
+    let strategy = (1u64.., proptest::sample::select(UNITS));
+    fuzz_support::run(
+        "parse_size_round_trips",
+        fuzz_support::config(20_000),
+        &strategy,
+        |(n, unit)| {
+            let input = format!("{n}{unit}");
+            check_size(&input)?;
+            if unit.is_empty() {
+                prop_assert_eq!(parse_size(&input), Ok(n));
+            }
+            Ok(())
+        },
+    );
 }
 
 // ---- the run command line -------------------------------------------------------------
@@ -421,17 +432,14 @@ fn run_cli_seeds() {
 fn run_cli_never_panics_and_accepts_only_sane_limits() {
     use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     let (parsed, total) = (AtomicU32::new(0), AtomicU32::new(0));
-    let mut runner = proptest::test_runner::TestRunner::new(fuzz_support::config(3_000));
-    runner
-        .run(&argv(), |argv| {
-            total.fetch_add(1, Relaxed);
-            let full = std::iter::once("run").chain(argv.iter().map(String::as_str));
-            if RunArgs::try_parse_from(full).is_ok() {
-                parsed.fetch_add(1, Relaxed);
-            }
-            check_cli(&argv)
-        })
-        .unwrap();
+    fuzz_support::run("run_cli", fuzz_support::config(3_000), &argv(), |argv| {
+        total.fetch_add(1, Relaxed);
+        let full = std::iter::once("run").chain(argv.iter().map(String::as_str));
+        if RunArgs::try_parse_from(full).is_ok() {
+            parsed.fetch_add(1, Relaxed);
+        }
+        check_cli(&argv)
+    });
     let (parsed, total) = (parsed.into_inner(), total.into_inner());
     eprintln!("run_cli: {parsed} of {total} generated argv parsed");
     assert!(

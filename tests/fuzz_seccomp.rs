@@ -399,12 +399,19 @@ fn data() -> impl Strategy<Value = Data> {
     })
 }
 
-proptest! {
-    #![proptest_config(fuzz_support::config(50_000))]
-
-    #[test]
-    fn filter_matches_the_reference_policy(d in data(), all in any::<bool>()) {
-        let mode = if all { NetworkMode::All } else { NetworkMode::None };
-        check(mode, &d)?;
-    }
+#[test]
+fn filter_matches_the_reference_policy() {
+    fuzz_support::run(
+        "filter_matches_the_reference_policy",
+        fuzz_support::config(50_000),
+        &(data(), any::<bool>()),
+        |(d, all)| {
+            let mode = if all {
+                NetworkMode::All
+            } else {
+                NetworkMode::None
+            };
+            check(mode, &d)
+        },
+    );
 }

@@ -69,6 +69,9 @@ enum SessionError {
     Token(#[from] TokenError),
     #[error("{}", describe_status(.0, .1))]
     Status(Status, bool),
+    /// An error on the response stream after the gateway answered the call.
+    #[error("{}", describe_stream_error(.0, .1))]
+    Stream(Status, bool),
     #[error("the gateway did not answer the hello within {0:?}")]
     HelloTimeout(Duration),
     #[error("the gateway's first message was not SessionAccepted")]
@@ -77,11 +80,6 @@ enum SessionError {
     Rejected(String),
     #[error("the gateway ended the session stream")]
     Ended,
-    #[error(
-        "the session stream broke after the gateway accepted it (gateway restarted, connection lost, or HTTP/2 PINGs unanswered): {}",
-        channel::chain(.0)
-    )]
-    Lost(Status),
 }
 
 /// What a gRPC status on ConnectSupervisor means, in words an operator can act on.
@@ -117,6 +115,38 @@ fn describe_status(s: &Status, has_token: &bool) -> String {
         ""
     };
     format!("{meaning} [{:?}: {}{cause}]{hint}", s.code(), s.message())
+}
+
+/// What an error on the open session stream means. Unlike a refusal of the call, these are
+/// mostly our decoder rejecting what the gateway sent, and saying "refused" would send an
+/// operator looking at credentials.
+fn describe_stream_error(s: &Status, has_token: &bool) -> String {
+    let meaning = match s.code() {
+        // tonic reports a declared length over max_decoding_message_size (4 MiB, see
+        // channel::client) as OUT_OF_RANGE, from the 5-byte header, before it reads or
+        // allocates the body.
+        Code::OutOfRange => {
+            "the gateway sent a message over the 4 MiB limit; the session stream is dropped without reading it"
+        }
+        Code::Internal => {
+            "the session stream broke: the gateway sent bytes that are not a valid gRPC message (bad frame, compression flag or protobuf), or ended the stream with INTERNAL"
+        }
+        // Credentials can be refused on the stream too (trailers-only answers).
+        Code::Unauthenticated | Code::PermissionDenied | Code::NotFound => {
+            return describe_status(s, has_token);
+        }
+        _ => {
+            let cause = std::error::Error::source(s)
+                .map(|e| format!(": {}", channel::chain(e)))
+                .unwrap_or_default();
+            return format!(
+                "the session stream broke (gateway restarted, connection lost, or HTTP/2 PINGs unanswered) [{:?}: {}{cause}]",
+                s.code(),
+                s.message()
+            );
+        }
+    };
+    format!("{meaning} [{:?}: {}]", s.code(), s.message())
 }
 
 /// Exponential backoff with jitter: by default 1 s doubling to 30 s.
@@ -173,7 +203,7 @@ pub async fn run(session: Arc<Session>, mut stop: watch::Receiver<bool>) {
         };
         if let Err(e) = result {
             tracing::warn!(endpoint = %session.cfg.endpoint, "gateway session: {e}");
-            if let SessionError::Status(s, _) = &e
+            if let SessionError::Status(s, _) | SessionError::Stream(s, _) = &e
                 && s.code() == Code::Unauthenticated
                 && matches!(session.tokens.source, TokenSource::ServiceAccount(_))
             {
@@ -220,10 +250,11 @@ async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
     .map_err(|_| SessionError::HelloTimeout(s.hello_timeout))?
     .map_err(status)?;
     let mut inbound = resp.into_inner();
+    let broken = |st| SessionError::Stream(st, has_token);
     let first = tokio::time::timeout(s.hello_timeout, inbound.message())
         .await
         .map_err(|_| SessionError::HelloTimeout(s.hello_timeout))?
-        .map_err(status)?;
+        .map_err(broken)?;
     let accepted = match first.and_then(|m| m.payload) {
         Some(gateway_message::Payload::SessionAccepted(a)) => a,
         Some(gateway_message::Payload::SessionRejected(r)) => {
@@ -250,7 +281,7 @@ async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
                 }
             }
             msg = inbound.message() => {
-                let msg: Option<GatewayMessage> = msg.map_err(SessionError::Lost)?;
+                let msg: Option<GatewayMessage> = msg.map_err(broken)?;
                 let Some(msg) = msg else { return Err(SessionError::Ended) };
                 match msg.payload {
                     Some(gateway_message::Payload::RelayOpen(open)) => {
@@ -303,5 +334,26 @@ mod tests {
         assert!(m.contains("OPENSHELL_K8S_SA_TOKEN_FILE"), "{m}");
         let m = describe_status(&Status::not_found("x"), &true);
         assert!(m.contains("OPENSHELL_SANDBOX_ID"), "{m}");
+    }
+
+    #[test]
+    fn stream_errors_say_what_the_gateway_sent() {
+        let m = describe_stream_error(
+            &Status::out_of_range("decoded message length too large: found 1073741824 bytes"),
+            &true,
+        );
+        assert!(m.contains("over the 4 MiB limit"), "{m}");
+        assert!(m.contains("1073741824") && !m.contains("refused"), "{m}");
+        let m = describe_stream_error(
+            &Status::internal("failed to decode Protobuf message"),
+            &true,
+        );
+        assert!(
+            m.contains("not a valid gRPC message") && !m.contains("refused"),
+            "{m}"
+        );
+        // Other codes keep the token-aware meanings of a refusal.
+        let m = describe_stream_error(&Status::permission_denied("x"), &false);
+        assert!(m.contains("OPENSHELL_K8S_SA_TOKEN_FILE"), "{m}");
     }
 }
