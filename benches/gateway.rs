@@ -186,7 +186,15 @@ fn main() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let idle_rss = sup.rss_kib();
         let gib = if quick { 256 << 20 } else { 1 << 30 };
-        let tp = throughput(&gw, &sup, gib).await;
+        // Three transfers, reported by their median: the first one of a connection also pays
+        // for HTTP/2's adaptive window growing and the allocator warming up.
+        let mut tps = Vec::new();
+        for _ in 0..3 {
+            tps.push(throughput(&gw, &sup, gib).await);
+        }
+        let all: Vec<String> = tps.iter().map(|t| format!("{:.0}", t.mbps)).collect();
+        tps.sort_by(|a, b| a.mbps.total_cmp(&b.mbps));
+        let tp = &tps[1];
         drop(sup);
 
         let (gw2, _sup2) = up(
@@ -223,8 +231,9 @@ fn main() {
             cpu_per_exec * 1000.0
         );
         println!(
-            "| stdout throughput, {} MiB | {:.0} MB/s ({:.1} s wall; CPU: supervisor {:.1} s, test gateway {:.1} s) | ≥ 300 MB/s |",
+            "| stdout throughput, {} MiB, median of 3 ({} MB/s) | {:.0} MB/s ({:.1} s wall; CPU: supervisor {:.1} s, test gateway {:.1} s) | ≥ 300 MB/s |",
             gib >> 20,
+            all.join(", "),
             tp.mbps,
             tp.wall,
             tp.supervisor_cpu,
