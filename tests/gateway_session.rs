@@ -381,10 +381,13 @@ async fn exec_without_exit_status_is_unavailable() {
     let (gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
     let marker = sup.workdir.join("running");
     let st = gw.state.clone();
+    // `exec`, so the sleeper is the shell process itself and its pid is in the marker: the
+    // test kills it at the end (a supervisor killed with SIGKILL cannot; in a pod the PID
+    // namespace dies with it).
     let req = gw.request(&[
         "sh",
         "-c",
-        &format!("touch {}; sleep 1000", marker.display()),
+        &format!("echo $$ > {}; exec sleep 1000", marker.display()),
     ]);
     let running = tokio::spawn(async move { exec_collect(st, req).await });
     let deadline = std::time::Instant::now() + LONG;
@@ -405,6 +408,13 @@ async fn exec_without_exit_status_is_unavailable() {
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("exit status"), "{status:?}");
     let _ = sup.wait_exit(LONG).await;
+    if let Some(pid) = std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    {
+        // SAFETY: kill(2) with integer arguments; at worst the pid is already gone.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -205,7 +205,8 @@ impl Sandbox {
         let prepared = &self.inner.prepared;
         let cgroup = match &prepared.cgroups {
             Some(root) => Some(
-                ExecCgroup::create(root, &self.inner.policy.limits).map_err(RunError::Cgroup)?,
+                root.take_exec(&self.inner.policy.limits)
+                    .map_err(RunError::Cgroup)?,
             ),
             None => None,
         };
@@ -263,6 +264,10 @@ impl Sandbox {
         drop(err_w);
         drop(err_r);
         drop(cmd);
+        // The child is running now; make the next exec's group while it does.
+        if let Some(root) = &prepared.cgroups {
+            root.make_spare(&self.inner.policy.limits);
+        }
 
         let mut std_child = std_child;
         let stdin = std_child

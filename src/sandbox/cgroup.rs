@@ -31,9 +31,31 @@ enum Layout {
 #[derive(Debug)]
 pub struct Root {
     layout: Layout,
+    /// One exec group made ahead of time (see [`Root::take_exec`]).
+    spare: std::sync::Mutex<Option<ExecCgroup>>,
 }
 
 impl Root {
+    /// The group for the next exec: the one made ahead of time when there is one, else a new
+    /// one. Making a group (mkdir, limits, opening the join file) costs 0.15-0.25 ms here;
+    /// [`Root::make_spare`], called once the child is running, keeps that off the spawn path.
+    pub fn take_exec(&self, limits: &Limits) -> io::Result<ExecCgroup> {
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match spare {
+            Some(cg) => Ok(cg),
+            None => ExecCgroup::create(self, limits),
+        }
+    }
+
+    /// Make the next exec's group now, if none is waiting. A failure is not an error here: the
+    /// next spawn tries again and reports it.
+    pub fn make_spare(&self, limits: &Limits) {
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.is_none() {
+            *spare = ExecCgroup::create(self, limits).ok();
+        }
+    }
+
     pub fn describe(&self) -> String {
         match &self.layout {
             Layout::V2 { base } => format!("cgroup v2 at {}", base.display()),
@@ -92,6 +114,7 @@ pub fn detect() -> Option<Root> {
             if let Some(base) = setup_v2(&cur, &name) {
                 return Some(Root {
                     layout: Layout::V2 { base },
+                    spare: Default::default(),
                 });
             }
         }
@@ -107,6 +130,7 @@ pub fn detect() -> Option<Root> {
         .filter(|m| fs::create_dir_all(m).is_ok());
     Some(Root {
         layout: Layout::V1 { pids, memory },
+        spare: Default::default(),
     })
 }
 
@@ -295,6 +319,8 @@ impl Drop for ExecCgroup {
 
 impl Drop for Root {
     fn drop(&mut self) {
+        // The spare group lives inside ours: remove it first.
+        drop(self.spare.lock().unwrap_or_else(|p| p.into_inner()).take());
         match &self.layout {
             Layout::V2 { base } => {
                 let _ = fs::remove_dir(base);
