@@ -81,14 +81,44 @@ async fn gateway_sends_init_instead_of_data() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_open_for_an_unknown_channel_id() {
-    let (gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
-    // Sent without registering it: the gateway answers the claim with NOT_FOUND.
-    let _ = gw
-        .state
-        .open_relay_with_id("never-registered".into(), ssh_target(), false)
-        .await;
+    // One relay slot: a refused claim must give it back, or nothing would ever run again.
+    let (gw, mut sup) = up(
+        AuthMode::Jwt,
+        SupOpts {
+            args: vec!["--max-execs".into(), "1".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    for i in 0..3 {
+        // Sent without registering it: the gateway answers the claim with NOT_FOUND.
+        let _ = gw
+            .state
+            .open_relay_with_id(format!("never-registered-{i}"), ssh_target(), false)
+            .await;
+        sup.wait_log(&format!("never-registered-{i}"), LONG).await;
+    }
     sup.wait_log("unknown or expired relay channel", LONG).await;
-    still_serving(&gw, &mut sup).await;
+    // The slot comes back asynchronously, once the SSH server behind the relay has stopped.
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let r = gw.sh("echo alive").await;
+        if r.exit == Some(0) {
+            assert_eq!(r.out(), "alive\n");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay slot never came back: {r:?}\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        sup.try_status().is_none(),
+        "supervisor died:\n{}",
+        sup.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -304,9 +304,13 @@ async fn serve_ssh(
         Ok(inbound) => {
             let _ = inbound_tx.send(inbound);
         }
-        // Dropping `inbound_tx` gives the SSH server end-of-stream: it stops, and so does the
-        // relay.
-        Err(e) => tracing::warn!(channel_id = %id, "relay ended with an error: {e}"),
+        Err(e) => {
+            tracing::warn!(channel_id = %id, "relay ended with an error: {e}");
+            // The SSH server is waiting for the stream to read from: without this drop it
+            // would wait forever (we wait for it below) and the relay slot would never come
+            // back. Dropping the sender reads as end-of-stream; the server stops.
+            drop(inbound_tx);
+        }
     }
     // The relay, and its slot, last as long as the SSH connection.
     let _ = server.await;
