@@ -11,6 +11,7 @@
 //! every target; `OSB_FUZZ_SECONDS=N` runs each for N seconds instead (tests/fuzz_support).
 
 mod fuzz_support;
+use fuzz_support::runtime;
 mod support;
 
 use std::ffi::OsString;
@@ -365,14 +366,6 @@ fn exec_command_near_the_limit() {
 
 // ---------------------------------------------------------------------------------------------
 // End to end: one supervisor, many hostile inputs
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn ssh_target() -> Option<relay_open::Target> {
     Some(relay_open::Target::Ssh(SshRelayTarget {}))

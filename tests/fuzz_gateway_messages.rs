@@ -21,6 +21,7 @@
 //! --allow-degraded, as in the other protocol tests.
 
 mod fuzz_support;
+use fuzz_support::runtime;
 #[path = "fuzz_support/gateway_messages.rs"]
 mod gm;
 #[path = "support/raw_gateway.rs"]
@@ -49,14 +50,6 @@ const ANSWER: Duration = Duration::from_secs(10);
 /// Peak RSS bound for a whole run: a few times the ~25 MiB the supervisor needs, far below
 /// what one honoured 1 GiB declared length would cost.
 const PEAK_KIB: u64 = 64 * 1024;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -126,3 +126,12 @@ pub fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
     assert!(!out.is_empty(), "seed corpus {} is empty", dir.display());
     out
 }
+
+/// The runtime the live targets drive the real binary from: two workers, like the supervisor.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
