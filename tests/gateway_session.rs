@@ -320,6 +320,19 @@ async fn sandbox_command_v36_is_the_main_process() {
     assert_eq!(status.code(), Some(0), "{}", sup.log());
 }
 
+/// Wait (bounded) for the file an exec creates once it is running.
+async fn wait_started(marker: &std::path::Path, sup: &Supervisor) {
+    let deadline = std::time::Instant::now() + LONG;
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "exec never started:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_execs_and_the_main_process() {
     let gw = TestGateway::start(AuthMode::Jwt).await;
@@ -344,15 +357,7 @@ async fn sigterm_drains_execs_and_the_main_process() {
         &format!("touch {}; sleep 1000", marker.display()),
     ]);
     let running = tokio::spawn(async move { exec_collect(st, req).await });
-    let deadline = std::time::Instant::now() + LONG;
-    while !marker.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "exec never started:\n{}",
-            sup.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_started(&marker, &sup).await;
     sup.signal(libc::SIGTERM);
     let r = running.await.unwrap();
     // The exec was terminated (SIGTERM → 128+15) and still reported its status.
@@ -390,15 +395,7 @@ async fn exec_without_exit_status_is_unavailable() {
         &format!("echo $$ > {}; exec sleep 1000", marker.display()),
     ]);
     let running = tokio::spawn(async move { exec_collect(st, req).await });
-    let deadline = std::time::Instant::now() + LONG;
-    while !marker.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "exec never started:\n{}",
-            sup.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_started(&marker, &sup).await;
     // The supervisor dies mid-exec: the gateway sees the relay end with no exit status.
     sup.signal(libc::SIGKILL);
     let r = running.await.unwrap();
