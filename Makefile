@@ -42,7 +42,7 @@ FUZZ_ENV := $(if $(FUZZ_SECONDS),OSB_FUZZ_SECONDS=$(FUZZ_SECONDS))
 
 # Everything: unit and integration tests, the static-binary test (needs `static`).
 test: static tools
-	$(FUZZ_ENV) $(CARGO) test --no-fail-fast -- --nocapture 2>&1 | tee .test.log | grep -E '^(test |SKIPPED|running|test result)|panicked' ; \
+	$(FUZZ_ENV) $(CARGO) test --features test-pause-points --no-fail-fast -- --nocapture 2>&1 | tee .test.log | grep -E '^(test |SKIPPED|running|test result)|panicked' ; \
 	  status=$${PIPESTATUS[0]}; \
 	  if [ $$status -ne 0 ]; then grep -B2 -A30 -E '^---- |panicked' .test.log | head -300; fi; \
 	  exit $$status

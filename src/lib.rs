@@ -14,6 +14,7 @@ pub mod exec;
 pub mod gateway;
 pub mod install;
 pub mod logging;
+pub mod pause;
 pub mod policy;
 pub mod proto;
 pub mod sandbox;

@@ -128,3 +128,54 @@ def sc(nr, *args):
     r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
     return r, ctypes.get_errno()
 "#;
+
+/// True when the binary under test was built with the `test-pause-points` feature (the race
+/// tests need it; `make test` enables it). Skips loudly otherwise, and fails under CI=true.
+pub fn require_pause_points() -> bool {
+    require(
+        cfg!(feature = "test-pause-points"),
+        "the race tests need the binary built with --features test-pause-points (make test does)",
+    )
+}
+
+/// A directory for the pause-point protocol of src/pause.rs.
+pub struct PauseDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl PauseDir {
+    pub fn new() -> PauseDir {
+        PauseDir {
+            dir: tempfile::tempdir().expect("pause dir"),
+        }
+    }
+
+    /// The environment that makes the supervisor stop at `points` (comma-separated).
+    pub fn env(&self, points: &str) -> Vec<(String, String)> {
+        vec![
+            ("OSB_PAUSE_AT".into(), points.into()),
+            (
+                "OSB_PAUSE_DIR".into(),
+                self.dir.path().display().to_string(),
+            ),
+        ]
+    }
+
+    /// Wait (at most `secs`) until the supervisor is held at `point`.
+    pub fn wait_reached(&self, point: &str, secs: u64) -> bool {
+        let f = self.dir.path().join(format!("{point}.reached"));
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < end {
+            if f.exists() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// Let the supervisor go on from `point`.
+    pub fn release(&self, point: &str) {
+        std::fs::write(self.dir.path().join(format!("{point}.go")), b"").expect("release");
+    }
+}
