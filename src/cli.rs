@@ -60,6 +60,13 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
+    /// When we are root and no --uid is given: the uids that concurrent runs take one each
+    /// (held by a lock under /run for the run's lifetime), so one run cannot drain the per-uid
+    /// kernel budgets (inotify instances, queued signals, ...) of another. The default lies
+    /// above systemd's container range and below 2^31; see the README.
+    #[arg(long, value_name = "START-END", default_value = "1900000000-1900000999", value_parser = parse_uid_range)]
+    pub uid_range: UidRange,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -219,6 +226,28 @@ fn parse_id(s: &str) -> Result<u32, String> {
     Ok(n as u32)
 }
 
+/// An inclusive range of uids for `run --uid-range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UidRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+fn parse_uid_range(s: &str) -> Result<UidRange, String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("`{s}` is not START-END"))?;
+    let (start, end) = (parse_id(a)?, parse_id(b)?);
+    if start > end {
+        return Err(format!("`{s}`: START is above END"));
+    }
+    // Uids below 1000 are system accounts (Debian policy 9.2.2): never hand one to a run.
+    if start < 1000 {
+        return Err(format!("`{s}` includes system uids (below 1000)"));
+    }
+    Ok(UidRange { start, end })
+}
+
 fn parse_secs(s: &str, allow_zero: bool) -> Result<f64, String> {
     let v: f64 = s
         .trim()
@@ -297,6 +326,21 @@ mod tests {
     fn ids_exclude_the_sentinel() {
         assert!(parse_id("4294967295").is_err());
         assert_eq!(parse_id("65534").unwrap(), 65534);
+    }
+
+    #[test]
+    fn uid_ranges_are_validated() {
+        assert_eq!(
+            parse_uid_range("2000-2001").unwrap(),
+            UidRange {
+                start: 2000,
+                end: 2001
+            }
+        );
+        assert!(parse_uid_range("5000-3000").is_err());
+        assert!(parse_uid_range("0-5000").is_err());
+        assert!(parse_uid_range("5000").is_err());
+        assert!(parse_uid_range("5000-4294967295").is_err());
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub enum RunError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("choosing the run's uid: {0}")]
+    Identity(crate::sandbox::identity::LeaseError),
 }
 
 impl RunError {

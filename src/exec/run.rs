@@ -2,7 +2,8 @@
 //! code that mirrors the child's, and an exit report.
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use super::stream::{StreamStats, pump};
 use super::{RunError, Sandbox, SpawnSpec, Stdio};
 use crate::cli::RunArgs;
 use crate::policy::{Identity, Policy};
+use crate::sandbox::identity::{self, SandboxOwners, UidLease};
 
 /// Exit code when the wall-clock limit fired, as coreutils' `timeout` uses.
 pub const TIMEOUT_EXIT: i32 = 124;
@@ -101,7 +103,8 @@ impl Scratch {
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
                         .map_err(|e| io("setting scratch dir permissions", e))?;
                     if let Some(id) = owner {
-                        std::os::unix::fs::chown(&path, Some(id.uid), Some(id.gid))
+                        // Never follows a link: the directory is ours, fresh, in a sticky dir.
+                        std::os::unix::fs::lchown(&path, Some(id.uid), Some(id.gid))
                             .map_err(|e| io("giving the scratch dir to the sandbox uid", e))?;
                     }
                     return Ok(Scratch { path });
@@ -125,14 +128,87 @@ impl Drop for Scratch {
     }
 }
 
-fn dup_stdin() -> Result<OwnedFd, RunError> {
-    std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|source| RunError::Io {
-            what: "duplicating stdin",
-            source,
-        })
+/// The child's stdin: the read end of a pipe that a thread of ours fills from our own stdin.
+///
+/// The child never gets our fd 0 itself. When that is a terminal, the open file description
+/// and the tty behind it are shared with the caller: echo off, `TIOCSETD`, `TIOCEXCL` and
+/// O_NONBLOCK would outlive the run, and writes to fd 0 would bypass `--max-output`. A pipe's
+/// read end carries none of that (a write to it is EBADF). The thread's blocking write is the
+/// backpressure; its end of the pipe closes at our EOF (or when the child is gone, EPIPE), so
+/// EOF reaches the child. It is a plain thread, not a runtime task: a read of a terminal
+/// cannot be cancelled, and process exit ends the thread wherever it blocks.
+fn feed_stdin() -> Result<OwnedFd, RunError> {
+    let io = |what, source| RunError::Io { what, source };
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io(
+            "creating the stdin pipe",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    std::thread::Builder::new()
+        .name("stdin-feeder".into())
+        .spawn(move || copy_stdin(w))
+        .map_err(|e| io("starting the stdin thread", e))?;
+    Ok(r)
+}
+
+fn copy_stdin(w: OwnedFd) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: read into our buffer from fd 0.
+        let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+        if n == 0 {
+            return;
+        }
+        if n < 0 {
+            match crate::sandbox::errno() {
+                libc::EINTR => continue,
+                // The caller's stdin may be non-blocking (the flag belongs to its open file
+                // description, which we must not change): wait for it instead.
+                libc::EAGAIN => {
+                    let mut pfd = libc::pollfd {
+                        fd: 0,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: poll on one pollfd on our stack.
+                    unsafe { libc::poll(&mut pfd, 1, -1) };
+                    continue;
+                }
+                // EBADF (no stdin at all), EIO (a hung-up terminal): the child sees EOF.
+                _ => return,
+            }
+        }
+        let mut data = &buf[..n as usize];
+        while !data.is_empty() {
+            // SAFETY: write from our buffer to our pipe end.
+            let m = unsafe { libc::write(w.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+            if m < 0 {
+                if crate::sandbox::errno() == libc::EINTR {
+                    continue;
+                }
+                return; // EPIPE: nobody reads any more
+            }
+            data = &data[m as usize..];
+        }
+    }
+}
+
+/// Whether our stdout and stderr are the same file (a terminal, say): then the child's
+/// unterminated stdout line would also be glued onto the summary.
+fn stdout_is_stderr() -> bool {
+    let st = |fd| {
+        // SAFETY: fstat into a zeroed stack struct.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+        }
+    };
+    matches!((st(1), st(2)), (Some(a), Some(b)) if a == b)
 }
 
 async fn run(args: RunArgs) -> Result<i32, RunError> {
@@ -142,6 +218,32 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         source,
     })?;
     let mut policy = Policy::from_args(&args.policy, &cwd, Vec::new())?;
+    // Root with no --uid (or OPENSHELL_SANDBOX_UID): a uid of our own for this run. Per-uid
+    // kernel budgets (inotify instances, fanotify groups, queued signals, POSIX timers,
+    // RLIMIT_NPROC) are shared by every process of a uid, so with one fixed uid a run could
+    // drain them for every concurrent run. Held until we return, after the last kill sweep.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let lease = if root && args.policy.uid.is_none() && args.policy.gid.is_none() {
+        let lease =
+            UidLease::take(args.uid_range.start, args.uid_range.end).map_err(RunError::Identity)?;
+        policy.identity = Some(Identity {
+            uid: lease.uid,
+            gid: lease.uid,
+        });
+        let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
+        let handed = identity::hand_over_dir(&policy.fs.workdir, lease.uid, lease.uid, &owners)
+            .map_err(RunError::Identity)?;
+        if !handed {
+            tracing::info!(
+                workdir = %policy.fs.workdir.display(),
+                "the workdir belongs to neither nobody nor a uid of --uid-range: it keeps its owner"
+            );
+        }
+        Some(lease)
+    } else {
+        None
+    };
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
     } else {
@@ -165,7 +267,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         argv: args.command.clone(),
         env,
         cwd: None,
-        stdin: Stdio::Fd(dup_stdin()?),
+        stdin: Stdio::Fd(feed_stdin()?),
         stdout: Stdio::Piped,
         stderr: Stdio::Piped,
         controlling_tty: false,
@@ -187,6 +289,17 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     })?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|source| RunError::Io {
         what: "installing the SIGINT handler",
+        source,
+    })?;
+    // A closed terminal (SIGHUP) or a quit key (SIGQUIT) must not kill us with the default
+    // action: the tree would outlive us (only the leader has a parent-death signal) and no
+    // report would be written. Both end the run as SIGTERM does.
+    let mut sighup = signal(SignalKind::hangup()).map_err(|source| RunError::Io {
+        what: "installing the SIGHUP handler",
+        source,
+    })?;
+    let mut sigquit = signal(SignalKind::quit()).map_err(|source| RunError::Io {
+        what: "installing the SIGQUIT handler",
         source,
     })?;
     let deadline = async {
@@ -211,6 +324,14 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             forwarded_signal = Some(libc::SIGINT);
             child.terminate_tree(grace).await
         }
+        _ = sighup.recv() => {
+            forwarded_signal = Some(libc::SIGHUP);
+            child.terminate_tree(grace).await
+        }
+        _ = sigquit.recv() => {
+            forwarded_signal = Some(libc::SIGQUIT);
+            child.terminate_tree(grace).await
+        }
     };
     // Whatever the command left behind dies with it; that also closes pipes held by
     // descendants, so the pumps below reach EOF.
@@ -223,18 +344,22 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     let join = |r: Result<std::io::Result<StreamStats>, tokio::task::JoinError>| {
         r.ok().and_then(|r| r.ok()).unwrap_or_default()
     };
-    let (out, err) = match drained {
-        Ok((o, e)) => (join(o), join(e)),
+    let (out, err, summary_needs_newline) = match drained {
+        Ok((o, e)) => {
+            let (o, e) = (join(o), join(e));
+            let open = e.open_line || (o.open_line && stdout_is_stderr());
+            (o, e, open)
+        }
         Err(_) => {
             survivors.extend(child.kill_tree());
             if survivors.is_empty() {
                 survivors.push(-1); // unknown holder of the pipes
             }
-            (StreamStats::default(), StreamStats::default())
+            // We stopped reading mid-stream: we cannot know where the last line ended.
+            (StreamStats::default(), StreamStats::default(), true)
         }
     };
     drop(child);
-    drop(scratch);
 
     let cx = Context {
         timed_out,
@@ -269,7 +394,12 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         layers: sandbox.layers().to_vec(),
     };
     if !args.quiet {
-        eprintln!("{}", report.summary());
+        // The summary starts a line of its own, so that a child's unterminated last line
+        // cannot pass for (part of) it. --report-json remains the machine-readable truth.
+        // Not eprintln!: after SIGHUP our stderr may be a hung-up terminal, and a failed
+        // write must not turn into a panic.
+        let nl = if summary_needs_newline { "\n" } else { "" };
+        let _ = writeln!(std::io::stderr(), "{nl}{}", report.summary());
     }
     if let Some(path) = &args.report_json {
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
@@ -278,5 +408,11 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             source,
         })?;
     }
+    // Only now, with the report out, remove the scratch tree: on a deep or wide tree that can
+    // take far longer than the run's --timeout (37 s was seen), and nothing of the run's
+    // outcome may wait for it. std's remove_dir_all walks by fd and never follows a symlink.
+    crate::pause::point("scratch-remove");
+    drop(scratch);
+    drop(lease);
     Ok(exit_code)
 }

@@ -207,19 +207,40 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
                 id.uid, id.gid
             ),
         }),
-        (0, None) => degrade("identity", "running as root with no target uid".into(), &mut layers)?,
+        (0, None) => degrade(
+            "identity",
+            "running as root with no target uid".into(),
+            &mut layers,
+        )?,
         (uid, Some(id)) if id.uid != uid => degrade(
             "identity",
             format!("not root (uid {uid}): cannot switch to uid {}", id.uid),
             &mut layers,
         )?,
-        (uid, _) => layers.push(LayerStatus {
-            layer: "identity",
-            status: Enforcement::Enforced,
-            detail: format!(
-                "not root: child keeps uid {uid} (files of this uid are guarded by Landlock only); capabilities cleared, no_new_privs"
-            ),
-        }),
+        (uid, _) => {
+            // Not root: setgroups needs CAP_SETGID, so the child inherits every supplementary
+            // group we hold. Pathname unix sockets are not checked by Landlock ABI 7, so a
+            // member of e.g. `docker` reaches /var/run/docker.sock: that is not "enforced".
+            let groups = identity::supplementary_groups();
+            if groups.is_empty() {
+                layers.push(LayerStatus {
+                    layer: "identity",
+                    status: Enforcement::Enforced,
+                    detail: format!(
+                        "not root: child keeps uid {uid} (files of this uid are guarded by Landlock only), no supplementary groups; capabilities cleared, no_new_privs"
+                    ),
+                })
+            } else {
+                degrade(
+                    "identity",
+                    format!(
+                        "not root (uid {uid}): the child would keep the supplementary groups {}, which only root can drop",
+                        identity::describe_groups(&groups)
+                    ),
+                    &mut layers,
+                )?
+            }
+        }
     }
 
     // cgroup (pids, memory, tree kill).
