@@ -60,6 +60,13 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     pub quiet: bool,
 
+    /// Give the child a fresh pseudo-terminal (stdin, stdout and stderr, its controlling
+    /// terminal) instead of pipes. When our stdin is a terminal it is put in raw mode for the
+    /// run and restored on every exit (normal, signal, timeout). Without --tty the child's
+    /// stdin is always a pipe we feed, never our own terminal.
+    #[arg(long)]
+    pub tty: bool,
+
     /// When we are root and no --uid is given: the uids that concurrent runs take one each
     /// (held by a lock under /run for the run's lifetime), so one run cannot drain the per-uid
     /// kernel budgets (inotify instances, queued signals, ...) of another. The default lies

@@ -576,3 +576,79 @@ fn a_bad_uid_range_is_a_usage_error() {
         assert_eq!(r.code(), 2, "--uid-range {bad}: {}", r.stderr());
     }
 }
+
+/// `run --tty` with the test's own pty as the caller's terminal; `end` ends the run once the
+/// child has started: returns the exit code, and whether the caller's terminal was raw during
+/// the run and is as before afterwards.
+fn tty_run(extra: &[&str], script: &str, end: impl FnOnce(&Child, &Path)) -> (Option<i32>, String) {
+    let wd = Workdir::new();
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let _master = pty.master;
+    let before = tty_state(slave.as_raw_fd());
+    let mut c = Command::new(BIN)
+        .args(["run", "-q", "--tty", "--workdir"])
+        .arg(wd.path())
+        .args(extra)
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(wd.path())
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_file(&wd.path().join("ready"), 20),
+        "the child never started"
+    );
+    let during = tty_state(slave.as_raw_fd());
+    assert_eq!(
+        during.termios.c_lflag & (libc::ICANON | libc::ECHO | libc::ISIG),
+        0,
+        "the caller's terminal is not raw while --tty runs"
+    );
+    end(&c, wd.path());
+    let st = wait_exit(&mut c, 20).expect("run --tty did not exit");
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let after = tty_state(slave.as_raw_fd());
+    assert!(
+        same_termios(&before.termios, &after.termios),
+        "the caller's termios were not restored (exit {st:?}, output {out:?})"
+    );
+    assert_eq!(after.ldisc, before.ldisc);
+    assert_eq!(after.excl, 0);
+    assert_eq!(
+        after.flags & libc::O_NONBLOCK,
+        before.flags & libc::O_NONBLOCK
+    );
+    (st.code(), out)
+}
+
+#[test]
+fn tty_gives_a_fresh_pty_and_restores_the_callers_terminal() {
+    // The child wrecks its own terminal: none of it reaches the caller's.
+    let script = "python3 -c 'import os,sys; print(\"tty\", os.isatty(0), os.isatty(1), os.isatty(2))'; \
+                  stty -echo raw; touch ready; while [ ! -e release ]; do sleep 0.01; done; echo bye";
+    let (code, out) = tty_run(&[], script, |_, wd| {
+        std::fs::write(wd.join("release"), b"").unwrap()
+    });
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("tty True True True"), "{out:?}");
+    assert!(out.contains("bye"), "{out:?}");
+}
+
+#[test]
+fn tty_restores_the_callers_terminal_after_a_timeout() {
+    let (code, out) = tty_run(&["--timeout", "1"], "touch ready; exec sleep 30", |_, _| {});
+    assert_eq!(code, Some(124), "{out}");
+}
+
+#[test]
+fn tty_restores_the_callers_terminal_after_a_signal() {
+    let (code, out) = tty_run(&[], "touch ready; exec sleep 30", |c, _| {
+        // SAFETY: kill with the pid of our child and a valid signal number.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGTERM) }, 0);
+    });
+    assert_eq!(code, Some(128 + libc::SIGTERM), "{out}");
+}

@@ -156,6 +156,18 @@ fn feed_stdin() -> Result<OwnedFd, RunError> {
     Ok(r)
 }
 
+/// Block in poll(2) until `fd` is ready for `events`.
+fn wait_ready(fd: i32, events: libc::c_short) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd on our stack.
+    unsafe { libc::poll(&mut pfd, 1, -1) };
+}
+
+/// Copy our stdin to `w` until EOF on either side. `w` may be non-blocking (a pty master).
 fn copy_stdin(w: OwnedFd) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -170,13 +182,7 @@ fn copy_stdin(w: OwnedFd) {
                 // The caller's stdin may be non-blocking (the flag belongs to its open file
                 // description, which we must not change): wait for it instead.
                 libc::EAGAIN => {
-                    let mut pfd = libc::pollfd {
-                        fd: 0,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: poll on one pollfd on our stack.
-                    unsafe { libc::poll(&mut pfd, 1, -1) };
+                    wait_ready(0, libc::POLLIN);
                     continue;
                 }
                 // EBADF (no stdin at all), EIO (a hung-up terminal): the child sees EOF.
@@ -188,14 +194,76 @@ fn copy_stdin(w: OwnedFd) {
             // SAFETY: write from our buffer to our pipe end.
             let m = unsafe { libc::write(w.as_raw_fd(), data.as_ptr().cast(), data.len()) };
             if m < 0 {
-                if crate::sandbox::errno() == libc::EINTR {
-                    continue;
+                match crate::sandbox::errno() {
+                    libc::EINTR => continue,
+                    libc::EAGAIN => {
+                        wait_ready(w.as_raw_fd(), libc::POLLOUT);
+                        continue;
+                    }
+                    _ => return, // EPIPE, EIO: nobody reads any more
                 }
-                return; // EPIPE: nobody reads any more
             }
             data = &data[m as usize..];
         }
     }
+}
+
+/// Our terminal's settings while `--tty` runs; put back on drop, so every way out of `run`
+/// (the child's exit, a signal, the timeout, an error) restores them.
+struct RawTerminal {
+    saved: libc::termios,
+}
+
+impl RawTerminal {
+    /// Raw mode on our stdin when it is a terminal, so that keys (^C, ^Z, ^\\) reach the
+    /// child's pty instead of signalling us; `None` when stdin is no terminal.
+    fn enter() -> Result<Option<RawTerminal>, RunError> {
+        // SAFETY: isatty/tcgetattr/tcsetattr on fd 0 with termios values on our stack.
+        unsafe {
+            if libc::isatty(0) != 1 {
+                return Ok(None);
+            }
+            let mut saved: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut saved) != 0 {
+                return Err(RunError::Io {
+                    what: "reading the terminal's settings",
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            let mut raw = saved;
+            libc::cfmakeraw(&mut raw);
+            if libc::tcsetattr(0, libc::TCSANOW, &raw) != 0 {
+                return Err(RunError::Io {
+                    what: "putting the terminal in raw mode",
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            Ok(Some(RawTerminal { saved }))
+        }
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        // SAFETY: tcsetattr on fd 0 with the settings read in `enter`.
+        if unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.saved) } != 0 {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "could not restore the terminal");
+        }
+    }
+}
+
+/// Our terminal's size, for the child's pty (80x24 when we have none).
+fn our_winsize() -> (u32, u32) {
+    for fd in [0, 1, 2] {
+        // SAFETY: TIOCGWINSZ fills a winsize on our stack.
+        unsafe {
+            let mut ws: libc::winsize = std::mem::zeroed();
+            if libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) == 0 && ws.ws_col > 0 {
+                return (u32::from(ws.ws_col), u32::from(ws.ws_row));
+            }
+        }
+    }
+    (80, 24)
 }
 
 /// Whether our stdout and stderr are the same file (a terminal, say): then the child's
@@ -263,23 +331,69 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
     }
 
-    let mut child = sandbox.spawn(SpawnSpec {
-        argv: args.command.clone(),
-        env,
-        cwd: None,
-        stdin: Stdio::Fd(feed_stdin()?),
-        stdout: Stdio::Piped,
-        stderr: Stdio::Piped,
-        controlling_tty: false,
-    })?;
-
     let cap = args.max_output;
-    let out_r = child.stdout.take().expect("stdout is piped");
-    let err_r = child.stderr.take().expect("stderr is piped");
-    let out_task =
-        tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), cap, "stdout").await });
-    let err_task =
-        tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), cap, "stderr").await });
+    let (mut child, out_task, err_task, raw_terminal) = if args.tty {
+        let (cols, rows) = our_winsize();
+        let (master, slave) =
+            crate::gateway::ssh::pty::open(cols, rows).map_err(|source| RunError::Io {
+                what: "allocating a pty",
+                source,
+            })?;
+        let child = sandbox.spawn(SpawnSpec {
+            argv: args.command.clone(),
+            env,
+            cwd: None,
+            stdin: Stdio::Fd(slave.stdin),
+            stdout: Stdio::Fd(slave.stdout),
+            stderr: Stdio::Fd(slave.stderr),
+            controlling_tty: true,
+        })?;
+        // Raw mode only once the child runs, and undone by drop on every way out.
+        let raw = RawTerminal::enter()?;
+        let writer = master.dup_fd().map_err(|source| RunError::Io {
+            what: "duplicating the pty master",
+            source,
+        })?;
+        std::thread::Builder::new()
+            .name("stdin-feeder".into())
+            .spawn(move || copy_stdin(writer))
+            .map_err(|source| RunError::Io {
+                what: "starting the stdin thread",
+                source,
+            })?;
+        // The pty carries stdout and stderr together: one stream, capped as stdout.
+        let (mut w, r) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n @ 1..) = master.read(&mut buf).await {
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let out_task =
+            tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), cap, "stdout").await });
+        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
+        (child, out_task, err_task, raw)
+    } else {
+        let mut child = sandbox.spawn(SpawnSpec {
+            argv: args.command.clone(),
+            env,
+            cwd: None,
+            stdin: Stdio::Fd(feed_stdin()?),
+            stdout: Stdio::Piped,
+            stderr: Stdio::Piped,
+            controlling_tty: false,
+        })?;
+        let out_r = child.stdout.take().expect("stdout is piped");
+        let err_r = child.stderr.take().expect("stderr is piped");
+        let out_task =
+            tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), cap, "stdout").await });
+        let err_task =
+            tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), cap, "stderr").await });
+        (child, out_task, err_task, None)
+    };
 
     let grace = Duration::from_secs_f64(args.kill_grace);
     let timeout = args.timeout.map(Duration::from_secs_f64);
@@ -360,6 +474,8 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         }
     };
     drop(child);
+    // Our terminal is itself again before we print anything of our own.
+    drop(raw_terminal);
 
     let cx = Context {
         timed_out,
