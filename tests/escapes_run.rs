@@ -652,3 +652,75 @@ fn tty_restores_the_callers_terminal_after_a_signal() {
     });
     assert_eq!(code, Some(128 + libc::SIGTERM), "{out}");
 }
+
+#[test]
+fn a_later_run_takes_over_what_an_earlier_run_left_and_nothing_else() {
+    if !require_root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let wd = Workdir::new();
+    // Root's own directory, reachable from the workdir only through a link the run plants.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("f"), b"root's").unwrap();
+    let r = run(
+        &wd,
+        &[],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "mkdir -p sub/deeper && echo one > sub/deeper/f && ln -s {} link",
+                outside.path().display()
+            ),
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    // A file of someone else in the workdir keeps its owner.
+    std::fs::write(wd.path().join("users"), b"x").unwrap();
+    std::os::unix::fs::chown(wd.path().join("users"), Some(4242), Some(4242)).unwrap();
+
+    let r = run(
+        &wd,
+        &[],
+        &["/bin/sh", "-c", "echo two >> sub/deeper/f && id -u"],
+    );
+    assert_eq!(
+        r.code(),
+        0,
+        "the second run could not write the first run's file: {}",
+        r.stderr()
+    );
+    let uid: u32 = r.stdout().trim().parse().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(wd.path().join("sub/deeper/f")).unwrap(),
+        "one\ntwo\n"
+    );
+    for p in ["", "sub", "sub/deeper", "sub/deeper/f"] {
+        let m = std::fs::symlink_metadata(wd.path().join(p)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, uid), "{p:?}");
+    }
+    let m = std::fs::metadata(outside.path()).unwrap();
+    assert_eq!(
+        m.uid(),
+        0,
+        "the hand-over followed the link to a root-owned directory"
+    );
+    assert_eq!(
+        std::fs::metadata(outside.path().join("f")).unwrap().uid(),
+        0
+    );
+    assert_eq!(
+        std::fs::metadata(wd.path().join("users")).unwrap().uid(),
+        4242
+    );
+
+    // A directory that belongs to a real user is never given away.
+    let users = Workdir {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    std::os::unix::fs::chown(users.path(), Some(4242), Some(4242)).unwrap();
+    let r = run(&users, &[], &["/bin/true"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert_eq!(std::fs::metadata(users.path()).unwrap().uid(), 4242);
+}

@@ -361,7 +361,12 @@ pub fn hand_over_dir(
         )
     };
     if fd < 0 {
-        return Err(err(std::io::Error::last_os_error()));
+        // ELOOP: the workdir's last component is a symlink. Nothing is handed over through a
+        // link; whether such a workdir may be granted at all is the filesystem policy's call.
+        return match crate::sandbox::errno() {
+            libc::ELOOP => Ok(false),
+            e => Err(err(std::io::Error::from_raw_os_error(e))),
+        };
     }
     // SAFETY: fd was just opened and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -437,11 +442,13 @@ fn hand_over_below(
             continue;
         }
         let ours = st.st_uid == uid && st.st_gid == gid;
-        // SAFETY: fchownat relative to the directory's fd, never following a symlink.
-        if !ours
-            && unsafe { libc::fchownat(dfd, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
-                != 0
-        {
+        let rc = if ours {
+            0
+        } else {
+            // SAFETY: fchownat relative to the directory's fd, never following a symlink.
+            unsafe { libc::fchownat(dfd, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
+        };
+        if rc != 0 {
             result = Err(std::io::Error::last_os_error());
             break;
         }
