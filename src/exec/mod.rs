@@ -47,7 +47,7 @@ pub enum RunError {
     },
     #[error("{0}")]
     Usage(String),
-    #[error("choosing the run's uid: {0}")]
+    #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
 }
 

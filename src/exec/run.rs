@@ -299,15 +299,6 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             uid: lease.uid,
             gid: lease.uid,
         });
-        let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
-        let handed = identity::hand_over_dir(&policy.fs.workdir, lease.uid, lease.uid, &owners)
-            .map_err(RunError::Identity)?;
-        if !handed {
-            tracing::info!(
-                workdir = %policy.fs.workdir.display(),
-                "the workdir belongs to neither nobody nor a uid of --uid-range: it keeps its owner"
-            );
-        }
         Some(lease)
     } else {
         None
@@ -327,6 +318,20 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     )?;
     let limits = policy.limits.clone();
     let sandbox = Sandbox::new(policy)?;
+    // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
+    // workdir has passed the filesystem policy's checks.
+    if let Some(lease) = &lease {
+        let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
+        let workdir = &sandbox.policy().fs.workdir;
+        let handed = identity::hand_over_dir(workdir, lease.uid, lease.uid, &owners)
+            .map_err(RunError::Identity)?;
+        if !handed {
+            tracing::info!(
+                workdir = %workdir.display(),
+                "the workdir belongs to neither nobody nor a uid of --uid-range: it keeps its owner"
+            );
+        }
+    }
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
     }
