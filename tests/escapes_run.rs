@@ -3,6 +3,7 @@
 //! report, and a uid per concurrent run. Every test drives the real binary.
 
 mod common;
+mod support;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -723,4 +724,44 @@ fn a_later_run_takes_over_what_an_earlier_run_left_and_nothing_else() {
     let r = run(&users, &[], &["/bin/true"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert_eq!(std::fs::metadata(users.path()).unwrap().uid(), 4242);
+}
+
+/// `serve`: SIGHUP stops the supervisor as SIGTERM does (terminate the exec, report its
+/// status, exit 0), instead of killing it with the exec's tree left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_handles_sighup_like_sigterm() {
+    use support::{AuthMode, SupOpts, Supervisor, TestGateway, exec_collect};
+    let long = Duration::from_secs(60);
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec!["--shutdown-grace".into(), "2".into()],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let marker = sup.workdir.join("started");
+    let st = gw.state.clone();
+    let req = gw.request(&[
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 1000", marker.display()),
+    ]);
+    let running = tokio::spawn(async move { exec_collect(st, req).await });
+    let deadline = Instant::now() + long;
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "exec never started:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sup.signal(libc::SIGHUP);
+    let r = running.await.unwrap();
+    assert_eq!(r.exit, Some(143), "{r:?}\n{}", sup.log());
+    let status = sup.wait_exit(long).await;
+    assert_eq!(status.code(), Some(0), "{}", sup.log());
+    assert!(sup.log().contains("SIGHUP: shutting down"), "{}", sup.log());
 }
