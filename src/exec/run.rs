@@ -161,6 +161,24 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
     }
 
+    // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
+    // the end could by then be the child's symlink (root overwrites what it points to) or its
+    // FIFO (the supervisor blocks forever). See `Walker::open_output`.
+    let report_file = match &args.report_json {
+        Some(p) => Some(
+            sandbox
+                .policy()
+                .fs
+                .walker()
+                .open_output(p)
+                .map_err(|source| RunError::ReportJson {
+                    path: p.clone(),
+                    source: Box::new(source),
+                })?,
+        ),
+        None => None,
+    };
+
     let mut child = sandbox.spawn(SpawnSpec {
         argv: args.command.clone(),
         env,
@@ -271,12 +289,15 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     if !args.quiet {
         eprintln!("{}", report.summary());
     }
-    if let Some(path) = &args.report_json {
+    if let Some(file) = &report_file {
+        use std::os::unix::fs::FileExt;
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
-        std::fs::write(path, json).map_err(|source| RunError::Io {
-            what: "writing --report-json",
-            source,
-        })?;
+        file.set_len(0)
+            .and_then(|()| file.write_all_at(&json, 0))
+            .map_err(|source| RunError::Io {
+                what: "writing --report-json",
+                source,
+            })?;
     }
     Ok(exit_code)
 }

@@ -4,6 +4,7 @@
 
 mod fs;
 mod size;
+pub mod walk;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -87,11 +88,20 @@ pub enum PolicyError {
     },
     #[error("workdir {0} is not a directory")]
     WorkdirNotDir(PathBuf),
-    #[error("path {path} given with --{flag}: {source}")]
-    ExtraPath {
+    #[error("--{flag} {path}: {source}")]
+    GrantRoot {
         flag: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        source: Box<walk::WalkError>,
+    },
+    #[error(
+        "--{flag} {path}: read-write on {resolved} would cover the system directory {system}; refused"
+    )]
+    SystemWrite {
+        flag: &'static str,
+        path: PathBuf,
+        resolved: PathBuf,
+        system: PathBuf,
     },
     #[error("path {path} is both granted (--{flag}) and denied; a denied path cannot be granted")]
     GrantedSecret { flag: &'static str, path: PathBuf },
@@ -175,6 +185,8 @@ impl Policy {
             }),
             (None, None) => None,
         };
+        // A non-root supervisor cannot switch: its child keeps our own uid and gid.
+        fs.sandbox_identity = if root { identity } else { None };
         let policy = Policy {
             fs,
             network: args.network.into(),
