@@ -123,6 +123,45 @@ fn symlinked_ro_and_rw_roots_are_refused_naming_the_link() {
     }
 }
 
+/// serve (`openshell-sandbox --workdir DIR [MAIN...]`, here without a gateway: the main
+/// process only) builds its policy the same way: a symlinked workdir is refused before the main
+/// process starts.
+#[test]
+fn serve_symlinked_workdir_is_refused_naming_the_link() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let outside = open_outside_dir();
+    let link = wd.path().join("project");
+    symlink(outside.path(), &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    let pwned = outside.path().join("pwned");
+    let child = Command::new(BIN)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .arg("--workdir")
+        .arg(&link)
+        .args(["sh", "-c", &format!("echo x > {}", pwned.display())])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(child, 30).expect("serve did not exit");
+    assert!(
+        !pwned.exists(),
+        "serve's main process wrote through the link"
+    );
+    let err = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("symlink {}", link.display())),
+        "{err}"
+    );
+    assert!(err.contains("owned by uid 65534"), "{err}");
+}
+
 /// With `--uid 0` the child owns every root-owned directory it is granted: a link it leaves in
 /// a root-owned workdir is root-owned too. Before the fix run 2 followed it and wrote a
 /// root-owned file in the root-owned 0755 directory it pointed to.
