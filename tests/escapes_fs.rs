@@ -177,6 +177,17 @@ fn uid0_symlinked_workdir_in_a_root_owned_tree_is_refused() {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
     chmod(base.path(), 0o755);
+    let trusted_chain = base.path().ancestors().all(|d| {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(d).unwrap();
+        m.uid() == 0 && m.mode() & 0o022 == 0
+    });
+    if !common::require(
+        trusted_chain,
+        "CARGO_TARGET_TMPDIR below root-owned directories without group or other write",
+    ) {
+        return;
+    }
     let work = base.path().join("work");
     let victim = base.path().join("victim");
     for d in [&work, &victim] {
@@ -203,6 +214,8 @@ fn uid0_symlinked_workdir_in_a_root_owned_tree_is_refused() {
         err.contains(&format!("symlink {}", link.display())),
         "{err}"
     );
+    // Refused for the owner-write rule alone: for uid 65534 the same link would be trusted.
+    assert!(err.contains("writable by the sandbox uid 0"), "{err}");
 }
 
 /// Root-owned links in root-owned, non-writable directories are still followed: `/lib ->
