@@ -295,7 +295,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     let lease = if root && args.policy.uid.is_none() && args.policy.gid.is_none() {
         let lease =
             UidLease::take(args.uid_range.start, args.uid_range.end).map_err(RunError::Identity)?;
-        policy.identity = Some(Identity {
+        policy.set_identity(Identity {
             uid: lease.uid,
             gid: lease.uid,
         });
@@ -335,6 +335,24 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
     }
+
+    // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
+    // the end could by then be the child's symlink (root overwrites what it points to) or its
+    // FIFO (the supervisor blocks forever). See `Walker::open_output`.
+    let report_file = match &args.report_json {
+        Some(p) => Some(
+            sandbox
+                .policy()
+                .fs
+                .walker()
+                .open_output(p)
+                .map_err(|source| RunError::ReportJson {
+                    path: p.clone(),
+                    source: Box::new(source),
+                })?,
+        ),
+        None => None,
+    };
 
     let cap = args.max_output;
     let (mut child, out_task, err_task, raw_terminal) = if args.tty {
@@ -522,12 +540,15 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         let nl = if summary_needs_newline { "\n" } else { "" };
         let _ = writeln!(std::io::stderr(), "{nl}{}", report.summary());
     }
-    if let Some(path) = &args.report_json {
+    if let Some(file) = &report_file {
+        use std::os::unix::fs::FileExt;
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
-        std::fs::write(path, json).map_err(|source| RunError::Io {
-            what: "writing --report-json",
-            source,
-        })?;
+        file.set_len(0)
+            .and_then(|()| file.write_all_at(&json, 0))
+            .map_err(|source| RunError::Io {
+                what: "writing --report-json",
+                source,
+            })?;
     }
     // Only now, with the report out, remove the scratch tree: on a deep or wide tree that can
     // take far longer than the run's --timeout (37 s was seen), and nothing of the run's

@@ -4,6 +4,7 @@
 
 mod fs;
 mod size;
+pub mod walk;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -87,11 +88,20 @@ pub enum PolicyError {
     },
     #[error("workdir {0} is not a directory")]
     WorkdirNotDir(PathBuf),
-    #[error("path {path} given with --{flag}: {source}")]
-    ExtraPath {
+    #[error("--{flag} {path}: {source}")]
+    GrantRoot {
         flag: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        source: Box<walk::WalkError>,
+    },
+    #[error(
+        "--{flag} {path}: read-write on {resolved} would cover the system directory {system}; refused"
+    )]
+    SystemWrite {
+        flag: &'static str,
+        path: PathBuf,
+        resolved: PathBuf,
+        system: PathBuf,
     },
     #[error("path {path} is both granted (--{flag}) and denied; a denied path cannot be granted")]
     GrantedSecret { flag: &'static str, path: PathBuf },
@@ -106,6 +116,14 @@ pub enum PolicyError {
 }
 
 impl Policy {
+    /// Change the sandbox identity after construction (e.g. `run`'s per-run uid). The
+    /// filesystem policy keeps its own copy, for the symlink rule of the grant walk, so the two
+    /// must always be set together.
+    pub fn set_identity(&mut self, id: Identity) {
+        self.identity = Some(id);
+        self.fs.sandbox_identity = Some(id);
+    }
+
     /// Check the policy for contradictions before anything is prepared.
     pub fn validate(&self) -> Result<(), PolicyError> {
         // RLIM_INFINITY is u64::MAX; a "limit" that large would silently mean "unlimited".
@@ -175,6 +193,8 @@ impl Policy {
             }),
             (None, None) => None,
         };
+        // A non-root supervisor cannot switch: its child keeps our own uid and gid.
+        fs.sandbox_identity = if root { identity } else { None };
         let policy = Policy {
             fs,
             network: args.network.into(),
