@@ -21,6 +21,8 @@ mod wire;
 mod yaml;
 
 #[cfg(test)]
+mod map_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
@@ -198,49 +200,48 @@ pub const LOCAL_POLICY_PATHS: [&str; 2] =
     ["/etc/openshell/policy.yaml", "/etc/navigator/policy.yaml"];
 
 /// Where a local policy came from.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocalSource {
-    /// The first of [`LOCAL_POLICY_PATHS`] that exists, parsed.
+    /// The first of the paths that exists, parsed.
     File(PathBuf),
     /// No file exists: [`default_policy`].
     Default,
-    /// The first existing file could not be read or parsed: [`default_policy`], as OpenShell
-    /// does. The error is for the log.
-    Unparsable { path: PathBuf, error: YamlError },
+}
+
+/// A local policy file exists and cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("local policy {}: {source}", path.display())]
+pub struct LocalPolicyError {
+    pub path: PathBuf,
+    pub source: YamlError,
 }
 
 /// The local fallback of §11.5: the first existing file of `paths` (normally
-/// [`LOCAL_POLICY_PATHS`]), else the default policy; an unreadable or unparsable file also
-/// gives the default policy. The default is the restrictive one, so neither fallback widens
-/// anything.
-pub fn load_local(paths: &[&Path]) -> (SandboxPolicy, LocalSource) {
+/// [`LOCAL_POLICY_PATHS`]), else [`default_policy`].
+///
+/// OpenShell also falls back to the default when the file cannot be parsed; we refuse
+/// instead. The default may grant more than the file meant to (it lists /etc, /opt ...), and a
+/// policy that was asked for and cannot be read must not be silently replaced by a wider one.
+pub fn load_local(paths: &[&Path]) -> Result<(SandboxPolicy, LocalSource), LocalPolicyError> {
     for path in paths {
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                return match from_yaml(&text) {
-                    Ok(p) => (p, LocalSource::File(path.to_path_buf())),
-                    Err(error) => (
-                        default_policy(),
-                        LocalSource::Unparsable {
-                            path: path.to_path_buf(),
-                            error,
-                        },
-                    ),
-                };
-            }
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                return (
-                    default_policy(),
-                    LocalSource::Unparsable {
-                        path: path.to_path_buf(),
-                        error: YamlError::Read(e),
-                    },
-                );
+                return Err(LocalPolicyError {
+                    path: path.to_path_buf(),
+                    source: YamlError::Read(e),
+                });
             }
-        }
+        };
+        return from_yaml(&text)
+            .map(|p| (p, LocalSource::File(path.to_path_buf())))
+            .map_err(|source| LocalPolicyError {
+                path: path.to_path_buf(),
+                source,
+            });
     }
-    (default_policy(), LocalSource::Default)
+    Ok((default_policy(), LocalSource::Default))
 }
 
 /// Read-only paths of OpenShell's restrictive default (§11.6), in its order.

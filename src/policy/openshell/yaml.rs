@@ -13,13 +13,13 @@ pub enum YamlError {
     /// Syntax, an unknown or duplicate key, a missing `version`, a wrong type. The parser's
     /// message names the key and the line.
     #[error("policy YAML: {0}")]
-    Parse(#[from] serde_saphyr::Error),
+    Parse(#[source] Box<serde_saphyr::Error>),
     #[error("policy YAML: {key}: `port` and `ports` are exclusive; give one")]
     PortAndPorts { key: String },
     #[error("policy YAML: cannot read the file: {0}")]
     Read(#[source] std::io::Error),
     #[error("policy YAML: cannot write: {0}")]
-    Serialize(#[from] serde_saphyr::SerializeError),
+    Serialize(#[source] Box<serde_saphyr::SerializeError>),
 }
 
 /// Decode OpenShell's policy YAML.
@@ -28,7 +28,8 @@ pub fn from_yaml(text: &str) -> Result<SandboxPolicy, YamlError> {
     // string that silently became `true` (include_workdir: "on") is the kind of surprise a
     // policy must not have.
     let options = serde_saphyr::options! { strict_booleans: true };
-    let policy: SandboxPolicy = serde_saphyr::from_str_with_options(text, options)?;
+    let policy: SandboxPolicy = serde_saphyr::from_str_with_options(text, options)
+        .map_err(|e| YamlError::Parse(Box::new(e)))?;
     for (key, rule) in &policy.network_policies {
         for (i, ep) in rule.endpoints.iter().enumerate() {
             if ep.port != 0 && !ep.ports.is_empty() {
@@ -44,5 +45,5 @@ pub fn from_yaml(text: &str) -> Result<SandboxPolicy, YamlError> {
 /// Encode the model as policy YAML (what `policy get` prints). The opaque L7 keys and
 /// `network_middlewares` are not written: the model does not hold their values.
 pub fn to_yaml(policy: &SandboxPolicy) -> Result<String, YamlError> {
-    Ok(serde_saphyr::to_string(policy)?)
+    serde_saphyr::to_string(policy).map_err(|e| YamlError::Serialize(Box::new(e)))
 }
