@@ -503,3 +503,17 @@ fn live_change_rules_of_11_7() {
     assert_eq!(check_live_change(&a, &b), Ok(()));
     assert_eq!(check_live_change(&b, &a), Ok(()));
 }
+
+#[test]
+fn to_proto_embeds_in_a_response_that_decodes_back() {
+    let m = default_policy();
+    let resp = pb::GetSandboxConfigResponse {
+        policy: Some(m.to_proto()),
+        version: 3,
+        ..Default::default()
+    };
+    let r = decode_config_response(&resp.encode_to_vec()).unwrap();
+    assert_eq!(r.version, 3);
+    assert_eq!(r.failure_mode, FailureMode::FailClosed);
+    assert_eq!(r.policy.unwrap(), Some(m));
+}

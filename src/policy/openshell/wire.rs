@@ -181,6 +181,15 @@ pub fn encode_policy(policy: &SandboxPolicy) -> Vec<u8> {
     to_proto(policy).encode_to_vec()
 }
 
+impl SandboxPolicy {
+    /// The prost form, for a message that embeds the policy (`UpdateConfigRequest`, the test
+    /// gateway's `GetSandboxConfigResponse`). Decoding goes the other way only through
+    /// [`decode_policy`] / [`decode_config_response`], which see unknown fields.
+    pub fn to_proto(&self) -> pb::SandboxPolicy {
+        to_proto(self)
+    }
+}
+
 /// Split the top level of a message into everything except field `number`, and the payloads
 /// of every occurrence of `number` (length-delimited) concatenated. For a message field that
 /// is exactly protobuf's rule: repeated occurrences merge, and merging is concatenation.
@@ -206,7 +215,7 @@ fn split_field(mut buf: &[u8], number: u32) -> Result<(Vec<u8>, Option<Vec<u8>>)
     Ok((rest, found))
 }
 
-pub(super) fn to_proto(p: &SandboxPolicy) -> pb::SandboxPolicy {
+fn to_proto(p: &SandboxPolicy) -> pb::SandboxPolicy {
     pb::SandboxPolicy {
         version: p.version,
         filesystem: p.filesystem.as_ref().map(|f| pb::FilesystemPolicy {
@@ -260,7 +269,7 @@ fn port(key: impl FnOnce() -> String, value: u32) -> Result<u16, ProtoError> {
     u16::try_from(value).map_err(|_| ProtoError::Port { key: key(), value })
 }
 
-pub(super) fn from_proto(p: pb::SandboxPolicy) -> Result<SandboxPolicy, ProtoError> {
+fn from_proto(p: pb::SandboxPolicy) -> Result<SandboxPolicy, ProtoError> {
     let mut network_policies = std::collections::BTreeMap::new();
     for (key, r) in p.network_policies {
         let mut endpoints = Vec::with_capacity(r.endpoints.len());
