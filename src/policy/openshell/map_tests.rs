@@ -429,3 +429,42 @@ fn from_args_without_a_file_is_unchanged() {
     assert_eq!(p.limits, crate::policy::Limits::default());
     assert!(!p.fs.system.is_empty());
 }
+
+#[test]
+fn proxy_baseline_is_added_only_with_a_network_rule_and_only_where_it_exists() {
+    let exists = |p: &std::path::Path| p != std::path::Path::new("/app");
+    let mut none = fs_policy(&["/opt".into()], &[], "");
+    assert!(!enrich_with_baseline(&mut none, &exists));
+    assert_eq!(none, fs_policy(&["/opt".into()], &[], ""));
+
+    let mut p = fs_policy(&["/opt".into()], &["/etc".into()], "");
+    p.network_policies
+        .insert("r".into(), NetworkPolicyRule::default());
+    assert!(enrich_with_baseline(&mut p, &exists));
+    let fs = p.filesystem.as_ref().unwrap();
+    assert_eq!(
+        fs.read_only,
+        ["/opt", "/usr", "/lib", "/var/log", "/proc", "/dev/urandom"],
+        "/etc stays read-write, /app does not exist"
+    );
+    assert_eq!(fs.read_write, ["/etc", "/tmp"]);
+    // A second pass has nothing to add, and the enriched policy is a live-change gain.
+    let before = p.clone();
+    assert!(!enrich_with_baseline(&mut p, &exists));
+    let mut orig = fs_policy(&["/opt".into()], &["/etc".into()], "");
+    orig.network_policies = before.network_policies.clone();
+    assert_eq!(check_live_change(&orig, &before), Ok(()));
+    // A policy without a filesystem section gets one.
+    let mut bare = SandboxPolicy {
+        version: 1,
+        network_policies: before.network_policies,
+        ..Default::default()
+    };
+    assert!(enrich_with_baseline(&mut bare, &exists));
+    assert!(
+        bare.filesystem
+            .unwrap()
+            .read_write
+            .contains(&"/tmp".to_string())
+    );
+}

@@ -306,6 +306,53 @@ pub fn default_policy() -> SandboxPolicy {
     }
 }
 
+/// OpenShell's proxy baseline (§11.6): added to a policy that has at least one network rule.
+pub const PROXY_BASELINE_READ_ONLY: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/etc",
+    "/app",
+    "/var/log",
+    "/proc",
+    "/dev/urandom",
+];
+/// The read-write part of the proxy baseline.
+pub const PROXY_BASELINE_READ_WRITE: &[&str] = &["/tmp"];
+
+/// Add the missing proxy-baseline paths, as the supervisor does before it loads a policy and
+/// syncs it back (§11.5 steps 2 and 3). Only when the policy has a network rule; only paths
+/// for which `exists` says yes; a path already in either list is left where it is (user paths
+/// are never removed or moved). Returns whether the policy changed, i.e. whether to sync it.
+///
+/// The GPU baseline is not applied: this sandbox grants no GPU devices (docs/policy.md).
+pub fn enrich_with_baseline(policy: &mut SandboxPolicy, exists: &dyn Fn(&Path) -> bool) -> bool {
+    if policy.network_policies.is_empty() {
+        return false;
+    }
+    let fs = policy
+        .filesystem
+        .get_or_insert_with(FilesystemPolicy::default);
+    let mut changed = false;
+    for (paths, write) in [
+        (PROXY_BASELINE_READ_ONLY, false),
+        (PROXY_BASELINE_READ_WRITE, true),
+    ] {
+        for p in paths {
+            let listed = fs.read_only.iter().chain(&fs.read_write).any(|l| l == p);
+            if listed || !exists(Path::new(p)) {
+                continue;
+            }
+            if write {
+                fs.read_write.push(p.to_string());
+            } else {
+                fs.read_only.push(p.to_string());
+            }
+            changed = true;
+        }
+    }
+    changed
+}
+
 /// Remove the gateway-composed `_provider_` rules, as the supervisor does before it syncs a
 /// local policy back with `UpdateConfig` (§11.5 step 2). Returns whether anything was removed.
 pub fn strip_provider_rules(policy: &mut SandboxPolicy) -> bool {
