@@ -153,6 +153,9 @@ fn yaml_refuses_missing_version_duplicates_loose_booleans_and_port_with_ports() 
         .to_string();
     assert!(e.to_lowercase().contains("duplicate"), "{e}");
     assert!(from_yaml("version: 1\nfilesystem_policy:\n  include_workdir: yes\n").is_err());
+    // A second document would be a second policy nobody reads: refused, not ignored.
+    assert!(from_yaml("version: 1\n---\nversion: 2\n").is_err());
+    assert!(from_yaml("").is_err());
     let e = from_yaml(
         "version: 1\nnetwork_policies:\n  r:\n    endpoints:\n      - host: a\n        port: 1\n        ports: [2]\n",
     )
