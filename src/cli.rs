@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::policy::{NetworkMode, ParseSizeError, parse_size};
+use crate::policy::{NetworkMode, ParseSizeError, PolicyFlags, parse_size};
 
 /// `openshell-sandbox run [OPTIONS] -- CMD [ARGS...]`
 #[derive(Debug, Parser)]
@@ -143,6 +143,28 @@ pub struct PolicyArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+}
+
+/// Every flag as given or defaulted. A caller that knows clap's value source should leave
+/// defaulted values `None` instead, so that they do not override a policy file.
+impl From<&PolicyArgs> for PolicyFlags {
+    fn from(a: &PolicyArgs) -> Self {
+        PolicyFlags {
+            workdir: a.workdir.clone(),
+            ro: a.ro.clone(),
+            rw: a.rw.clone(),
+            deny: a.deny.clone(),
+            network: Some(a.network.into()),
+            cpu: a.cpu,
+            memory: a.memory,
+            pids: Some(a.pids),
+            file_size: a.file_size,
+            open_files: Some(a.open_files),
+            uid: a.uid,
+            gid: a.gid,
+            allow_degraded: a.allow_degraded,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

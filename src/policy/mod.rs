@@ -2,13 +2,16 @@
 //! state; turning a policy into kernel objects is `sandbox::prepare`, and enforcing them is the
 //! last step, in the child (see `sandbox/mod.rs`).
 
+mod flags;
 mod fs;
+pub mod openshell;
 mod size;
 pub mod walk;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use flags::PolicyFlags;
 pub use fs::{FsPolicy, FsRule, PathAccess, default_secret_paths, expand_grants};
 pub use size::{ParseSizeError, parse_size};
 
@@ -159,13 +162,15 @@ impl Policy {
 }
 
 impl Policy {
-    /// Build the policy from command-line flags. `default_workdir` applies when `--workdir` is
-    /// absent; `extra_deny` adds paths (TLS, tokens) that must never be readable.
+    /// Build the policy from command-line flags alone (no policy file). `default_workdir`
+    /// applies when `--workdir` is absent; `extra_deny` adds paths (TLS, tokens) that must
+    /// never be readable. `cli::PolicyArgs` converts into [`PolicyFlags`].
     pub fn from_args(
-        args: &crate::cli::PolicyArgs,
+        args: impl Into<PolicyFlags>,
         default_workdir: &std::path::Path,
         extra_deny: Vec<PathBuf>,
     ) -> Result<Policy, PolicyError> {
+        let args: PolicyFlags = args.into();
         let workdir = args
             .workdir
             .clone()
@@ -197,14 +202,8 @@ impl Policy {
         fs.sandbox_identity = if root { identity } else { None };
         let policy = Policy {
             fs,
-            network: args.network.into(),
-            limits: Limits {
-                cpu_secs: args.cpu,
-                memory_bytes: args.memory,
-                pids: args.pids,
-                file_size_bytes: args.file_size,
-                open_files: args.open_files,
-            },
+            network: args.network.unwrap_or(NetworkMode::None),
+            limits: args.limits(),
             identity,
             allow_degraded: args.allow_degraded,
         };
