@@ -241,7 +241,7 @@ fn reference(mode: NetworkMode, d: &Data) -> Want {
         || (nr == libc::SYS_personality && lo(0) != 0 && lo(0) != 0xffff_ffff)
         || ((nr == libc::SYS_socket || nr == libc::SYS_socketpair) && family_refused())
         || (PID_ZERO_ONLY.contains(&nr) && lo(0) != 0)
-        || (nr == libc::SYS_setpriority && (lo(0) != libc::PRIO_PROCESS as u32 || lo(1) != 0))
+        || (nr == libc::SYS_setpriority && (lo(0) != libc::PRIO_PROCESS || lo(1) != 0))
         || (nr == libc::SYS_ioprio_set && (lo(0) != IOPRIO_WHO_PROCESS || lo(1) != 0))
         || (nr == libc::SYS_prlimit64 && lo(0) != 0 && d.args[2] != 0);
     if denied {
@@ -331,8 +331,8 @@ fn call_in_child(filter: Option<&[sock_filter]>, nr: u32, args: [u64; 6]) -> Ans
     let mut msg = [0i64; 2];
     // SAFETY: reading at most 16 bytes into `msg`.
     let n = unsafe { libc::read(p[0], msg.as_mut_ptr().cast(), 16) };
-    // SAFETY: closing the read end; waiting for our own child.
     let mut st = 0;
+    // SAFETY: closing the read end; waiting for our own child.
     unsafe {
         libc::close(p[0]);
         libc::waitpid(pid, &mut st, 0);
@@ -724,8 +724,8 @@ fn arg() -> impl Strategy<Value = u64> {
             libc::SIGCHLD as u32,
             (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND) as u32,
             0x0040_0000, // READ_IMPLIES_EXEC
-            libc::PRIO_USER as u32,
-            libc::PRIO_PGRP as u32,
+            libc::PRIO_USER,
+            libc::PRIO_PGRP,
             IOPRIO_WHO_USER,
         ]),
         any::<u32>(),

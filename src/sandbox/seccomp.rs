@@ -7,8 +7,10 @@
 //!    few instructions (a foreign architecture, the x32 table, clone3 answered with ENOSYS, the
 //!    CLONE_NEW* flags of clone and unshare), then
 //! 2. a hand-written binary search over the syscall numbers that have rules: EPERM at once for
-//!    the syscalls denied outright, allow for every number without a rule, and for the rest
-//! 3. seccompiler's compiled rule chain, which returns EPERM for every matching rule and
+//!    the syscalls denied outright, allow for every number without a rule, otherwise a jump to
+//! 3. the hand-written argument checks (`Block`) that several syscalls share (socket families;
+//!    scheduling, I/O priority and prlimit64 only on the caller), or, for ioctl and personality,
+//! 4. seccompiler's compiled rule chain, which returns EPERM for every matching rule and
 //!    allows everything else.
 //!
 //! Default-allow is deliberate: the filter removes kernel attack surface and escape routes;
@@ -337,11 +339,7 @@ fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
     // IOPRIO_WHO_PGRP its process group.
     let setpriority = vec![
         ld(arg(0, false)),
-        jeq(
-            libc::PRIO_PROCESS as u32,
-            Target::Block(Block::WhoZero),
-            Deny,
-        ),
+        jeq(libc::PRIO_PROCESS, Target::Block(Block::WhoZero), Deny),
     ];
     let ioprio_set = vec![
         ld(arg(0, false)),
