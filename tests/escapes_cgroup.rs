@@ -77,6 +77,46 @@ fn groups_of(pid: u32) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// Remove what a supervisor whose containment failed had to leave behind (its groups could
+/// not be emptied while the daemon lived), once the test has killed the daemon.
+fn remove_groups_of(pid: u32) {
+    let own_memory = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.split(':').nth(1) == Some("memory"))
+                .and_then(|l| l.splitn(3, ':').nth(2).map(|p| p.trim_start_matches('/').to_string()))
+        });
+    let mut parents = vec![
+        PathBuf::from(PIDS_ROOT),
+        PathBuf::from("/sys/fs/cgroup/freezer"),
+    ];
+    if let Some(m) = own_memory {
+        parents.push(Path::new("/sys/fs/cgroup/memory").join(m));
+    }
+    for parent in parents {
+        let Ok(d) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in d.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("openshell-sandbox-owned-") && n.split('-').any(|p| p == pid.to_string())
+            {
+                wait_until(5, || {
+                    if let Ok(kids) = std::fs::read_dir(e.path()) {
+                        for k in kids.flatten() {
+                            if k.file_type().is_ok_and(|t| t.is_dir()) {
+                                let _ = std::fs::remove_dir(k.path());
+                            }
+                        }
+                    }
+                    std::fs::remove_dir(e.path()).is_ok()
+                });
+            }
+        }
+    }
+}
+
 /// Release `point` every time the supervisor reaches it, until `stop` is set.
 fn auto_release(pause: &PauseDir, point: &'static str, stop: Arc<AtomicBool>) {
     let dir = pause.dir.path().to_path_buf();
@@ -379,6 +419,7 @@ fn a_sweep_that_cannot_read_the_cgroup_fails_closed() {
     let (code, stderr) = finish(child, 60);
     stop.store(true, Ordering::Relaxed);
     kill(daemon);
+    remove_groups_of(sup);
     assert!(reached, "the supervisor never reached the sweep");
     assert!(daemon > 0, "the daemon never started");
     assert_eq!(code, 125, "{stderr}");

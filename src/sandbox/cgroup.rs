@@ -494,7 +494,14 @@ impl Group {
     /// Send `sig` to every member; returns how many there were. No member can be reaped (and
     /// its pid reused) between the read and the signal: v2 kills the group as one, v1 freezes
     /// it first.
-    fn signal(&self, sig: i32) -> Result<usize, CgroupError> {
+    /// `exec`: this is a live exec's sweep (the race tests hold it between read and kill; the
+    /// sweep of stale groups at start-up is never held).
+    fn signal(&self, sig: i32, exec: bool) -> Result<usize, CgroupError> {
+        let pause = || {
+            if exec {
+                crate::pause::point("tree-members-read");
+            }
+        };
         match &self.kill {
             Kill::V2 if sig == libc::SIGKILL => {
                 let n = self.members()?.len();
@@ -532,7 +539,7 @@ impl Group {
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 let m = self.members()?;
-                crate::pause::point("tree-members-read");
+                pause();
                 // A frozen task cannot exit, so each pid is still the member we read. On v1 a
                 // frozen task also does not die of SIGKILL until the group is thawed.
                 for &pid in &m {
@@ -543,7 +550,7 @@ impl Group {
             }
             _ => {
                 let m = self.members()?;
-                crate::pause::point("tree-members-read");
+                pause();
                 for &pid in &m {
                     // SAFETY: kill with integer arguments.
                     unsafe { libc::kill(pid, sig) };
@@ -556,7 +563,7 @@ impl Group {
     /// SIGKILL until the group is empty, for about a second.
     fn kill_until_empty(&self) -> Result<(), CgroupError> {
         for round in 0..200 {
-            if self.signal(libc::SIGKILL)? == 0 {
+            if self.signal(libc::SIGKILL, false)? == 0 {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(if round < 10 { 1 } else { 5 }));
@@ -686,7 +693,7 @@ impl ExecCgroup {
     /// Signal every member without a pid race (see [`Group::signal`]); returns how many there
     /// were.
     pub fn signal_all(&self, sig: i32) -> Result<usize, CgroupError> {
-        self.group.signal(sig)
+        self.group.signal(sig, true)
     }
 }
 
