@@ -85,7 +85,11 @@ fn remove_groups_of(pid: u32) {
         .and_then(|t| {
             t.lines()
                 .find(|l| l.split(':').nth(1) == Some("memory"))
-                .and_then(|l| l.splitn(3, ':').nth(2).map(|p| p.trim_start_matches('/').to_string()))
+                .and_then(|l| {
+                    l.splitn(3, ':')
+                        .nth(2)
+                        .map(|p| p.trim_start_matches('/').to_string())
+                })
         });
     let mut parents = vec![
         PathBuf::from(PIDS_ROOT),
@@ -100,7 +104,8 @@ fn remove_groups_of(pid: u32) {
         };
         for e in d.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("openshell-sandbox-owned-") && n.split('-').any(|p| p == pid.to_string())
+            if n.starts_with("openshell-sandbox-owned-")
+                && n.split('-').any(|p| p == pid.to_string())
             {
                 wait_until(5, || {
                     if let Ok(kids) = std::fs::read_dir(e.path()) {
@@ -161,7 +166,9 @@ fn finish(child: Child, secs: u64) -> (i32, String) {
             kill(pid);
         }
     });
-    let out = child.wait_with_output().expect("waiting for the supervisor");
+    let out = child
+        .wait_with_output()
+        .expect("waiting for the supervisor");
     done.store(true, Ordering::Relaxed);
     (
         out.status.code().unwrap_or(-1),
@@ -341,7 +348,10 @@ fn a_starting_supervisor_kills_what_a_killed_one_left_and_nothing_live() {
     kill(dead.id() as i32);
     let _ = finish(dead, 30);
     // SIGKILL gave the leader its PDEATHSIG; the daemon has no such link.
-    assert!(alive(daemon), "the daemon died with its supervisor: nothing to test");
+    assert!(
+        alive(daemon),
+        "the daemon died with its supervisor: nothing to test"
+    );
 
     let check = Command::new(BIN).arg("check").output().unwrap();
     let _ = check;
@@ -355,7 +365,10 @@ fn a_starting_supervisor_kills_what_a_killed_one_left_and_nothing_live() {
     let _ = finish(live, 30);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(daemon_after_check, "`check` swept a group");
-    assert!(swept, "the killed supervisor's daemon survived the next start");
+    assert!(
+        swept,
+        "the killed supervisor's daemon survived the next start"
+    );
     assert!(live_ok, "a live supervisor's exec was killed");
 }
 
@@ -403,7 +416,12 @@ fn a_sweep_that_cannot_read_the_cgroup_fails_closed() {
         // SAFETY: prlimit64 on the supervisor: first a pure read into `lim`, then the new soft
         // limit with the hard limit unchanged.
         let rc = unsafe {
-            libc::prlimit64(sup as libc::pid_t, libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim);
+            libc::prlimit64(
+                sup as libc::pid_t,
+                libc::RLIMIT_NOFILE,
+                std::ptr::null(),
+                &mut lim,
+            );
             lim.rlim_cur = lowest_free_fd(sup);
             libc::prlimit64(
                 sup as libc::pid_t,

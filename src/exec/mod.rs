@@ -480,7 +480,9 @@ impl Child {
         match &left {
             Ok(l) if l.is_empty() => self.cleaned = self.done.is_some(),
             Ok(l) => tracing::warn!(pids = ?l, "processes of an exec survived the kill sweep"),
-            Err(e) => tracing::warn!(error = %e, "the kill sweep could not list the exec's processes"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the kill sweep could not list the exec's processes")
+            }
         }
         left
     }

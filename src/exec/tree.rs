@@ -3,7 +3,8 @@
 //! The child is a session leader (setsid), so its pid is also its process group and session id.
 //! Descendants are found three ways, strongest first:
 //! 1. the exec's cgroup, when there is one: exact, including daemons that changed session,
-//!    so nothing else is consulted;
+//!    so nothing else is consulted; it is also signalled without a pid race (`cgroup.kill`,
+//!    or frozen around the read and the kill, see `sandbox::cgroup`);
 //! 2. otherwise, the process table: every process whose parent chain leads to the exec, or
 //!    that is in its session;
 //! 3. orphans re-parented to the supervisor (we are a child subreaper) that are not the main
@@ -11,6 +12,9 @@
 //!    linking it to its exec. Without a cgroup this is the only trace of it, so such an orphan
 //!    is killed when an exec ends: no exec's daemon may outlive it, and a daemon that escaped
 //!    its session is not told apart from a sibling exec's daemon.
+//!
+//! A member list that cannot be read (EMFILE after a prlimit on us, a vanished group) is a
+//! [`SweepError`], never an empty list: nobody knows then what is still running.
 
 use std::collections::HashMap;
 use std::io;

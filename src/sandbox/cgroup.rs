@@ -340,8 +340,10 @@ fn setup_v2(cur: &Path, name: &str) -> Option<(PathBuf, bool, File)> {
     fs::write(base.join("cgroup.subtree_control"), want.join(" ")).ok()?;
     // What the kernel really enabled, not what we asked for. (The kernel lists bare names; a
     // fake tree in the unit tests echoes the request, hence the '+'.)
-    let memory = fs::read_to_string(base.join("cgroup.subtree_control"))
-        .is_ok_and(|s| s.split_whitespace().any(|c| c.trim_start_matches('+') == "memory"));
+    let memory = fs::read_to_string(base.join("cgroup.subtree_control")).is_ok_and(|s| {
+        s.split_whitespace()
+            .any(|c| c.trim_start_matches('+') == "memory")
+    });
     Some((base, memory, lock))
 }
 
@@ -359,9 +361,7 @@ impl Root {
             return Ok(cg);
         }
         match ExecCgroup::create(self, limits) {
-            Err(CgroupError::Create { source, .. })
-                if source.kind() == io::ErrorKind::NotFound =>
-            {
+            Err(CgroupError::Create { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 // Our base group is gone: make it again and retry once.
                 self.restore_bases()?;
                 ExecCgroup::create(self, limits)
@@ -511,6 +511,11 @@ impl Group {
                 Ok(n)
             }
             Kill::Freezer(dir) => {
+                // An empty group stays empty (only a member can fork into it): the common end
+                // of an exec needs no freeze.
+                if self.members()?.is_empty() {
+                    return Ok(0);
+                }
                 let state = dir.join("freezer.state");
                 write_file(&state, "FROZEN")?;
                 // Thaw on every path out, or the group's processes stay stopped for good.

@@ -64,7 +64,11 @@ fn v1_memory_hierarchy_without_the_limit_file_reports_no_memory() {
 /// `probe` makes nothing and sweeps nothing.
 #[test]
 fn probe_has_no_side_effects() {
-    let (t, sys) = fake("5:pids:/\n", &["pids", "pids/openshell-sandbox-owned-1-0-0"], &[]);
+    let (t, sys) = fake(
+        "5:pids:/\n",
+        &["pids", "pids/openshell-sandbox-owned-1-0-0"],
+        &[],
+    );
     let before = fs::read_dir(t.path().join("pids")).unwrap().count();
     assert!(probe(&sys).is_some());
     let after = fs::read_dir(t.path().join("pids")).unwrap().count();
@@ -87,11 +91,15 @@ fn detection_removes_only_unlocked_groups() {
     );
     let live = File::open(t.path().join("pids/openshell-sandbox-owned-2-0-0")).unwrap();
     // SAFETY: flock on an fd we own.
-    assert_eq!(unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    let rc = unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0);
     // A fake group dir holds a regular file, so rmdir fails there; remove it as the kernel
     // would once the group is empty.
-    fs::remove_file(t.path().join("pids/openshell-sandbox-owned-1-0-0/exec-1/cgroup.procs"))
-        .unwrap();
+    fs::remove_file(
+        t.path()
+            .join("pids/openshell-sandbox-owned-1-0-0/exec-1/cgroup.procs"),
+    )
+    .unwrap();
     let _root = detect_in(&sys).expect("a v1 root");
     assert!(!t.path().join("pids/openshell-sandbox-owned-1-0-0").exists());
     assert!(t.path().join("pids/openshell-sandbox-owned-2-0-0").is_dir());
