@@ -60,16 +60,16 @@ fn kill(pid: i32) {
     }
 }
 
-/// The supervisor groups whose name carries `pid` (`openshell-sandbox[-owned]-PID-...`), in
-/// the pids hierarchy.
+/// The supervisor groups whose name carries `pid` (`openshell-owned-PID-...`, or the older
+/// `openshell-sandbox-PID-...`), in the pids hierarchy.
 fn groups_of(pid: u32) -> Vec<PathBuf> {
     std::fs::read_dir(PIDS_ROOT)
         .map(|d| {
             d.flatten()
                 .filter(|e| {
                     let n = e.file_name().to_string_lossy().into_owned();
-                    n.starts_with("openshell-sandbox-")
-                        && n.split('-').any(|part| part == pid.to_string())
+                    (n.starts_with("openshell-owned-") || n.starts_with("openshell-sandbox-"))
+                        && n.split('-').nth(2) == Some(&pid.to_string())
                 })
                 .map(|e| e.path())
                 .collect()
@@ -104,9 +104,7 @@ fn remove_groups_of(pid: u32) {
         };
         for e in d.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("openshell-sandbox-owned-")
-                && n.split('-').any(|p| p == pid.to_string())
-            {
+            if n.starts_with("openshell-owned-") && n.split('-').nth(2) == Some(&pid.to_string()) {
                 wait_until(5, || {
                     if let Ok(kids) = std::fs::read_dir(e.path()) {
                         for k in kids.flatten() {

@@ -11,7 +11,9 @@
 //! caller falls back to process groups plus the subreaper sweep, and reports the layer as
 //! unavailable.
 //!
-//! Ownership. Every base group a supervisor makes is named `openshell-sandbox-owned-...` and
+//! Ownership. Every base group a supervisor makes is named `openshell-owned-...` (not
+//! `openshell-sandbox-...`: older versions remove any empty group of that prefix older than a
+//! minute, a live idle supervisor's included, and must not see ours) and
 //! carries an exclusive flock on its directory, held for the supervisor's life. A group whose
 //! lock anyone can take has no live owner: its supervisor was SIGKILLed. A starting supervisor
 //! kills the members of such groups and removes them (never by age: an idle supervisor's empty
@@ -121,7 +123,7 @@ pub struct Probe {
     pub no_memory: Option<String>,
 }
 
-const PREFIX: &str = "openshell-sandbox-owned-";
+const PREFIX: &str = "openshell-owned-";
 
 fn writable(p: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
@@ -205,11 +207,12 @@ pub fn detect_in(sys: &System) -> Option<Root> {
     // The freezer first: there the stale groups' members are killed without a pid race.
     let freezer_parent = sys.v1_parent("freezer");
     let memory_parent = sys.v1_parent("memory");
-    for p in [&freezer_parent, &Some(pids_parent.clone()), &memory_parent]
-        .into_iter()
-        .flatten()
-    {
-        sweep_stale(p, p == freezer_parent.as_ref().unwrap_or(&PathBuf::new()));
+    if let Some(f) = &freezer_parent {
+        sweep_stale(f, true);
+    }
+    sweep_stale(&pids_parent, false);
+    if let Some(m) = &memory_parent {
+        sweep_stale(m, false);
     }
     let pids = pids_parent.join(&name);
     let mut locks = vec![(pids.clone(), own_dir(&pids).ok()?)];

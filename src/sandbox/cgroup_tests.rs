@@ -64,16 +64,12 @@ fn v1_memory_hierarchy_without_the_limit_file_reports_no_memory() {
 /// `probe` makes nothing and sweeps nothing.
 #[test]
 fn probe_has_no_side_effects() {
-    let (t, sys) = fake(
-        "5:pids:/\n",
-        &["pids", "pids/openshell-sandbox-owned-1-0-0"],
-        &[],
-    );
+    let (t, sys) = fake("5:pids:/\n", &["pids", "pids/openshell-owned-1-0-0"], &[]);
     let before = fs::read_dir(t.path().join("pids")).unwrap().count();
     assert!(probe(&sys).is_some());
     let after = fs::read_dir(t.path().join("pids")).unwrap().count();
     assert_eq!(before, after);
-    assert!(t.path().join("pids/openshell-sandbox-owned-1-0-0").is_dir());
+    assert!(t.path().join("pids/openshell-owned-1-0-0").is_dir());
 }
 
 /// A stale (unlocked) group is removed at detection; a locked one (a live owner) is kept.
@@ -83,13 +79,13 @@ fn detection_removes_only_unlocked_groups() {
         "5:pids:/\n",
         &[
             "pids",
-            "pids/openshell-sandbox-owned-1-0-0/exec-1",
-            "pids/openshell-sandbox-owned-2-0-0",
+            "pids/openshell-owned-1-0-0/exec-1",
+            "pids/openshell-owned-2-0-0",
             "pids/openshell-sandbox-9-0-0",
         ],
-        &[("pids/openshell-sandbox-owned-1-0-0/exec-1/cgroup.procs", "")],
+        &[("pids/openshell-owned-1-0-0/exec-1/cgroup.procs", "")],
     );
-    let live = File::open(t.path().join("pids/openshell-sandbox-owned-2-0-0")).unwrap();
+    let live = File::open(t.path().join("pids/openshell-owned-2-0-0")).unwrap();
     // SAFETY: flock on an fd we own.
     let rc = unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     assert_eq!(rc, 0);
@@ -97,12 +93,12 @@ fn detection_removes_only_unlocked_groups() {
     // would once the group is empty.
     fs::remove_file(
         t.path()
-            .join("pids/openshell-sandbox-owned-1-0-0/exec-1/cgroup.procs"),
+            .join("pids/openshell-owned-1-0-0/exec-1/cgroup.procs"),
     )
     .unwrap();
     let _root = detect_in(&sys).expect("a v1 root");
-    assert!(!t.path().join("pids/openshell-sandbox-owned-1-0-0").exists());
-    assert!(t.path().join("pids/openshell-sandbox-owned-2-0-0").is_dir());
+    assert!(!t.path().join("pids/openshell-owned-1-0-0").exists());
+    assert!(t.path().join("pids/openshell-owned-2-0-0").is_dir());
     // Older versions' groups carry no lock: nothing proves them dead.
     assert!(t.path().join("pids/openshell-sandbox-9-0-0").is_dir());
 }
