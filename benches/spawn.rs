@@ -66,7 +66,7 @@ async fn sandboxed(sb: &Sandbox) -> Duration {
     let info = c.wait().await;
     let d = t.elapsed();
     assert_eq!(info.code, Some(0), "{info:?}");
-    c.kill_tree();
+    c.kill_tree().expect("listing the exec's processes");
     d
 }
 

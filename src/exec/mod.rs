@@ -6,6 +6,8 @@ pub mod run;
 pub mod stream;
 mod tree;
 
+pub use tree::SweepError;
+
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -39,7 +41,7 @@ pub enum RunError {
         source: io::Error,
     },
     #[error("creating the exec's cgroup: {0}")]
-    Cgroup(io::Error),
+    Cgroup(sandbox::cgroup::CgroupError),
     #[error("{what}: {source}")]
     Io {
         what: &'static str,
@@ -460,21 +462,25 @@ impl Child {
         if self.cleaned {
             return;
         }
-        tree::signal(
+        // A failure here shows again in the kill sweep that follows, which reports it.
+        if let Err(e) = tree::signal(
             self.pid,
             self.cgroup.as_ref(),
             self.supervisor_pid,
             sig,
             self.done.is_none(),
-        );
+        ) {
+            tracing::warn!(error = %e, "could not signal the exec's processes");
+        }
     }
 
     /// SIGKILL everything of this exec that is still alive, repeatedly, until nothing is left.
     /// Returns the pids that survived about a second of that (normally none; see
-    /// SECURITY.md for when a process that forks in a loop can outrun a /proc sweep).
-    pub fn kill_tree(&mut self) -> Vec<i32> {
+    /// SECURITY.md for when a process that forks in a loop can outrun a /proc sweep), or an
+    /// error when the exec's processes could not even be listed: containment failed then too.
+    pub fn kill_tree(&mut self) -> Result<Vec<i32>, SweepError> {
         if self.cleaned {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let left = tree::kill_all(
             self.pid,
@@ -482,9 +488,12 @@ impl Child {
             self.supervisor_pid,
             self.done.is_none(),
         );
-        self.cleaned = self.done.is_some() && left.is_empty();
-        if !left.is_empty() {
-            tracing::warn!(pids = ?left, "processes of an exec survived the kill sweep");
+        match &left {
+            Ok(l) if l.is_empty() => self.cleaned = self.done.is_some(),
+            Ok(l) => tracing::warn!(pids = ?l, "processes of an exec survived the kill sweep"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the kill sweep could not list the exec's processes")
+            }
         }
         left
     }
@@ -499,7 +508,8 @@ impl Child {
             }
         }
         let info = self.wait().await;
-        self.kill_tree();
+        // The caller's own kill_tree() reports a failure; this one only logs it.
+        let _ = self.kill_tree();
         info
     }
 
@@ -515,6 +525,6 @@ impl Drop for Child {
         if self.done.is_none() {
             self.signal_tree(libc::SIGKILL);
         }
-        self.kill_tree();
+        let _ = self.kill_tree();
     }
 }

@@ -472,7 +472,16 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     };
     // Whatever the command left behind dies with it; that also closes pipes held by
     // descendants, so the pumps below reach EOF.
-    let mut survivors = child.kill_tree();
+    // A sweep that cannot list the exec's processes has not contained it: keep why.
+    let mut containment_error = None;
+    let mut sweep = |child: &mut super::Child| match child.kill_tree() {
+        Ok(left) => left,
+        Err(e) => {
+            containment_error.get_or_insert(e.to_string());
+            Vec::new()
+        }
+    };
+    let mut survivors = sweep(&mut child);
     let cgroup_memory_hit = child.hit_memory_limit();
     // The pipes close when the last holder dies. If a process outran the sweep it may hold
     // them forever: bound the wait, then stop reading and report the containment failure.
@@ -488,7 +497,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             (o, e, open)
         }
         Err(_) => {
-            survivors.extend(child.kill_tree());
+            survivors.extend(sweep(&mut child));
             if survivors.is_empty() {
                 survivors.push(-1); // unknown holder of the pipes
             }
@@ -507,7 +516,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         cgroup_memory_hit,
     };
     let reason = report::classify(&info, &cx, &out, &err);
-    let contained = survivors.is_empty();
+    let contained = survivors.is_empty() && containment_error.is_none();
     let exit_code = match (reason, forwarded_signal) {
         _ if !contained => CONTAINMENT_FAILED_EXIT,
         (Reason::Timeout, _) => TIMEOUT_EXIT,
@@ -529,6 +538,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         stderr_truncated: err.truncated,
         contained,
         survivors,
+        containment_error,
         landlock_abi: sandbox.landlock_abi(),
         layers: sandbox.layers().to_vec(),
     };

@@ -370,7 +370,9 @@ where
                 // Nothing of an exec outlives it (the core kills the rest of the tree when the
                 // Child is dropped anyway). Doing it now also closes the pipes a background
                 // process still holds, so the output reaches EOF and the exec can finish.
-                child.kill_tree();
+                if let Err(e) = child.kill_tree() {
+                    tracing::error!(pid = child.pid(), error = %e, "containment failed: the exec's processes could not be listed");
+                }
                 exit = Some(info);
             }
             _ = &mut outputs, if !outputs_done => outputs_done = true,
