@@ -665,6 +665,59 @@ mod tests {
     }
 
     #[test]
+    fn only_the_combined_topology_is_accepted() {
+        for ok in [
+            "network,process",
+            "process,network",
+            " process , network ",
+            "network,process,network",
+        ] {
+            assert_eq!(parse_mode(ok).unwrap(), "network,process", "{ok}");
+        }
+        for (bad, want) in [
+            ("network", "`network` topology"),
+            ("process", "`process` topology"),
+            ("network-init", "`network-init` topology"),
+            ("network-init,process", "`network-init` topology"),
+            ("", "empty mode"),
+            ("network,", "empty mode"),
+            ("sidecar", "unknown mode `sidecar`"),
+        ] {
+            assert!(parse_mode(bad).unwrap_err().contains(want), "{bad}");
+        }
+        assert!(
+            refuse_role("isolation-backend")
+                .unwrap_err()
+                .contains("--role isolation-backend")
+        );
+    }
+
+    #[test]
+    fn a_token_over_plaintext_names_the_variable() {
+        let base = [
+            "--endpoint",
+            "http://h:1",
+            "--sandbox-id",
+            "s",
+            "--sandbox-token-file",
+            "/f",
+        ];
+        let err = args(&base).resolve().unwrap_err().to_string();
+        assert!(
+            err.contains(ALLOW_PLAINTEXT_TOKEN) && err.contains("OPENSHELL_SANDBOX_TOKEN_FILE"),
+            "{err}"
+        );
+        let mut allowed = base.to_vec();
+        allowed.extend(["--allow-plaintext-token", "1"]);
+        assert!(args(&allowed).resolve().is_ok());
+        assert!(
+            args(&["--endpoint", "http://h:1", "--sandbox-id", "s"])
+                .resolve()
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn user_environment_drops_internal_keys() {
         let env = parse_user_env(Some(r#"{"A":"1","OPENSHELL_X":"2"}"#)).unwrap();
         assert_eq!(env, vec![("A".to_string(), "1".to_string())]);
