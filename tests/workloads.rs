@@ -825,6 +825,25 @@ fn bash_100mb_of_output() {
     });
 }
 
+/// With our stdin at /dev/null (as in most batch runs) the child sees what it would bare: a
+/// read-only /dev/null, EOF on read, EBADF on write.
+#[test]
+fn stdin_from_dev_null() {
+    compare(&Workload {
+        name: "stdin_dev_null",
+        cmd: &[
+            "python3",
+            "-c",
+            "import os, stat, sys\n\
+             print('read', repr(sys.stdin.read()))\n\
+             print('chr', stat.S_ISCHR(os.fstat(0).st_mode))\n\
+             try:\n    os.write(0, b'x')\nexcept OSError as e:\n    print('write errno', e.errno)",
+        ],
+        expect_lines: &["read ''", "chr True", "write errno 9"],
+        ..Default::default()
+    });
+}
+
 #[test]
 fn stdin_from_a_pipe() {
     let mut input = Vec::new();
