@@ -96,6 +96,9 @@ pub struct ExecContext {
     /// SIGTERM to SIGKILL grace at shutdown.
     pub grace: Duration,
     pub tracker: Arc<Tracker>,
+    /// The canonical main process once started: what the `openshell-main` subsystem attaches
+    /// to. Empty when there is none.
+    pub main: std::sync::OnceLock<Arc<crate::gateway::main_process::session::MainSession>>,
 }
 
 impl ExecContext {
