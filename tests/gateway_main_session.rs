@@ -265,3 +265,65 @@ async fn a_full_stdin_queue_closes_the_attachment_with_status_0() {
     assert_eq!(a.exit, Some(0));
     assert!(sup.try_status().is_none(), "{}", sup.log());
 }
+
+/// An image without bash, made from this host's root in a private mount namespace: `/bin/bash`
+/// (`/usr/bin/bash` on a usr-merged host) is covered by `/dev/null`, which is no executable.
+async fn start_without_bash(shell: Option<&str>) -> (TestGateway, Supervisor) {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut env = vec![default_spec()];
+    if let Some(s) = shell {
+        env.push(("SHELL".into(), s.into()));
+    }
+    let hide = "for b in /bin/bash /usr/bin/bash; do [ -e $b ] && mount --bind /dev/null $b; done; \
+        [ ! -f /bin/bash ] && exec \"$0\" \"$@\"";
+    let opts = SupOpts {
+        env,
+        wrapper: ["unshare", "-m", "sh", "-c", hide]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    };
+    let mut sup = Supervisor::start(&gw, opts);
+    gw.wait_ready(&mut sup).await;
+    (gw, sup)
+}
+
+/// What the default main process is running, asked on its own terminal.
+async fn default_shell_of(gw: &TestGateway) -> String {
+    let mut a = Attacher::attach(&gw.state, Some((80, 24)), false)
+        .await
+        .unwrap();
+    a.send(b"echo \"SHELL0=$0 ${BASH_VERSION:-nobash} $(tty)\"\r")
+        .await;
+    a.wait_out("nobash /dev/pts/", SHORT).await;
+    let out = a.out();
+    // The typed line is echoed too; only the answer has an expanded `$0`.
+    let at = out.find("SHELL0=/").unwrap_or_else(|| panic!("{out}"));
+    out[at..].split_whitespace().next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_bash_the_default_main_process_is_shell_then_sh_on_a_tty() {
+    if !require(
+        is_root() && have("unshare"),
+        "root and unshare(1) (a private mount namespace hides /bin/bash)",
+    ) {
+        return;
+    }
+    let dash = ["/usr/bin/dash", "/bin/dash"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    if !require(dash.is_some(), "dash, as $SHELL") {
+        return;
+    }
+    let (gw, mut sup) = start_without_bash(dash).await;
+    assert_eq!(
+        default_shell_of(&gw).await,
+        format!("SHELL0={}", dash.unwrap())
+    );
+    assert!(sup.try_status().is_none(), "{}", sup.log());
+
+    let (gw, mut sup) = start_without_bash(None).await;
+    assert_eq!(default_shell_of(&gw).await, "SHELL0=/bin/sh");
+    assert!(sup.try_status().is_none(), "{}", sup.log());
+}

@@ -205,6 +205,9 @@ pub struct SupOpts {
     pub args: Vec<String>,
     /// Leave out the TLS variables (to test their defaults or absence).
     pub no_tls_env: bool,
+    /// Start the binary under this command: its words, then the binary's path and arguments
+    /// (for a wrapper that ends in `exec "$0" "$@"`, so the pid stays the supervisor's).
+    pub wrapper: Vec<String>,
 }
 
 pub struct Supervisor {
@@ -224,7 +227,14 @@ impl Supervisor {
             .path()
             .join(format!("supervisor-{}.log", rand_suffix()));
         let log = std::fs::File::create(&log_path).unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match opts.wrapper.split_first() {
+            None => Command::new(BIN),
+            Some((w, words)) => {
+                let mut c = Command::new(w);
+                c.args(words).arg(BIN);
+                c
+            }
+        };
         cmd.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("OPENSHELL_ENDPOINT", gw.endpoint())
