@@ -205,7 +205,7 @@ enum Sink {
 /// its controlling terminal) when it asks for a tty, else on three pipes. Its output goes only
 /// to the session's retained log. The task ends with its exit: on its own, at the `--timeout`
 /// (exit 124), or terminated at shutdown; the exit event is in the log before the task ends.
-pub fn start(
+pub async fn start(
     ctx: &Arc<ExecContext>,
     m: &MainProcess,
     timeout: Option<Duration>,
@@ -310,20 +310,13 @@ pub fn start(
         tokio::pin!(deadline);
         let info = loop {
             tokio::select! {
-                // First, so a signal request never goes to a group whose leader we reaped.
+                // First, so a signal request is never taken for a child that has exited.
                 biased;
                 info = child.wait() => break info,
-                Some(sig) = sig_rx.recv() => {
-                    if child.exited().is_none() {
-                        // The child is a session leader (setsid), so its pid is its group.
-                        let pg = nix::unistd::Pid::from_raw(child.pid() as i32);
-                        if let Ok(s) = nix::sys::signal::Signal::try_from(sig)
-                            && let Err(e) = nix::sys::signal::killpg(pg, s)
-                        {
-                            tracing::debug!("signalling the main process group: {e}");
-                        }
-                    }
-                }
+                // The sandbox core's signal for "this exec": the child leads its own session
+                // and process group, so that group is always included (and it never signals
+                // ids it no longer owns).
+                Some(sig) = sig_rx.recv() => child.signal_tree(sig),
                 _ = &mut deadline => {
                     tracing::warn!("main process hit --timeout; terminating");
                     let mut info = child.terminate_tree(Duration::from_millis(100)).await;

@@ -119,7 +119,7 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
 
     let mut main_task = match &cfg.main {
         Some(m) => {
-            let running = main_process::start(&ctx, m, cfg.main_timeout, stop_rx.clone())?;
+            let running = main_process::start(&ctx, m, cfg.main_timeout, stop_rx.clone()).await?;
             let _ = ctx.main.set(running.session);
             Some(running.task)
         }
