@@ -107,9 +107,16 @@ async fn openssh_connect_resizes_detaches_reattaches_and_attaches_read_only() {
     assert!(first.output().contains("40 120"), "{}", first.output());
     // SIGWINCH on ssh's terminal becomes window-change, which resizes the main pty.
     first.resize(100, 37);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    first.type_bytes(b"stty size\r");
-    first.wait_for("37 100", SHORT).await;
+    let deadline = Instant::now() + SHORT;
+    while !first.output().contains("37 100") {
+        assert!(
+            Instant::now() < deadline,
+            "no window-change:\n{}",
+            first.output()
+        );
+        first.type_bytes(b"stty size\r");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(
         first.running(),
@@ -189,7 +196,9 @@ async fn signals_reach_the_main_process_group_and_pipes_keep_stderr_apart() {
     // SIGUSR1 is not one of the five: ignored (its default action would kill the shells).
     a.ch.signal(Sig::USR1).await.unwrap();
     a.ch.signal(Sig::INT).await.unwrap();
+    // The leader's trap runs once its foreground child has ended, then it goes on.
     a.wait_out("INT-leader", SHORT).await;
+    a.wait_out("child-ended-", SHORT).await;
     assert!(a.out().contains("INT-child"), "{}", a.out());
     assert!(a.out().contains("child-ended-3"), "{}", a.out());
 
@@ -326,4 +335,22 @@ async fn without_bash_the_default_main_process_is_shell_then_sh_on_a_tty() {
     let (gw, mut sup) = start_without_bash(None).await;
     assert_eq!(default_shell_of(&gw).await, "SHELL0=/bin/sh");
     assert!(sup.try_status().is_none(), "{}", sup.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_the_supervisor_ends_every_attachment_with_the_main_process_status() {
+    let (gw, mut sup) = start(spec(&["sleep", "1000"], true)).await;
+    let mut a = Attacher::attach(&gw.state, Some((80, 24)), false)
+        .await
+        .unwrap();
+    let mut b = Attacher::attach(&gw.state, None, true).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sup.signal(libc::SIGTERM);
+    for x in [&mut a, &mut b] {
+        x.wait_closed(SHORT).await;
+        assert!(x.eof);
+        assert_eq!(x.exit, Some(128 + 15), "{}", sup.log());
+    }
+    assert_eq!(sup.wait_exit(LONG).await.code(), Some(0), "{}", sup.log());
+    assert_eq!(gw.state.seen().reports[0].exit_code, 143);
 }
