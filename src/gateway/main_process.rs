@@ -218,7 +218,11 @@ pub async fn start(
     );
     let argv = remap_default(&m.argv, &shell);
     if argv != m.argv {
-        tracing::info!(shell = %shell.display(), "{} is not executable on this image; the default main process uses {}", DEFAULT_COMMAND[0], shell.display());
+        tracing::info!(
+            "{} is not executable on this image; the default main process uses {}",
+            DEFAULT_COMMAND[0],
+            shell.display()
+        );
     }
     let term = if m.tty { "xterm-256color" } else { "dumb" };
     let env = ctx.child_env(term, &shell);
