@@ -1,17 +1,29 @@
 //! The optional canonical main process: where it comes from (trailing words >
-//! OPENSHELL_MAIN_PROCESS_SPEC > OPENSHELL_SANDBOX_COMMAND), and reporting its exit to the
-//! gateway (sheet §6: retried with backoff until the gateway says OK).
+//! OPENSHELL_MAIN_PROCESS_SPEC > OPENSHELL_SANDBOX_COMMAND), running it (gateway-features
+//! §10.1, §10.2: on a pty of 80x24 or on three pipes, its output only in the retained log of
+//! `session`), and reporting its exit to the gateway (sheet §6: retried with backoff until the
+//! gateway says OK).
 
-use std::ffi::OsString;
+pub mod session;
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
+use self::session::{CHUNK, Event, MainSession, STDIN_QUEUE};
 use super::auth::{self, TokenStore};
 use super::channel;
 use super::config::GatewayConfig;
+use super::ssh::{self, ExecContext, pty};
+use crate::exec::{ExitInfo, RunError, SpawnSpec, Stdio};
 use crate::proto::v1::ReportMainProcessExitRequest;
 
 /// A spec larger than this is not a command line anyone meant.
@@ -20,7 +32,7 @@ const MAX_SPEC: usize = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MainProcess {
     pub argv: Vec<OsString>,
-    /// Asked for by the spec. There is no attach subsystem here, so it runs without a pty.
+    /// Asked for by the spec: run on a pty (attach with the `openshell-main` subsystem).
     pub tty: bool,
 }
 
@@ -109,6 +121,246 @@ pub fn parse_spec(s: &str) -> Result<MainProcess, SpecError> {
         argv: spec.command.into_iter().map(OsString::from).collect(),
         tty: spec.tty,
     })
+}
+
+/// The built-in default main process, and what the gateway puts in the spec when a sandbox is
+/// created with no command (gateway-features §10.1).
+pub const DEFAULT_COMMAND: [&str; 2] = ["/bin/bash", "-l"];
+
+/// The pty size before any attacher sends one (OpenShell's `openpty` call).
+const PTY_COLS: u32 = 80;
+const PTY_ROWS: u32 = 24;
+/// How long output readers get to reach EOF after the process ended (§10.2 step 2).
+const DRAIN: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("allocating the main process pty: {0}")]
+    Pty(#[source] std::io::Error),
+    #[error("starting the main process {argv:?}: {source}")]
+    Spawn {
+        argv: Vec<OsString>,
+        #[source]
+        source: RunError,
+    },
+}
+
+/// The login shell for the default command on this image (gateway-features §16, OpenShell
+/// #3147): `/bin/bash` when it is executable, else `$SHELL` (an absolute path) when it is,
+/// else `bash` on `path`, else `/bin/sh`. `is_exec` is the check, passed in so the order is
+/// testable without building images.
+pub fn login_shell(
+    shell_env: Option<&OsStr>,
+    path: &str,
+    is_exec: impl Fn(&Path) -> bool,
+) -> PathBuf {
+    let bash = Path::new(DEFAULT_COMMAND[0]);
+    if is_exec(bash) {
+        return bash.to_path_buf();
+    }
+    if let Some(s) = shell_env.map(Path::new)
+        && s.is_absolute()
+        && is_exec(s)
+    {
+        return s.to_path_buf();
+    }
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| Path::new(d).join("bash"))
+        .find(|p| is_exec(p))
+        .unwrap_or_else(|| PathBuf::from("/bin/sh"))
+}
+
+/// The default command with its shell replaced by [`login_shell`] where `/bin/bash` is missing.
+/// Any other command is returned as it is: only the default is ever rewritten. (A spec that
+/// names `/bin/bash -l` is the default too: the gateway writes exactly that for a sandbox
+/// created with no command, so the two cannot be told apart.)
+pub fn remap_default(argv: &[OsString], shell: &Path) -> Vec<OsString> {
+    let is_default = argv.len() == DEFAULT_COMMAND.len()
+        && argv.iter().zip(DEFAULT_COMMAND).all(|(a, d)| a == d);
+    if !is_default || shell == Path::new(DEFAULT_COMMAND[0]) {
+        return argv.to_vec();
+    }
+    vec![shell.as_os_str().to_owned(), DEFAULT_COMMAND[1].into()]
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The started main process: what attachers use, and the task that ends with its exit.
+pub struct Running {
+    pub session: Arc<MainSession>,
+    pub task: tokio::task::JoinHandle<ExitInfo>,
+}
+
+/// Where the main process's stdin goes. It is never closed while the supervisor runs: an
+/// attach, a detach or an eof leaves it open (§10.1).
+enum Sink {
+    Pipe(tokio::net::unix::pipe::Sender),
+    Pty(Arc<pty::Master>),
+}
+
+/// Start the main process in the sandbox: on a pty of 80x24 (the slave as fd 0, 1 and 2 and
+/// its controlling terminal) when it asks for a tty, else on three pipes. Its output goes only
+/// to the session's retained log. The task ends with its exit: on its own, at the `--timeout`
+/// (exit 124), or terminated at shutdown; the exit event is in the log before the task ends.
+pub async fn start(
+    ctx: &Arc<ExecContext>,
+    m: &MainProcess,
+    timeout: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Running, StartError> {
+    let shell = login_shell(
+        std::env::var_os("SHELL").as_deref(),
+        &ctx.path,
+        is_executable,
+    );
+    let argv = remap_default(&m.argv, &shell);
+    if argv != m.argv {
+        tracing::info!(
+            "{} is not executable on this image; the default main process uses {}",
+            DEFAULT_COMMAND[0],
+            shell.display()
+        );
+    }
+    let term = if m.tty { "xterm-256color" } else { "dumb" };
+    let env = ctx.child_env(term, &shell);
+    let (master, spec) = if m.tty {
+        let (master, slave) = pty::open(PTY_COLS, PTY_ROWS).map_err(StartError::Pty)?;
+        let spec = SpawnSpec {
+            argv: argv.clone(),
+            env,
+            cwd: None,
+            stdin: Stdio::Fd(slave.stdin),
+            stdout: Stdio::Fd(slave.stdout),
+            stderr: Stdio::Fd(slave.stderr),
+            controlling_tty: true,
+        };
+        (Some(Arc::new(master)), spec)
+    } else {
+        let spec = SpawnSpec {
+            argv: argv.clone(),
+            env,
+            cwd: None,
+            stdin: Stdio::Piped,
+            stdout: Stdio::Piped,
+            stderr: Stdio::Piped,
+            controlling_tty: false,
+        };
+        (None, spec)
+    };
+    let mut child = ctx
+        .sandbox
+        .spawn(spec)
+        .map_err(|source| StartError::Spawn {
+            argv: argv.clone(),
+            source,
+        })?;
+    tracing::info!(
+        pid = child.pid(),
+        ?argv,
+        tty = m.tty,
+        "main process started"
+    );
+
+    let (in_tx, in_rx) = mpsc::channel(STDIN_QUEUE);
+    let (sig_tx, mut sig_rx) = mpsc::unbounded_channel();
+    let session = MainSession::new(in_tx, master.clone(), sig_tx);
+    let mut readers = Vec::new();
+    let sink = match &master {
+        Some(m) => {
+            let (r, s) = (m.clone(), session.clone());
+            readers.push(tokio::spawn(async move {
+                let mut buf = vec![0u8; CHUNK];
+                // Ok(0) is EIO: every slave descriptor is closed.
+                while let Ok(n @ 1..) = r.read(&mut buf).await {
+                    s.push(Event::Stdout(Bytes::copy_from_slice(&buf[..n])));
+                }
+            }));
+            Some(Sink::Pty(m.clone()))
+        }
+        None => {
+            for (pipe, err) in [(child.stdout.take(), false), (child.stderr.take(), true)] {
+                let (Some(mut pipe), s) = (pipe, session.clone()) else {
+                    continue;
+                };
+                readers.push(tokio::spawn(async move {
+                    let mut buf = vec![0u8; CHUNK];
+                    while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+                        let b = Bytes::copy_from_slice(&buf[..n]);
+                        s.push(if err {
+                            Event::Stderr(b)
+                        } else {
+                            Event::Stdout(b)
+                        });
+                    }
+                }));
+            }
+            child.stdin.take().map(Sink::Pipe)
+        }
+    };
+    tokio::spawn(feed_stdin(sink, in_rx));
+
+    let grace = ctx.grace;
+    let log = session.clone();
+    let task = tokio::spawn(async move {
+        let deadline = async {
+            match timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        let info = loop {
+            tokio::select! {
+                // First, so a signal request is never taken for a child that has exited.
+                biased;
+                info = child.wait() => break info,
+                // The sandbox core's signal for "this exec": the child leads its own session
+                // and process group, so that group is always included (and it never signals
+                // ids it no longer owns).
+                Some(sig) = sig_rx.recv() => child.signal_tree(sig),
+                _ = &mut deadline => {
+                    tracing::warn!("main process hit --timeout; terminating");
+                    let mut info = child.terminate_tree(Duration::from_millis(100)).await;
+                    info.code = Some(124);
+                    info.signal = None;
+                    break info;
+                }
+                _ = ssh::stopped(&mut stop) => break child.terminate_tree(grace).await,
+            }
+        };
+        // §10.2: let the readers reach EOF (bounded), then publish the exit to attachers.
+        let aborts: Vec<_> = readers.iter().map(|r| r.abort_handle()).collect();
+        if tokio::time::timeout(DRAIN, futures::future::join_all(readers))
+            .await
+            .is_err()
+        {
+            tracing::debug!("main process output still open {DRAIN:?} after it exited");
+        }
+        if let Err(e) = child.kill_tree() {
+            tracing::error!(error = %e, "containment failed: the main process's tree could not be swept");
+        }
+        aborts.iter().for_each(|a| a.abort());
+        log.push(Event::Exit(info.shell_code()));
+        info
+    });
+    Ok(Running { session, task })
+}
+
+async fn feed_stdin(mut sink: Option<Sink>, mut rx: mpsc::Receiver<Bytes>) {
+    while let Some(b) = rx.recv().await {
+        let ok = match sink.as_mut() {
+            Some(Sink::Pipe(p)) => p.write_all(&b).await.is_ok(),
+            Some(Sink::Pty(m)) => m.write_all(&b).await.is_ok(),
+            None => true,
+        };
+        if !ok {
+            // The process closed its stdin; later input is dropped.
+            sink = None;
+        }
+    }
 }
 
 /// Report the main process's exit (sheet §6): a new channel per attempt, backoff 250 ms
@@ -207,6 +459,54 @@ mod tests {
         assert!(e("base64url:!!!").contains("base64url"));
         assert!(e("nope").contains("JSON"));
         assert!(e("nope").contains("OPENSHELL_MAIN_PROCESS_SPEC"));
+    }
+
+    #[test]
+    fn login_shell_falls_back_shell_then_bash_on_path_then_sh() {
+        let only =
+            |ok: &'static [&'static str]| move |p: &Path| ok.iter().any(|o| Path::new(o) == p);
+        let sh = |env: Option<&str>, path: &str, ok: &'static [&'static str]| {
+            login_shell(env.map(OsStr::new), path, only(ok))
+        };
+        let all = &["/bin/bash", "/bin/zsh", "/usr/local/bin/bash"][..];
+        assert_eq!(
+            sh(Some("/bin/zsh"), "/usr/local/bin", all),
+            Path::new("/bin/bash")
+        );
+        let no_bin_bash = &["/bin/zsh", "/usr/local/bin/bash"][..];
+        assert_eq!(
+            sh(Some("/bin/zsh"), "/usr/local/bin", no_bin_bash),
+            Path::new("/bin/zsh")
+        );
+        // A relative or missing $SHELL is skipped.
+        assert_eq!(
+            sh(Some("zsh"), "/usr/local/bin", no_bin_bash),
+            Path::new("/usr/local/bin/bash")
+        );
+        assert_eq!(
+            sh(Some("/bin/fish"), "/usr/local/bin", no_bin_bash),
+            Path::new("/usr/local/bin/bash")
+        );
+        assert_eq!(sh(None, "/usr/bin:/bin", &[]), Path::new("/bin/sh"));
+    }
+
+    #[test]
+    fn only_the_default_command_is_remapped() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let sh = Path::new("/bin/sh");
+        assert_eq!(
+            remap_default(&os(&DEFAULT_COMMAND), sh),
+            os(&["/bin/sh", "-l"])
+        );
+        assert_eq!(
+            remap_default(&os(&DEFAULT_COMMAND), Path::new("/bin/bash")),
+            os(&DEFAULT_COMMAND)
+        );
+        assert_eq!(remap_default(&os(&["/bin/bash"]), sh), os(&["/bin/bash"]));
+        assert_eq!(
+            remap_default(&os(&["/bin/bash", "-c", "x"]), sh),
+            os(&["/bin/bash", "-c", "x"])
+        );
     }
 
     #[test]

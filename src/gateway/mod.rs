@@ -5,7 +5,8 @@
 //! - `session`: ConnectSupervisor (hello, heartbeats, reconnect).
 //! - `relay`: RelayOpen → RelayStream, bridged to the in-process SSH server or a loopback port.
 //! - `ssh`: the SSH exec server; every command runs through the sandbox core (`crate::exec`).
-//! - `main_process`: the optional canonical main process and its exit report.
+//! - `main_process`: the optional canonical main process (on a pty or pipes, attached with
+//!   the `openshell-main` subsystem) and its exit report.
 //!
 //! Order at start: policy and sandbox first (fail closed before anything is reachable), then
 //! the main process, then the session. Order at SIGTERM: refuse new relays, stop the session,
@@ -22,7 +23,6 @@ pub mod ssh;
 pub mod tls;
 
 use std::ffi::OsString;
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -34,9 +34,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use self::config::{Config, ServeArgs};
-use self::main_process::MainProcess;
 use self::ssh::command::{DEFAULT_PATH, ExecContext, Tracker};
-use crate::exec::{ExitInfo, Sandbox, SpawnSpec, Stdio};
+use crate::exec::{ExitInfo, Sandbox};
 
 /// Where the pod mounts the workspace; the default `--workdir`.
 pub const DEFAULT_WORKDIR: &str = "/sandbox";
@@ -142,6 +141,7 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         exec_permits: Arc::new(tokio::sync::Semaphore::new(cfg.max_execs)),
         max_execs: cfg.max_execs,
         request_timeout: cfg.channel_request_timeout,
+        main: Default::default(),
     });
     let ssh = ssh::SshServer::new(ctx.clone())?;
     let relays = relay::Relays::new(cfg.max_execs, ssh);
@@ -156,7 +156,11 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
     let mut sigquit = signal(SignalKind::quit()).context("installing the SIGQUIT handler")?;
 
     let mut main_task = match &cfg.main {
-        Some(m) => Some(start_main(&ctx, m, cfg.main_timeout, stop_rx.clone())?),
+        Some(m) => {
+            let running = main_process::start(&ctx, m, cfg.main_timeout, stop_rx.clone()).await?;
+            let _ = ctx.main.set(running.session);
+            Some(running.task)
+        }
         None => None,
     };
 
@@ -258,55 +262,4 @@ fn exit_code(info: &ExitInfo) -> i32 {
         (None, Some(s)) => 128 + s,
         (None, None) => 255,
     }
-}
-
-/// Start the main process in the sandbox. The task ends with its exit: on its own, at the
-/// `--timeout` (exit 124), or terminated at shutdown.
-fn start_main(
-    ctx: &Arc<ExecContext>,
-    m: &MainProcess,
-    timeout: Option<Duration>,
-    mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<tokio::task::JoinHandle<ExitInfo>> {
-    if m.tty {
-        tracing::info!(
-            "the main process spec asks for a tty; it runs without one (no attach subsystem)"
-        );
-    }
-    let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().map(Stdio::Fd);
-    let spec = SpawnSpec {
-        argv: m.argv.clone(),
-        env: ctx.child_env("dumb", std::path::Path::new("/bin/sh")),
-        cwd: None,
-        stdin: Stdio::Null,
-        // The main process logs to the pod's stdout and stderr, like ours.
-        stdout: dup(std::io::stdout().as_fd()).context("duplicating stdout")?,
-        stderr: dup(std::io::stderr().as_fd()).context("duplicating stderr")?,
-        controlling_tty: false,
-    };
-    let mut child = ctx
-        .sandbox
-        .spawn(spec)
-        .with_context(|| format!("starting the main process {:?}", m.argv))?;
-    tracing::info!(pid = child.pid(), argv = ?m.argv, "main process started");
-    let grace = ctx.grace;
-    Ok(tokio::spawn(async move {
-        let deadline = async {
-            match timeout {
-                Some(t) => tokio::time::sleep(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            info = child.wait() => info,
-            _ = deadline => {
-                tracing::warn!("main process hit --timeout; terminating");
-                let mut info = child.terminate_tree(Duration::from_millis(100)).await;
-                info.code = Some(124);
-                info.signal = None;
-                info
-            }
-            _ = ssh::stopped(&mut stop) => child.terminate_tree(grace).await,
-        }
-    }))
 }

@@ -156,11 +156,24 @@ impl State {
         target: Option<relay_open::Target>,
         register: bool,
     ) -> Result<RawRelay, Status> {
+        self.open_relay_as(channel_id, target, String::new(), register)
+            .await
+    }
+
+    /// [`State::open_relay_with_id`] with `RelayOpen.service_id` set, as ForwardTcp sets it
+    /// for `ssh-proxy` (gateway-features §10.4).
+    pub async fn open_relay_as(
+        &self,
+        channel_id: String,
+        target: Option<relay_open::Target>,
+        service_id: String,
+        register: bool,
+    ) -> Result<RawRelay, Status> {
         let tx = self.wait_session().await?;
         let open = RelayOpen {
             channel_id: channel_id.clone(),
             target,
-            service_id: String::new(),
+            service_id,
         };
         let (wtx, wrx) = oneshot::channel();
         if register {

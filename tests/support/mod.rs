@@ -2,6 +2,7 @@
 //! it. Shared by `tests/gateway_*.rs` and `benches/gateway.rs`.
 #![allow(dead_code)]
 
+pub mod connect;
 pub mod exec;
 pub mod gateway;
 pub mod jwt;
@@ -207,6 +208,9 @@ pub struct SupOpts {
     /// Variables set to the empty string (an empty value in `env` removes the variable), as
     /// the Docker and Podman drivers set OPENSHELL_SANDBOX_UID/GID.
     pub empty_env: Vec<String>,
+    /// Start the binary under this command: its words, then the binary's path and arguments
+    /// (for a wrapper that ends in `exec "$0" "$@"`, so the pid stays the supervisor's).
+    pub wrapper: Vec<String>,
 }
 
 pub struct Supervisor {
@@ -226,7 +230,14 @@ impl Supervisor {
             .path()
             .join(format!("supervisor-{}.log", rand_suffix()));
         let log = std::fs::File::create(&log_path).unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match opts.wrapper.split_first() {
+            None => Command::new(BIN),
+            Some((w, words)) => {
+                let mut c = Command::new(w);
+                c.args(words).arg(BIN);
+                c
+            }
+        };
         cmd.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("OPENSHELL_ENDPOINT", gw.endpoint())

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::command::{ExecContext, parse_command};
-use super::pty;
+use super::{main_session, pty};
 use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
@@ -87,6 +87,7 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
     let (mut rd, wr) = channel.split();
     let mut pty: Option<PtyReq> = None;
     let mut login = true;
+    let mut main_read_only = false;
     let mut early = Early::default();
     let mut early_bytes = 0usize;
     // A channel that never asks for anything would otherwise live (and buffer) forever.
@@ -126,6 +127,9 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
                 if variable_name == "OPENSHELL_NO_LOGIN_SHELL" {
                     login = variable_value.trim() != "1";
                 }
+                if variable_name == main_session::READ_ONLY_ENV {
+                    main_read_only = variable_value == "1";
+                }
             }
             Some(ChannelMsg::WindowChange {
                 col_width,
@@ -137,6 +141,10 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
             },
             Some(ChannelMsg::Exec { command, .. }) => break Start::Exec(command),
             Some(ChannelMsg::RequestShell { .. }) => break Start::Shell,
+            Some(ChannelMsg::RequestSubsystem { name, .. }) if name == main_session::NAME => {
+                let size = pty.as_ref().map(|p| (p.cols, p.rows));
+                return main_session::serve(&ctx, &mut rd, &wr, size, main_read_only).await;
+            }
             Some(ChannelMsg::RequestSubsystem { name, .. }) => {
                 // The handler has answered with a failure; end the channel too, so the
                 // client (OpenSSH's sftp, `openshell sandbox connect`) sees it close and the

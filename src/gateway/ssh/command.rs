@@ -102,6 +102,9 @@ pub struct ExecContext {
     pub max_execs: usize,
     /// A session channel that has sent no exec, shell or subsystem request by then is closed.
     pub request_timeout: Duration,
+    /// The canonical main process once started: what the `openshell-main` subsystem attaches
+    /// to. Empty when there is none.
+    pub main: std::sync::OnceLock<Arc<crate::gateway::main_process::session::MainSession>>,
 }
 
 impl ExecContext {

@@ -7,6 +7,7 @@
 
 mod channel;
 pub mod command;
+mod main_session;
 pub(crate) mod pty;
 
 use std::sync::Arc;
@@ -232,6 +233,11 @@ impl russh::server::Handler for Handler {
         name: &str,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
+        // `openshell-main` is always answered success (gateway-features §10.3); the channel
+        // task serves it.
+        if name == main_session::NAME {
+            return session.channel_success(channel);
+        }
         tracing::debug!("subsystem `{name}` refused");
         session.channel_failure(channel)
     }
