@@ -146,6 +146,7 @@ pub fn fork_exec(
     if init {
         flags |= libc::CLONE_NEWPID as libc::c_ulong;
     }
+    let area = args_area();
     let mut pidfd: libc::c_int = -1;
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork (x86_64 order:
     // flags, stack, parent_tid, child_tid, tls; CLONE_PIDFD returns the pidfd in parent_tid).
@@ -168,7 +169,10 @@ pub fn fork_exec(
         // SAFETY: we are the forked, single-threaded child.
         unsafe {
             match &st_w {
-                Some(st) => init_main(p, plan, cg, &view, err, st.as_raw_fd(), supervisor_pidfd),
+                Some(st) => {
+                    scrub_identity(area);
+                    init_main(p, plan, cg, &view, err, st.as_raw_fd(), supervisor_pidfd)
+                }
                 None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err),
             }
         }
@@ -205,6 +209,51 @@ pub fn fork_exec(
         status: st_r,
         init,
     })
+}
+
+/// The supervisor's argv and environment areas (arg_start, arg_end, env_start, env_end of
+/// /proc/self/stat), read once before any fork.
+fn args_area() -> [usize; 4] {
+    static AREA: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
+    *AREA.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // Fields after the command name (which may hold spaces): state is field 3, so
+        // arg_start (48) is index 45 of the rest.
+        let rest = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+        let f: Vec<usize> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        match f.get(45..49) {
+            Some(&[a, b, c, d]) if a < b && c <= d => [a, b, c, d],
+            _ => [0; 4],
+        }
+    })
+}
+
+/// In the init: our argv and environment are the supervisor's (the init is a fork of it, and
+/// never execs). /proc/1/cmdline is readable by every process of the namespace, and the
+/// supervisor's command line can hold a token (`--sandbox-token`): overwrite both areas in our
+/// copy of the memory, and the thread name too. Async-signal-safe: plain stores.
+///
+/// # Safety
+/// Only in the forked init; `area` is from [`args_area`] of the process it was forked from.
+unsafe fn scrub_identity(area: [usize; 4]) {
+    const NAME: &[u8] = b"openshell-init\0";
+    // SAFETY: the areas are mapped, writable stack memory of this process (our private copy
+    // after fork); nothing reads them again in the init.
+    unsafe {
+        let [a, b, c, d] = area;
+        if a != 0 && b > a {
+            std::ptr::write_bytes(a as *mut u8, 0, b - a);
+            let n = NAME.len().min(b - a);
+            std::ptr::copy_nonoverlapping(NAME.as_ptr(), a as *mut u8, n);
+        }
+        if c != 0 && d > c {
+            std::ptr::write_bytes(c as *mut u8, 0, d - c);
+        }
+        libc::prctl(libc::PR_SET_NAME, NAME.as_ptr(), 0, 0, 0);
+    }
 }
 
 fn fail(e: ChildError, err_w: RawFd) -> ! {
