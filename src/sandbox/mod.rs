@@ -780,3 +780,6 @@ mod step_tests {
         assert!(r.to_string().starts_with("setrlimit(nofile): "), "{r}");
     }
 }
+
+#[cfg(test)]
+mod prepare_tests;
