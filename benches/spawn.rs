@@ -104,6 +104,10 @@ fn main() {
                 "- mount namespace and /proc",
                 variant(&|p| p.view.mnt = None),
             ),
+            (
+                "- the exec's mount ns and /proc",
+                variant(&|p| p.view.proc = sandbox::namespaces::ProcMount::None),
+            ),
             ("- ipc namespace", variant(&|p| p.view.ipc = None)),
             ("- uts namespace", variant(&|p| p.view.uts = None)),
             ("- net namespace", variant(&|p| p.view.net = None)),

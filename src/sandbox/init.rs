@@ -147,6 +147,9 @@ pub fn fork_exec(
         flags |= libc::CLONE_NEWPID as libc::c_ulong;
     }
     let area = args_area();
+    // The command's stack when an init clones it (see init_main). Allocated here, before any
+    // fork; the init's copy of it is the one used.
+    let stack = if init { vec![0u8; 256 << 10] } else { Vec::new() };
     let mut pidfd: libc::c_int = -1;
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork (x86_64 order:
     // flags, stack, parent_tid, child_tid, tls; CLONE_PIDFD returns the pidfd in parent_tid).
@@ -171,7 +174,16 @@ pub fn fork_exec(
             match &st_w {
                 Some(st) => {
                     scrub_identity(area);
-                    init_main(p, plan, cg, &view, err, st.as_raw_fd(), supervisor_pidfd)
+                    init_main(
+                        p,
+                        plan,
+                        cg,
+                        &view,
+                        err,
+                        st.as_raw_fd(),
+                        supervisor_pidfd,
+                        &stack,
+                    )
                 }
                 None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err),
             }
@@ -313,6 +325,7 @@ unsafe fn init_main(
     err_w: RawFd,
     status_w: RawFd,
     supervisor_pidfd: RawFd,
+    stack: &[u8],
 ) -> ! {
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -354,14 +367,21 @@ unsafe fn init_main(
                 fail(ChildError::last(Step::InitSignals), err_w);
             }
         }
-        let cmd = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        // The command shares our memory until it execs (CLONE_VM|CLONE_VFORK, as posix_spawn
+        // does): copying the page tables of a second copy of the supervisor was the largest
+        // single cost of the spawn. It runs on its own stack, prepared before the first fork;
+        // we are suspended until its execve (or _exit) releases the memory.
+        let args = CommandArgs { p, plan, err_w };
+        let top = (stack.as_ptr() as usize + stack.len()) & !15;
+        let cmd = libc::clone(
+            command_entry,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&args as *const CommandArgs).cast_mut().cast(),
+        );
         if cmd < 0 {
             fail(ChildError::last(Step::ForkCommand), err_w);
         }
-        if cmd == 0 {
-            command_main(p, plan, None, None, 1, err_w);
-        }
-        let cmd = cmd as libc::pid_t;
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
         libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);
@@ -384,6 +404,22 @@ unsafe fn init_main(
                 libc::_exit(255);
             }
         }
+    }
+}
+
+struct CommandArgs<'a> {
+    p: &'a Prepared,
+    plan: &'a ExecPlan,
+    err_w: RawFd,
+}
+
+/// The command's entry point from the init's clone.
+extern "C" fn command_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points at the init's CommandArgs, alive while the init is suspended in
+    // vfork; we are the single-threaded command child.
+    unsafe {
+        let a = &*(arg as *const CommandArgs<'_>);
+        command_main(a.p, a.plan, None, None, 1, a.err_w)
     }
 }
 
