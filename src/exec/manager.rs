@@ -321,12 +321,8 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                     leader_alive,
                     reply,
                 } => {
-                    let left = super::tree::kill_all(
-                        leader,
-                        cgroup.as_deref(),
-                        supervisor,
-                        leader_alive,
-                    );
+                    let left =
+                        super::tree::kill_all(leader, cgroup.as_deref(), supervisor, leader_alive);
                     reap(&mut entries);
                     if let Some(r) = reply {
                         let _ = r.send(left);
@@ -368,7 +364,9 @@ fn spawn_one(
         source,
     })?;
     // The init is alive (it waits for the command), so its pid is still this exec's.
-    let mnt = if s.init && prepared.view.exec_view().proc != crate::sandbox::namespaces::ProcMount::None {
+    let mnt = if s.init
+        && prepared.view.exec_view().proc != crate::sandbox::namespaces::ProcMount::None
+    {
         std::fs::File::open(format!("/proc/{}/ns/mnt", s.pid))
             .ok()
             .map(OwnedFd::from)

@@ -149,7 +149,11 @@ pub fn fork_exec(
     let area = args_area();
     // The command's stack when an init clones it (see init_main). Allocated here, before any
     // fork; the init's copy of it is the one used.
-    let stack = if init { vec![0u8; 256 << 10] } else { Vec::new() };
+    let stack = if init {
+        vec![0u8; 256 << 10]
+    } else {
+        Vec::new()
+    };
     let mut pidfd: libc::c_int = -1;
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork (x86_64 order:
     // flags, stack, parent_tid, child_tid, tls; CLONE_PIDFD returns the pidfd in parent_tid).
@@ -174,16 +178,14 @@ pub fn fork_exec(
             match &st_w {
                 Some(st) => {
                     scrub_identity(area);
-                    init_main(
-                        p,
-                        plan,
-                        cg,
-                        &view,
-                        err,
-                        st.as_raw_fd(),
+                    let a = InitArgs {
+                        view: &view,
+                        err_w: err,
+                        status_w: st.as_raw_fd(),
                         supervisor_pidfd,
-                        &stack,
-                    )
+                        stack: &stack,
+                    };
+                    init_main(p, plan, cg, a)
                 }
                 None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err),
             }
@@ -210,7 +212,12 @@ pub fn fork_exec(
         // SAFETY: siginfo is plain data; waiting on our own pidfd.
         unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(libc::P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED);
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED,
+            );
         }
         let e = ChildError::decode(&buf).unwrap_or(ChildError::new(Step::Exec, libc::EIO));
         return Err(SpawnError::Child(e));
@@ -313,23 +320,37 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
+/// The init's descriptors and the command's stack.
+struct InitArgs<'a> {
+    view: &'a ExecView,
+    err_w: RawFd,
+    status_w: RawFd,
+    supervisor_pidfd: RawFd,
+    stack: &'a [u8],
+}
+
 const FORWARDED: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// # Safety
 /// Only in the child forked by [`fork_exec`] into a new PID namespace.
-unsafe fn init_main(
-    p: &Prepared,
-    plan: &ExecPlan,
-    cg: Option<&ExecCgroup>,
-    view: &ExecView,
-    err_w: RawFd,
-    status_w: RawFd,
-    supervisor_pidfd: RawFd,
-    stack: &[u8],
-) -> ! {
+unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: InitArgs<'_>) -> ! {
+    let InitArgs {
+        view,
+        err_w,
+        status_w,
+        supervisor_pidfd,
+        stack,
+    } = a;
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
             fail(ChildError::last(Step::InitParentDeath), err_w);
         }
         // Our parent is outside our PID namespace, so getppid() is 0 whoever it is: ask the
@@ -460,7 +481,11 @@ unsafe fn command_main(
         if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent) {
             fail(e, err_w);
         }
-        libc::execve(plan.program.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        libc::execve(
+            plan.program.as_ptr(),
+            plan.argv.as_ptr(),
+            plan.envp.as_ptr(),
+        );
         fail(ChildError::last(Step::Exec), err_w)
     }
 }

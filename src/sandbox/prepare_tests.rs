@@ -116,7 +116,11 @@ fn everything_available_as_root_is_enforced_with_one_row_per_namespace() {
     let (pol, _wd) = policy(false, NetworkMode::None, true);
     let p = prepare_with(&k, &pol).unwrap();
     for kind in [Kind::Pid, Kind::Mount, Kind::Ipc, Kind::Uts, Kind::Net] {
-        assert_eq!(status(&p, kind.layer()).0, Enforcement::Enforced, "{kind:?}");
+        assert_eq!(
+            status(&p, kind.layer()).0,
+            Enforcement::Enforced,
+            "{kind:?}"
+        );
     }
     assert_eq!(status(&p, "namespace-user").0, Enforcement::NotRequested);
     assert_eq!(status(&p, "namespace-uts").1, "hostname sandbox");
@@ -139,7 +143,10 @@ fn a_mount_refused_by_apparmor_is_refused_then_degraded_with_its_reason() {
     k.view[Kind::Mount as usize] = Outcome::Failed(e);
     let (layer, reason) = refused(&k, NetworkMode::None, true);
     assert_eq!(layer, "namespace-mount");
-    assert_eq!(reason, "mount a private tmpfs: Permission denied (os error 13)");
+    assert_eq!(
+        reason,
+        "mount a private tmpfs: Permission denied (os error 13)"
+    );
     let (pol, _wd) = policy(true, NetworkMode::None, true);
     let p = prepare_with(&k, &pol).unwrap();
     assert_eq!(status(&p, "namespace-mount").0, Enforcement::Degraded);
@@ -156,7 +163,10 @@ fn proc_that_cannot_be_mounted_degrades_the_pid_namespace_but_keeps_it() {
     let (pol, _wd) = policy(true, NetworkMode::None, true);
     let p = prepare_with(&k, &pol).unwrap();
     assert_eq!(status(&p, "namespace-pid").0, Enforcement::Degraded);
-    assert!(p.view.pid, "the PID namespace itself still contains the tree");
+    assert!(
+        p.view.pid,
+        "the PID namespace itself still contains the tree"
+    );
 }
 
 #[test]
@@ -168,11 +178,18 @@ fn non_root_without_a_user_namespace_refuses_and_names_the_layer() {
     };
     let (layer, reason) = refused(&k, NetworkMode::None, false);
     assert_eq!(layer, "namespace-user");
-    assert!(reason.contains("unshare the user namespace: Operation not permitted"), "{reason}");
+    assert!(
+        reason.contains("unshare the user namespace: Operation not permitted"),
+        "{reason}"
+    );
     let (pol, _wd) = policy(true, NetworkMode::None, false);
     let p = prepare_with(&k, &pol).unwrap();
     for kind in Kind::ALL {
-        assert_eq!(status(&p, kind.layer()).0, Enforcement::Degraded, "{kind:?}");
+        assert_eq!(
+            status(&p, kind.layer()).0,
+            Enforcement::Degraded,
+            "{kind:?}"
+        );
     }
     assert!(!p.view.pid && p.view.mnt.is_none());
 }

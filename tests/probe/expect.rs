@@ -5,9 +5,7 @@
 
 use std::path::PathBuf;
 
-use libc::{
-    EACCES, ECONNREFUSED, EINVAL, ENOENT, ENOSYS, EPERM, ESRCH, ETXTBSY, EXDEV, SIGSYS,
-};
+use libc::{EACCES, ECONNREFUSED, EINVAL, ENOENT, ENOSYS, EPERM, ESRCH, ETXTBSY, EXDEV, SIGSYS};
 
 use super::{Attempt, Mode};
 
