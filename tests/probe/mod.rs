@@ -95,6 +95,7 @@ pub fn built() -> &'static Built {
                 "kernel.c",
                 "priv.c",
                 "bombs.c",
+                "sched.c",
                 "witness.c",
             ],
         );
