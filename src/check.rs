@@ -1,5 +1,7 @@
 //! `openshell-sandbox check`: what this kernel supports, and whether the default policy would
-//! be fully enforced here. Exits 1 when it would not.
+//! be fully enforced here. Exits 1 when it would not. It changes nothing on the system: it may
+//! run beside a live supervisor (`kubectl exec POD -- openshell-sandbox check`), so it makes no
+//! cgroup and sweeps none (`sandbox::prepare_dry`).
 
 use std::process::ExitCode;
 
@@ -58,7 +60,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         allow_degraded: false,
         namespaces: Default::default(),
     };
-    let (layers, refused) = match sandbox::prepare(&policy) {
+    let (layers, refused) = match sandbox::prepare_dry(&policy) {
         Ok(p) => (p.layers, None),
         Err(e) => {
             // Prepare again, degraded, to list every layer's state.
@@ -66,7 +68,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 allow_degraded: true,
                 ..policy.clone()
             };
-            let layers = sandbox::prepare(&degraded)
+            let layers = sandbox::prepare_dry(&degraded)
                 .map(|p| p.layers)
                 .unwrap_or_default();
             (layers, Some(e.to_string()))

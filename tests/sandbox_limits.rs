@@ -355,7 +355,7 @@ fn the_exec_joins_its_own_cgroups_as_a_whole_process() {
         assert!(!ours.is_empty(), "no {ctrl} line in\n{out}");
         for l in ours {
             assert!(
-                l.contains("/openshell-sandbox-") && l.contains("/exec-"),
+                l.contains("/openshell-owned-") && l.contains("/exec-"),
                 "{ctrl}: not in a per-exec group: {l}\n{out}"
             );
         }

@@ -40,7 +40,7 @@ pub enum ManagerError {
     #[error(transparent)]
     Spawn(#[from] SpawnError),
     #[error("creating the exec's cgroup: {0}")]
-    Cgroup(io::Error),
+    Cgroup(crate::sandbox::cgroup::CgroupError),
     #[error("the process manager thread is gone")]
     Gone,
     #[error("{what}: {source}")]
@@ -68,7 +68,7 @@ enum Job {
         cgroup: Option<Arc<ExecCgroup>>,
         supervisor: libc::pid_t,
         leader_alive: bool,
-        reply: Option<oneshot::Sender<Vec<i32>>>,
+        reply: Option<oneshot::Sender<Result<Vec<i32>, super::SweepError>>>,
     },
     /// Remove the exec's cgroup once `pid` is reaped (at once if it already is).
     Release {
@@ -191,7 +191,7 @@ impl Manager {
         cgroup: Option<Arc<ExecCgroup>>,
         supervisor: libc::pid_t,
         leader_alive: bool,
-    ) -> Vec<i32> {
+    ) -> Result<Vec<i32>, super::SweepError> {
         let (reply, rx) = oneshot::channel();
         if self
             .send(Job::Sweep {
@@ -203,9 +203,9 @@ impl Manager {
             })
             .is_err()
         {
-            return vec![leader];
+            return Ok(vec![leader]);
         }
-        rx.await.unwrap_or_else(|_| vec![leader])
+        rx.await.unwrap_or_else(|_| Ok(vec![leader]))
     }
 
     /// Fire-and-forget kill of a degraded exec (from `Drop`).
@@ -324,10 +324,17 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                     let left =
                         super::tree::kill_all(leader, cgroup.as_deref(), supervisor, leader_alive);
                     reap(&mut entries);
-                    if let Some(r) = reply {
-                        let _ = r.send(left);
-                    } else if !left.is_empty() {
-                        tracing::warn!(pids = ?left, "processes of an exec survived the kill sweep");
+                    match (reply, &left) {
+                        (Some(r), _) => {
+                            let _ = r.send(left);
+                        }
+                        (None, Ok(l)) if !l.is_empty() => {
+                            tracing::warn!(pids = ?l, "processes of an exec survived the kill sweep")
+                        }
+                        (None, Err(e)) => {
+                            tracing::warn!(error = %e, "the kill sweep could not list the exec's processes")
+                        }
+                        (None, Ok(_)) => {}
                     }
                     drop(cgroup);
                 }

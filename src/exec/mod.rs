@@ -7,6 +7,8 @@ pub mod run;
 pub mod stream;
 mod tree;
 
+pub use tree::SweepError;
+
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -423,13 +425,15 @@ impl Child {
         if self.done.is_none() {
             pidfd_signal(&self.pidfd, sig);
         }
-        tree::signal(
+        if let Err(e) = tree::signal(
             self.pid,
             self.cgroup.as_deref(),
             self.supervisor_pid,
             sig,
             self.done.is_none(),
-        );
+        ) {
+            tracing::warn!(error = %e, "could not signal the exec's processes");
+        }
     }
 
     /// Kill everything of this exec that is still alive, and return the pids that survived
@@ -439,9 +443,12 @@ impl Child {
     /// back until every other process of the namespace is gone; once it is reaped, nothing is
     /// left. Without one (degraded), the process manager sweeps /proc and the cgroup for about
     /// a second (see SECURITY.md for when a process that forks in a loop can outrun it).
-    pub async fn kill_tree(&mut self) -> Vec<i32> {
+    ///
+    /// An error when the exec's processes could not even be listed (degraded path only):
+    /// containment failed then too.
+    pub async fn kill_tree(&mut self) -> Result<Vec<i32>, SweepError> {
         if self.cleaned {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         if self.init {
             if self.done.is_none() {
@@ -449,15 +456,18 @@ impl Child {
             }
             self.wait().await;
             self.cleaned = true;
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let alive = self.done.is_none();
         let left = manager::get()
             .sweep(self.pid, self.cgroup.clone(), self.supervisor_pid, alive)
             .await;
-        self.cleaned = self.done.is_some() && left.is_empty();
-        if !left.is_empty() {
-            tracing::warn!(pids = ?left, "processes of an exec survived the kill sweep");
+        match &left {
+            Ok(l) if l.is_empty() => self.cleaned = self.done.is_some(),
+            Ok(l) => tracing::warn!(pids = ?l, "processes of an exec survived the kill sweep"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the kill sweep could not list the exec's processes")
+            }
         }
         left
     }
@@ -472,7 +482,8 @@ impl Child {
             }
         }
         let info = self.wait().await;
-        self.kill_tree().await;
+        // The caller's own kill_tree() reports a failure; this one only logs it.
+        let _ = self.kill_tree().await;
         info
     }
 

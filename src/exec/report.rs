@@ -53,6 +53,9 @@ pub struct ExitReport {
     pub contained: bool,
     /// Pids that survived the kill sweep (-1: an unknown process kept the output pipes open).
     pub survivors: Vec<i32>,
+    /// Why the kill sweep could not list the run's processes, when it could not (then
+    /// `contained` is false: what is left is unknown).
+    pub containment_error: Option<String>,
     pub landlock_abi: i32,
     pub layers: Vec<LayerStatus>,
 }
@@ -134,7 +137,9 @@ impl ExitReport {
                 ""
             },
             self.landlock_abi,
-            if !self.contained {
+            if let Some(e) = &self.containment_error {
+                format!("CONTAINMENT FAILED: the run's processes could not be listed: {e}")
+            } else if !self.contained {
                 format!(
                     "CONTAINMENT FAILED: processes {:?} survived the run",
                     self.survivors

@@ -25,7 +25,10 @@ pub const CONTAINMENT_FAILED_EXIT: i32 = 125;
 const PUMP_DRAIN: Duration = Duration::from_secs(5);
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut tl = Timeline::from_env();
+    tl.stamp("main");
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
+    tl.stamp("logging");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -33,8 +36,51 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             what: "starting the async runtime",
             source,
         })?;
-    let code = rt.block_on(run(args))?;
+    tl.stamp("runtime");
+    let code = rt.block_on(run(args, &mut tl))?;
+    drop(rt);
+    tl.stamp("runtime-drop");
+    tl.print();
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// With `OSB_RUN_TIMELINE` set, `run` notes when each stage ended (CLOCK_MONOTONIC, the
+/// clock std's `Instant` reads) and prints them on one stderr line at the end, for
+/// benches/corpus.rs to say where a run's time goes. The child never sees the variable: its
+/// environment is built from scratch.
+struct Timeline {
+    stamps: Option<Vec<(&'static str, u64)>>,
+}
+
+impl Timeline {
+    fn from_env() -> Timeline {
+        Timeline {
+            stamps: std::env::var_os("OSB_RUN_TIMELINE").map(|_| Vec::with_capacity(16)),
+        }
+    }
+
+    fn stamp(&mut self, stage: &'static str) {
+        if let Some(v) = &mut self.stamps {
+            v.push((stage, monotonic_ns()));
+        }
+    }
+
+    fn print(&self) {
+        if let Some(v) = &self.stamps {
+            let line: Vec<String> = v.iter().map(|(k, t)| format!("{k}={t}")).collect();
+            let _ = writeln!(std::io::stderr(), "osb-timeline {}", line.join(" "));
+        }
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec on our stack.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Variables that must never reach the child through `--env` or `--inherit-env`.
@@ -154,6 +200,24 @@ fn feed_stdin() -> Result<OwnedFd, RunError> {
         .spawn(move || copy_stdin(w))
         .map_err(|e| io("starting the stdin thread", e))?;
     Ok(r)
+}
+
+/// Whether our stdin is /dev/null (`< /dev/null`, a caller's `Stdio::null()`, most batch
+/// runs). Then the child gets a /dev/null of its own, read-only, instead of a pipe and a feeder
+/// thread: it reads EOF either way, /dev/null holds no terminal state to share, and a write to
+/// it fails (EBADF) as one to the pipe's read end does. That saves a thread and a pipe per run
+/// (benches/corpus.rs).
+fn stdin_is_dev_null() -> bool {
+    // SAFETY: fstat and stat into zeroed stack structs; the path is a NUL-terminated literal.
+    unsafe {
+        let mut ours: libc::stat = std::mem::zeroed();
+        let mut null: libc::stat = std::mem::zeroed();
+        libc::fstat(0, &mut ours) == 0
+            && ours.st_mode & libc::S_IFMT == libc::S_IFCHR
+            && libc::stat(c"/dev/null".as_ptr(), &mut null) == 0
+            && null.st_mode & libc::S_IFMT == libc::S_IFCHR
+            && ours.st_rdev == null.st_rdev
+    }
 }
 
 /// Block in poll(2) until `fd` is ready for `events`.
@@ -279,13 +343,14 @@ fn stdout_is_stderr() -> bool {
     matches!((st(1), st(2)), (Some(a), Some(b)) if a == b)
 }
 
-async fn run(args: RunArgs) -> Result<i32, RunError> {
+async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let started = Instant::now();
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
         what: "reading the current directory",
         source,
     })?;
     let mut policy = Policy::from_args(&args.policy, &cwd, Vec::new())?;
+    tl.stamp("policy");
     // Root with no --uid (or OPENSHELL_SANDBOX_UID): a uid of our own for this run. Per-uid
     // kernel budgets (inotify instances, fanotify groups, queued signals, POSIX timers,
     // RLIMIT_NPROC) are shared by every process of a uid, so with one fixed uid a run could
@@ -317,7 +382,9 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         scratch.as_ref().map(|s| s.path.as_path()),
     )?;
     let limits = policy.limits.clone();
+    tl.stamp("uid-scratch-env");
     let sandbox = Sandbox::new(policy)?;
+    tl.stamp("sandbox-new");
     // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
     // workdir has passed the filesystem policy's checks.
     if let Some(lease) = &lease {
@@ -335,6 +402,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
     }
+    tl.stamp("handover");
 
     // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
     // the end could by then be the child's symlink (root overwrites what it points to) or its
@@ -407,7 +475,11 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
                 argv: args.command.clone(),
                 env,
                 cwd: None,
-                stdin: Stdio::Fd(feed_stdin()?),
+                stdin: if stdin_is_dev_null() {
+                    Stdio::Null
+                } else {
+                    Stdio::Fd(feed_stdin()?)
+                },
                 stdout: Stdio::Piped,
                 stderr: Stdio::Piped,
                 controlling_tty: false,
@@ -422,6 +494,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         (child, out_task, err_task, None)
     };
 
+    tl.stamp("spawned");
     let grace = Duration::from_secs_f64(args.kill_grace);
     let timeout = args.timeout.map(Duration::from_secs_f64);
     let mut sigterm = signal(SignalKind::terminate()).map_err(|source| RunError::Io {
@@ -474,9 +547,18 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             child.terminate_tree(grace).await
         }
     };
+    tl.stamp("exited");
     // Whatever the command left behind dies with it; that also closes pipes held by
     // descendants, so the pumps below reach EOF.
-    let mut survivors = child.kill_tree().await;
+    // A sweep that cannot list the exec's processes has not contained it: keep why.
+    let mut containment_error = None;
+    let mut survivors = match child.kill_tree().await {
+        Ok(left) => left,
+        Err(e) => {
+            containment_error.get_or_insert(e.to_string());
+            Vec::new()
+        }
+    };
     let cgroup_memory_hit = child.hit_memory_limit();
     // The pipes close when the last holder dies. If a process outran the sweep it may hold
     // them forever: bound the wait, then stop reading and report the containment failure.
@@ -492,7 +574,12 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             (o, e, open)
         }
         Err(_) => {
-            survivors.extend(child.kill_tree().await);
+            match child.kill_tree().await {
+                Ok(left) => survivors.extend(left),
+                Err(e) => {
+                    containment_error.get_or_insert(e.to_string());
+                }
+            }
             if survivors.is_empty() {
                 survivors.push(-1); // unknown holder of the pipes
             }
@@ -501,6 +588,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         }
     };
     drop(child);
+    tl.stamp("killed-drained");
     // Our terminal is itself again before we print anything of our own.
     drop(raw_terminal);
 
@@ -511,7 +599,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         cgroup_memory_hit,
     };
     let reason = report::classify(&info, &cx, &out, &err);
-    let contained = survivors.is_empty();
+    let contained = survivors.is_empty() && containment_error.is_none();
     let exit_code = match (reason, forwarded_signal) {
         _ if !contained => CONTAINMENT_FAILED_EXIT,
         (Reason::Timeout, _) => TIMEOUT_EXIT,
@@ -533,6 +621,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         stderr_truncated: err.truncated,
         contained,
         survivors,
+        containment_error,
         landlock_abi: sandbox.landlock_abi(),
         layers: sandbox.layers().to_vec(),
     };
@@ -557,8 +646,12 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     // Only now, with the report out, remove the scratch tree: on a deep or wide tree that can
     // take far longer than the run's --timeout (37 s was seen), and nothing of the run's
     // outcome may wait for it. std's remove_dir_all walks by fd and never follows a symlink.
+    tl.stamp("report");
     crate::pause::point("scratch-remove");
     drop(scratch);
+    // The cgroup root (and the group made ahead for a next exec) is removed here.
+    drop(sandbox);
     drop(lease);
+    tl.stamp("cleanup");
     Ok(exit_code)
 }

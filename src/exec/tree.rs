@@ -3,7 +3,8 @@
 //! The child is a session leader (setsid), so its pid is also its process group and session id.
 //! Descendants are found three ways, strongest first:
 //! 1. the exec's cgroup, when there is one: exact, including daemons that changed session,
-//!    so nothing else is consulted;
+//!    so nothing else is consulted; it is also signalled without a pid race (`cgroup.kill`,
+//!    or frozen around the read and the kill, see `sandbox::cgroup`);
 //! 2. otherwise, the process table: every process whose parent chain leads to the exec, or
 //!    that is in its session;
 //! 3. orphans re-parented to the supervisor (we are a child subreaper) that are not the main
@@ -11,28 +12,49 @@
 //!    linking it to its exec. Without a cgroup this is the only trace of it, so such an orphan
 //!    is killed when an exec ends: no exec's daemon may outlive it, and a daemon that escaped
 //!    its session is not told apart from a sibling exec's daemon.
+//!
+//! A member list that cannot be read (EMFILE after a prlimit on us, a vanished group) is a
+//! [`SweepError`], never an empty list: nobody knows then what is still running.
 
 use std::collections::HashMap;
+use std::io;
 use std::time::Duration;
 
-use crate::sandbox::cgroup::ExecCgroup;
+use crate::sandbox::cgroup::{CgroupError, ExecCgroup};
+
+/// Why the sweep could not tell which processes belong to the exec. Containment has failed
+/// then: an unreadable member list is never an empty one.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("the exec's cgroup: {0}")]
+    Cgroup(#[from] CgroupError),
+    #[error("reading the process table ({path}): {source}")]
+    Proc { path: String, source: io::Error },
+}
 
 struct ProcInfo {
     ppid: i32,
     sid: i32,
 }
 
-fn process_table() -> HashMap<i32, ProcInfo> {
+fn process_table() -> Result<HashMap<i32, ProcInfo>, SweepError> {
     let mut out = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
+    let proc_err = |path: &str, source| SweepError::Proc {
+        path: path.to_string(),
+        source,
     };
-    for e in dir.flatten() {
+    let dir = std::fs::read_dir("/proc").map_err(|e| proc_err("/proc", e))?;
+    for e in dir {
+        let e = e.map_err(|e| proc_err("/proc", e))?;
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
+        let path = format!("/proc/{pid}/stat");
+        let stat = match std::fs::read_to_string(&path) {
+            Ok(s) => s,
+            // Gone since the directory was listed: it exited, nothing to kill.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => continue,
+            Err(e) => return Err(proc_err(&path, e)),
         };
         // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
         let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
@@ -48,25 +70,17 @@ fn process_table() -> HashMap<i32, ProcInfo> {
         };
         out.insert(pid, ProcInfo { ppid, sid });
     }
-    out
+    Ok(out)
 }
 
-/// Every live process of the exec rooted at `leader`, except the supervisor itself: the
-/// cgroup's members, plus, from one /proc snapshot, every descendant of the roots (the leader,
-/// the members of its session, and orphans re-parented to the supervisor that are not another
-/// exec's main process), found in one breadth-first pass over a parent → children map. (An
-/// upward walk per process would find only the top of a deep daemon chain per round.)
-fn members(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32) -> Vec<i32> {
-    // With a cgroup the answer is exact and cheap: every descendant is born in the exec's
-    // group and the sandbox uid cannot move itself out (cgroup.procs elsewhere is root's).
-    // Scanning all of /proc costs a millisecond or more per call on a busy node.
-    if let Some(cg) = cg {
-        let mut pids = cg.members();
-        pids.retain(|&p| p != supervisor);
-        return pids;
-    }
+/// Every live process of the exec rooted at `leader` (no cgroup), except the supervisor
+/// itself: from one /proc snapshot, every descendant of the roots (the leader, the members of
+/// its session, and orphans re-parented to the supervisor that are not another exec's main
+/// process), found in one breadth-first pass over a parent → children map. (An upward walk per
+/// process would find only the top of a deep daemon chain per round.)
+fn members(leader: i32, supervisor: i32) -> Result<Vec<i32>, SweepError> {
     let mut pids: Vec<i32> = Vec::new();
-    let table = process_table();
+    let table = process_table()?;
     let registered = super::reaper::get();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     let mut queue: Vec<i32> = Vec::new();
@@ -92,30 +106,46 @@ fn members(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32) -> Vec<i32> {
     }
     pids.sort_unstable();
     pids.dedup();
-    pids
+    Ok(pids)
 }
 
 /// Send `sig` to the whole exec. `leader_alive`: the leader is not reaped yet, so its pid (and
 /// process group id) cannot have been reused.
-pub fn signal(leader: i32, cg: Option<&ExecCgroup>, supervisor: i32, sig: i32, leader_alive: bool) {
+pub fn signal(
+    leader: i32,
+    cg: Option<&ExecCgroup>,
+    supervisor: i32,
+    sig: i32,
+    leader_alive: bool,
+) -> Result<(), SweepError> {
     if leader_alive {
         // SAFETY: kill with integer arguments; negative pid = the process group.
         unsafe { libc::kill(-leader, sig) };
     }
-    for pid in members(leader, cg, supervisor) {
+    // With a cgroup the answer is exact: every descendant is born in the exec's group and the
+    // sandbox uid cannot move itself out (cgroup.procs elsewhere is root's). The group also
+    // signals without a pid race (cgroup.kill, or frozen around the read and the kill).
+    if let Some(cg) = cg {
+        cg.signal_all(sig)?;
+        return Ok(());
+    }
+    for pid in members(leader, supervisor)? {
         // SAFETY: as above.
         unsafe { libc::kill(pid, sig) };
     }
+    Ok(())
 }
 
 /// SIGKILL until nothing of the exec is left (bounded to about a second). Returns the pids
-/// still alive after that: a process that forks faster than we can find it.
+/// still alive after that: a process that forks faster than we can find it. An error when the
+/// members could not be read: then nobody knows what is left.
 pub fn kill_all(
     leader: i32,
     cg: Option<&ExecCgroup>,
     supervisor: i32,
     leader_alive: bool,
-) -> Vec<i32> {
+) -> Result<Vec<i32>, SweepError> {
+    crate::pause::point("tree-sweep");
     let mut alive = leader_alive;
     for round in 0..200 {
         if alive {
@@ -123,16 +153,30 @@ pub fn kill_all(
             unsafe { libc::kill(-leader, libc::SIGKILL) };
             alive = false;
         }
-        let m = members(leader, cg, supervisor);
-        if m.is_empty() {
-            return m;
-        }
-        for pid in m {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+        let found = match cg {
+            Some(cg) => cg.signal_all(libc::SIGKILL)?,
+            None => {
+                let m = members(leader, supervisor)?;
+                crate::pause::point("tree-members-read");
+                for &pid in &m {
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                m.len()
+            }
+        };
+        if found == 0 {
+            return Ok(Vec::new());
         }
         super::reaper::nudge();
         std::thread::sleep(Duration::from_millis(if round < 10 { 1 } else { 5 }));
     }
-    members(leader, cg, supervisor)
+    match cg {
+        Some(cg) => {
+            let mut m = cg.members()?;
+            m.retain(|&p| p != supervisor);
+            Ok(m)
+        }
+        None => members(leader, supervisor),
+    }
 }

@@ -88,7 +88,12 @@ impl tonic::service::Interceptor for Bearer {
 }
 
 fn bearer_value(token: &str) -> Result<MetadataValue<tonic::metadata::Ascii>, TokenError> {
-    MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| TokenError::NotAHeader)
+    let mut v =
+        MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| TokenError::NotAHeader)?;
+    // Sensitive values are left out of Debug output and HPACK-encoded as never-indexed, so no
+    // log line or intermediary's header table keeps the token.
+    v.set_sensitive(true);
+    Ok(v)
 }
 
 fn read_token_file(path: &Path, var: &'static str) -> Result<String, TokenError> {
@@ -252,7 +257,24 @@ async fn refresh_once(
             Ok(())
         }
         Err(status) if status.code() == Code::Unauthenticated => {
-            if let TokenSource::ServiceAccount(p) = &tokens.source {
+            if let TokenSource::File(p) = &tokens.source {
+                // The file may have been rotated since we read it (a Secret update, an
+                // operator's fix): read it again; the same token again cannot help.
+                let fresh = read_token_file(p, "OPENSHELL_SANDBOX_TOKEN_FILE")?;
+                if tokens.get().as_deref() == Some(fresh.as_str()) {
+                    tracing::error!(
+                        "RefreshSandboxToken: {status}; the token in OPENSHELL_SANDBOX_TOKEN_FILE ({}) is no longer accepted; write a fresh one there",
+                        p.display()
+                    );
+                    return Err(RefreshError::Status(status));
+                }
+                tracing::warn!(
+                    "RefreshSandboxToken says the token is no longer valid; using the new token in {}",
+                    p.display()
+                );
+                tokens.set(fresh);
+                Ok(())
+            } else if let TokenSource::ServiceAccount(p) = &tokens.source {
                 tracing::warn!(
                     "RefreshSandboxToken says the token is no longer valid; re-exchanging the service-account token"
                 );
@@ -261,7 +283,7 @@ async fn refresh_once(
                 Ok(())
             } else {
                 tracing::error!(
-                    "RefreshSandboxToken: {status}; the token from OPENSHELL_SANDBOX_TOKEN(_FILE) cannot be renewed, restart with a fresh one"
+                    "RefreshSandboxToken: {status}; the token from OPENSHELL_SANDBOX_TOKEN cannot be renewed, restart with a fresh one"
                 );
                 Err(RefreshError::Status(status))
             }

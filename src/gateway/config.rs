@@ -77,7 +77,9 @@ pub struct ServeArgs {
     #[arg(long, env = "OPENSHELL_GATEWAY_TLS_SERVER_NAME", value_name = "NAME")]
     pub tls_server_name: Option<String>,
 
-    /// A gateway JWT, used as the bearer as is (test harnesses).
+    /// A gateway JWT, used as the bearer as is (test harnesses). Anything on the command line
+    /// is readable by every local user through /proc/PID/cmdline: prefer the
+    /// OPENSHELL_SANDBOX_TOKEN variable or --sandbox-token-file.
     #[arg(
         long,
         env = "OPENSHELL_SANDBOX_TOKEN",
@@ -86,7 +88,8 @@ pub struct ServeArgs {
     )]
     pub sandbox_token: Option<String>,
 
-    /// File holding a gateway JWT (read once, trimmed).
+    /// File holding a gateway JWT (trimmed); read at start and again after the gateway
+    /// answers UNAUTHENTICATED, so a rotated file is picked up.
     #[arg(long, env = "OPENSHELL_SANDBOX_TOKEN_FILE", value_name = "PATH")]
     pub sandbox_token_file: Option<PathBuf>,
 
@@ -152,10 +155,42 @@ pub struct ServeArgs {
     #[arg(long)]
     pub upstream_proxy_connect_by_hostname: bool,
 
-    /// Most execs (relays) served at once; past it a RelayOpen fails with a clear error.
+    /// Most execs (session channels running a command or shell) at once, and most relays
+    /// open at once; past it the exec or the RelayOpen fails with a clear error.
     #[arg(long, value_name = "N", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_execs: u32,
+
+    /// Supervisor topology. Only the combined one, `network,process` (the default), is
+    /// supported; `network`, `process` and `network-init` (the sidecar topology) are refused.
+    #[arg(long, value_name = "MODES", default_value = "network,process", value_parser = parse_mode)]
+    pub mode: String,
+
+    /// The post-HEAD launch style (`openshell-supervisor --role=...`, the Sandbox Protocol);
+    /// refused.
+    #[arg(long, value_name = "ROLE", hide = true, value_parser = refuse_role)]
+    pub role: Option<String>,
+
+    /// Set to 1 to allow sending a bearer token over a plaintext (`http://`) endpoint.
+    #[arg(long, env = ALLOW_PLAINTEXT_TOKEN, value_name = "0|1", hide = true)]
+    pub allow_plaintext_token: Option<String>,
+
+    /// The image's USER (Docker/Podman drivers): `user`, `uid`, `user:group` or `uid:gid`. It
+    /// fills whichever of the uid and gid is not given; empty means the uid/gid are
+    /// authoritative (Kubernetes).
+    #[arg(
+        long,
+        env = "OPENSHELL_OCI_IMAGE_USER",
+        value_name = "USER[:GROUP]",
+        hide = true
+    )]
+    pub oci_image_user: Option<String>,
+
+    /// Milliseconds a session channel may stay open without an exec, shell or subsystem
+    /// request before it is closed.
+    #[arg(long, value_name = "MS", default_value_t = 30_000, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub channel_request_timeout_ms: u64,
 
     /// How exec command strings are run: `login` is OpenShell's `bash -lc` (or `sh -c` where
     /// there is no bash); `plain` is always a non-login `sh -c`.
@@ -213,6 +248,47 @@ pub enum ShellMode {
     Plain,
 }
 
+/// The variable that allows a bearer token over plaintext. An env var, not only a flag,
+/// because the driver renders the pod's command line while a sandbox template can set env.
+pub const ALLOW_PLAINTEXT_TOKEN: &str = "OPENSHELL_ALLOW_PLAINTEXT_TOKEN";
+
+/// `--mode`: a comma list meaning exactly {network, process}, in any order (gateway-features
+/// §14.3, §14.5). The other topologies split the supervisor across containers; pretending to
+/// be one of them would leave the pod unenforced, so each is refused by name.
+fn parse_mode(s: &str) -> Result<String, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let mut network = false;
+    let mut process = false;
+    for p in &parts {
+        match *p {
+            "network" => network = true,
+            "process" => process = true,
+            "network-init" => {
+                return Err(
+                    "the `network-init` topology (the sidecar's init container that installs the pod fence) is not supported: this supervisor runs only the combined topology, --mode network,process".into(),
+                );
+            }
+            "" => return Err("an empty mode; the only supported value is network,process".into()),
+            other => {
+                return Err(format!(
+                    "unknown mode `{other}`; the only supported value is network,process"
+                ));
+            }
+        }
+    }
+    match (network, process) {
+        (true, true) => Ok("network,process".into()),
+        (true, false) => Err("the `network` topology (the sidecar's network supervisor) is not supported: this supervisor runs only the combined topology, --mode network,process".into()),
+        _ => Err("the `process` topology (the sidecar's workload agent, without a network supervisor of its own) is not supported: this supervisor runs only the combined topology, --mode network,process".into()),
+    }
+}
+
+fn refuse_role(s: &str) -> Result<String, String> {
+    Err(format!(
+        "the `--role {s}` launch style (openshell-supervisor and the Sandbox Protocol, after OpenShell v0.0.111) is not supported: this supervisor serves the ConnectSupervisor contract, started as `openshell-sandbox [--workdir DIR]`"
+    ))
+}
+
 /// Where the bearer token comes from (sheet §3.2, in priority order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSource {
@@ -224,6 +300,18 @@ pub enum TokenSource {
     ServiceAccount(PathBuf),
     /// None: the v0.0.36 gateway authenticates the client certificate only.
     None,
+}
+
+impl TokenSource {
+    /// The variable the token comes from, for messages.
+    pub fn variable(&self) -> &'static str {
+        match self {
+            TokenSource::Literal(_) => "OPENSHELL_SANDBOX_TOKEN",
+            TokenSource::File(_) => "OPENSHELL_SANDBOX_TOKEN_FILE",
+            TokenSource::ServiceAccount(_) => "OPENSHELL_K8S_SA_TOKEN_FILE",
+            TokenSource::None => "none",
+        }
+    }
 }
 
 /// TLS material paths; read again for every new connection (Secret rotation).
@@ -259,6 +347,8 @@ pub struct Config {
     pub main: Option<MainProcess>,
     pub user_env: Vec<(String, String)>,
     pub max_execs: usize,
+    /// How long a session channel may wait before its first request.
+    pub channel_request_timeout: Duration,
     pub shell: ShellMode,
     pub shutdown_grace: Duration,
     pub main_timeout: Option<Duration>,
@@ -285,6 +375,10 @@ pub enum ConfigError {
     BadServerName(String),
     #[error("OPENSHELL_SANDBOX_TOKEN is set but empty")]
     EmptyToken,
+    #[error(
+        "refusing to send the bearer token ({0}) over the plaintext endpoint {1}: anyone on the path could read it; use https://, or set {ALLOW_PLAINTEXT_TOKEN}=1 to allow it (tests only)"
+    )]
+    PlaintextToken(&'static str, String),
     #[error("--reconnect-base-ms {0} is larger than --reconnect-max-ms {1}")]
     BadBackoff(u64, u64),
     #[error("OPENSHELL_USER_ENVIRONMENT is not a JSON object of strings: {0}")]
@@ -337,6 +431,9 @@ impl ServeArgs {
                     None
                 };
                 let token = self.token_source()?;
+                if tls.is_none() && token != TokenSource::None && !self.plaintext_token_allowed() {
+                    return Err(ConfigError::PlaintextToken(token.variable(), ep));
+                }
                 Some(GatewayConfig {
                     endpoint: ep,
                     host,
@@ -367,6 +464,7 @@ impl ServeArgs {
             main,
             user_env: parse_user_env(self.user_environment.as_deref())?,
             max_execs: self.max_execs as usize,
+            channel_request_timeout: Duration::from_millis(self.channel_request_timeout_ms),
             shell: self.shell,
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
             main_timeout: self.timeout.map(Duration::from_secs),
@@ -377,6 +475,13 @@ impl ServeArgs {
             ),
             secret_paths,
         })
+    }
+
+    fn plaintext_token_allowed(&self) -> bool {
+        matches!(
+            self.allow_plaintext_token.as_deref().map(str::trim),
+            Some("1" | "true" | "yes")
+        )
     }
 
     fn token_source(&self) -> Result<TokenSource, ConfigError> {
@@ -509,7 +614,7 @@ mod tests {
     fn token_priority_follows_the_sheet() {
         let a = args(&[
             "--endpoint",
-            "http://h:1",
+            "https://h:1",
             "--sandbox-id",
             "s",
             "--sandbox-token-file",
@@ -523,7 +628,7 @@ mod tests {
         );
         let a = args(&[
             "--endpoint",
-            "http://h:1",
+            "https://h:1",
             "--sandbox-id",
             "s",
             "--k8s-sa-token-file",
@@ -556,6 +661,59 @@ mod tests {
         assert!(
             cfg.secret_paths
                 .contains(&PathBuf::from("/etc/openshell-tls/client/tls.key"))
+        );
+    }
+
+    #[test]
+    fn only_the_combined_topology_is_accepted() {
+        for ok in [
+            "network,process",
+            "process,network",
+            " process , network ",
+            "network,process,network",
+        ] {
+            assert_eq!(parse_mode(ok).unwrap(), "network,process", "{ok}");
+        }
+        for (bad, want) in [
+            ("network", "`network` topology"),
+            ("process", "`process` topology"),
+            ("network-init", "`network-init` topology"),
+            ("network-init,process", "`network-init` topology"),
+            ("", "empty mode"),
+            ("network,", "empty mode"),
+            ("sidecar", "unknown mode `sidecar`"),
+        ] {
+            assert!(parse_mode(bad).unwrap_err().contains(want), "{bad}");
+        }
+        assert!(
+            refuse_role("isolation-backend")
+                .unwrap_err()
+                .contains("--role isolation-backend")
+        );
+    }
+
+    #[test]
+    fn a_token_over_plaintext_names_the_variable() {
+        let base = [
+            "--endpoint",
+            "http://h:1",
+            "--sandbox-id",
+            "s",
+            "--sandbox-token-file",
+            "/f",
+        ];
+        let err = args(&base).resolve().unwrap_err().to_string();
+        assert!(
+            err.contains(ALLOW_PLAINTEXT_TOKEN) && err.contains("OPENSHELL_SANDBOX_TOKEN_FILE"),
+            "{err}"
+        );
+        let mut allowed = base.to_vec();
+        allowed.extend(["--allow-plaintext-token", "1"]);
+        assert!(args(&allowed).resolve().is_ok());
+        assert!(
+            args(&["--endpoint", "http://h:1", "--sandbox-id", "s"])
+                .resolve()
+                .is_ok()
         );
     }
 

@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod channel;
 pub mod config;
+pub mod identity;
 pub mod main_process;
 pub mod relay;
 pub mod session;
@@ -42,8 +43,29 @@ pub const DEFAULT_WORKDIR: &str = "/sandbox";
 
 /// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
 pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
-    let args = ServeArgs::parse_from(argv);
+    // OpenShell's supervisor matches these on the raw argv (gateway-features §14.2); we
+    // implement neither, and saying so beats treating the word as a main command (exit 127).
+    if let Some(word @ ("validate-workspace" | "debug-rpc")) = argv.get(1).and_then(|a| a.to_str())
+    {
+        eprintln!(
+            "openshell-sandbox: error: the `{word}` subcommand is not implemented by this supervisor"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    unset_empty_identity_env();
+    let mut args = ServeArgs::parse_from(argv);
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
+    if let Some(spec) = args.oci_image_user.as_deref() {
+        let (uid, gid) = identity::oci_user(spec, Path::new("/etc"))?;
+        if args.policy.uid.is_none() && uid.is_some() {
+            tracing::info!(uid, "sandbox uid from OPENSHELL_OCI_IMAGE_USER");
+            args.policy.uid = uid;
+        }
+        if args.policy.gid.is_none() && gid.is_some() {
+            tracing::info!(gid, "sandbox gid from OPENSHELL_OCI_IMAGE_USER");
+            args.policy.gid = gid;
+        }
+    }
     let cfg = args.resolve()?;
     warn_ignored(&args);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -52,6 +74,19 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(supervise(args, cfg))
+}
+
+/// The Docker and Podman drivers set `OPENSHELL_SANDBOX_UID=""` and `_GID=""` and put the
+/// identity in OPENSHELL_OCI_IMAGE_USER: an empty value means unset, but clap would parse it
+/// as the id `""` and exit 2.
+fn unset_empty_identity_env() {
+    for var in ["OPENSHELL_SANDBOX_UID", "OPENSHELL_SANDBOX_GID"] {
+        if std::env::var_os(var).is_some_and(|v| v.to_string_lossy().trim().is_empty()) {
+            // SAFETY: called from main before the runtime, the logger or any other thread
+            // exists, so nothing can read the environment concurrently.
+            unsafe { std::env::remove_var(var) };
+        }
+    }
 }
 
 fn warn_ignored(args: &ServeArgs) {
@@ -104,6 +139,9 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         shutdown: stop_rx.clone(),
         grace: cfg.shutdown_grace,
         tracker: tracker.clone(),
+        exec_permits: Arc::new(tokio::sync::Semaphore::new(cfg.max_execs)),
+        max_execs: cfg.max_execs,
+        request_timeout: cfg.channel_request_timeout,
     });
     let ssh = ssh::SshServer::new(ctx.clone())?;
     let relays = relay::Relays::new(cfg.max_execs, ssh);

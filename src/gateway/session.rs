@@ -205,9 +205,13 @@ pub async fn run(session: Arc<Session>, mut stop: watch::Receiver<bool>) {
             tracing::warn!(endpoint = %session.cfg.endpoint, "gateway session: {e}");
             if let SessionError::Status(s, _) | SessionError::Stream(s, _) = &e
                 && s.code() == Code::Unauthenticated
-                && matches!(session.tokens.source, TokenSource::ServiceAccount(_))
+                && matches!(
+                    session.tokens.source,
+                    TokenSource::ServiceAccount(_) | TokenSource::File(_)
+                )
             {
-                // The exchanged token may be stale; exchange the SA token again next time.
+                // The token may be stale: read the token file again, or exchange the SA
+                // token again, on the next attempt.
                 session.tokens.reset();
             }
         }

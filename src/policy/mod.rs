@@ -83,6 +83,10 @@ pub struct Identity {
     pub gid: u32,
 }
 
+/// The kernel's largest pid count (include/linux/threads.h on 64-bit): the most pids.max
+/// accepts.
+pub const PID_MAX_LIMIT: u64 = 4 * 1024 * 1024;
+
 /// Default unprivileged identity when we are root and nothing else is configured.
 pub const NOBODY: u32 = 65534;
 
@@ -175,6 +179,15 @@ impl Policy {
                     max,
                 });
             }
+        }
+        // pids.max takes at most PID_MAX_LIMIT (EINVAL above it): refuse here, with a clear
+        // error, not in the middle of making the exec's cgroup.
+        if l.pids > PID_MAX_LIMIT {
+            return Err(PolicyError::LimitTooLarge {
+                name: "pids",
+                value: l.pids,
+                max: PID_MAX_LIMIT,
+            });
         }
         // NOFILE cannot exceed fs.nr_open (1 Mi by default); the kernel answers EPERM otherwise.
         if l.open_files > 1 << 20 {

@@ -1,29 +1,104 @@
 //! cgroup layer (when the supervisor may create cgroups): one cgroup per exec, so that
 //! - pids.max contains a fork bomb even when the target uid is 0, where RLIMIT_NPROC is not
 //!   enforced;
-//! - memory.max bounds resident memory, not just address space;
-//! - "kill the whole tree" reaches every descendant, daemonised ones included.
+//! - memory.max bounds resident memory, not just address space (only when a memory
+//!   controller is really there: [`Root::memory`] says so, decided when the root is made);
+//! - "kill the whole tree" reaches every descendant, daemonised ones included, without ever
+//!   signalling a recycled pid (`cgroup.kill` on v2; on v1 the group is frozen first).
 //!
 //! cgroup v2 is used when the supervisor's own cgroup is writable and offers the pids
-//! controller; otherwise the v1 pids (and memory) hierarchies. With neither, the caller falls
-//! back to process groups plus the subreaper sweep, and reports the layer as unavailable.
+//! controller; otherwise the v1 pids (and memory, and freezer) hierarchies. With neither, the
+//! caller falls back to process groups plus the subreaper sweep, and reports the layer as
+//! unavailable.
+//!
+//! Ownership. Every base group a supervisor makes is named `openshell-owned-...` (not
+//! `openshell-sandbox-...`: older versions remove any empty group of that prefix older than a
+//! minute, a live idle supervisor's included, and must not see ours) and
+//! carries an exclusive flock on its directory, held for the supervisor's life. A group whose
+//! lock anyone can take has no live owner: its supervisor was SIGKILLed. A starting supervisor
+//! kills the members of such groups and removes them (never by age: an idle supervisor's empty
+//! groups are as live as a busy one's). `check` only looks ([`probe`]). Groups of older
+//! versions carry no lock, so nothing can prove them dead: they are left alone.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::policy::Limits;
+
+/// A failed cgroup operation, with the file it was on.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("creating cgroup {path}: {source}")]
+    Create { path: PathBuf, source: io::Error },
+    #[error("locking cgroup {path}: {source}")]
+    Lock { path: PathBuf, source: io::Error },
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+}
+
+/// Where the cgroup filesystems are mounted and which groups we are in: the real system, or a
+/// fake tree in unit tests.
+#[derive(Debug, Clone)]
+pub struct System {
+    pub mount: PathBuf,
+    /// The text of /proc/self/cgroup.
+    pub self_cgroup: String,
+}
+
+impl System {
+    pub fn real() -> Option<System> {
+        Some(System {
+            mount: PathBuf::from("/sys/fs/cgroup"),
+            self_cgroup: fs::read_to_string("/proc/self/cgroup").ok()?,
+        })
+    }
+
+    /// Our group in the hierarchy of `controller` ("" = the v2 unified hierarchy), relative.
+    fn own_path(&self, controller: &str) -> Option<PathBuf> {
+        for line in self.self_cgroup.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (_id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let matches = if controller.is_empty() {
+                ctrls.is_empty()
+            } else {
+                ctrls.split(',').any(|c| c == controller)
+            };
+            if matches {
+                return Some(PathBuf::from(path.trim_start_matches('/')));
+            }
+        }
+        None
+    }
+
+    fn is_v2(&self) -> bool {
+        self.mount.join("cgroup.controllers").exists()
+    }
+
+    /// The v1 parent directory for `controller`, when that hierarchy is mounted and we are in it.
+    fn v1_parent(&self, controller: &str) -> Option<PathBuf> {
+        let p = self.mount.join(controller).join(self.own_path(controller)?);
+        p.is_dir().then_some(p)
+    }
+}
 
 #[derive(Debug, Clone)]
 enum Layout {
     V2 {
         base: PathBuf,
+        memory: bool,
     },
     V1 {
         pids: PathBuf,
         memory: Option<PathBuf>,
+        freezer: Option<PathBuf>,
     },
 }
 
@@ -31,19 +106,270 @@ enum Layout {
 #[derive(Debug)]
 pub struct Root {
     layout: Layout,
+    /// Why there is no memory controller, when there is none.
+    no_memory: Option<String>,
+    /// The ownership locks, one per base directory (see the module docs). Replaced when a
+    /// base directory has to be made again.
+    locks: Mutex<Vec<(PathBuf, File)>>,
     /// One exec group made ahead of time (see [`Root::take_exec`]).
-    spare: std::sync::Mutex<Option<ExecCgroup>>,
+    spare: Mutex<Option<ExecCgroup>>,
+}
+
+/// What [`probe`] found, without creating anything.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub describe: String,
+    pub memory: bool,
+    pub no_memory: Option<String>,
+}
+
+const PREFIX: &str = "openshell-owned-";
+
+fn writable(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access reads a NUL-terminated path we own.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+fn v2_controllers(dir: &Path) -> Option<Vec<String>> {
+    let text = fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
+    Some(text.split_whitespace().map(String::from).collect())
+}
+
+/// What [`detect`] would find, with no side effect at all: no group made, no process moved, no
+/// stale group swept. For `check`.
+pub fn probe(sys: &System) -> Option<Probe> {
+    if sys.is_v2() {
+        let cur = sys.mount.join(sys.own_path("")?);
+        let ctrls = v2_controllers(&cur)?;
+        if ctrls.iter().any(|c| c == "pids") && writable(&cur) {
+            let memory = ctrls.iter().any(|c| c == "memory");
+            return Some(Probe {
+                describe: format!("cgroup v2 below {}", cur.display()),
+                memory,
+                no_memory: (!memory).then(|| no_memory_v2(&cur)),
+            });
+        }
+    }
+    let pids = sys.v1_parent("pids").filter(|p| writable(p))?;
+    let memory = sys.v1_parent("memory").filter(|p| writable(p));
+    Some(Probe {
+        describe: format!("cgroup v1 pids below {}", pids.display()),
+        memory: memory.is_some(),
+        no_memory: memory.is_none().then(no_memory_v1),
+    })
+}
+
+fn no_memory_v2(cur: &Path) -> String {
+    format!(
+        "the memory controller is not available in {}",
+        cur.display()
+    )
+}
+
+fn no_memory_v1() -> String {
+    "no writable cgroup v1 memory hierarchy".into()
+}
+
+/// Find a place to create per-exec cgroups, creating our own base group there; first kill and
+/// remove the groups of dead supervisors found beside it.
+pub fn detect() -> Option<Root> {
+    detect_in(&System::real()?)
+}
+
+/// [`detect`] on a given system (a fake tree in unit tests).
+pub fn detect_in(sys: &System) -> Option<Root> {
+    // Unique per Root: two sandboxes in one process must not share (and remove) one group,
+    // and the pid alone is not unique: it is 1 for every supervisor that is PID 1 of a pod.
+    static ROOTS: AtomicU64 = AtomicU64::new(0);
+    let name = format!(
+        "{PREFIX}{}-{}-{:08x}",
+        std::process::id(),
+        ROOTS.fetch_add(1, Ordering::Relaxed),
+        rand::random::<u32>()
+    );
+    // cgroup v2 (unified only): needs the pids controller delegated to our cgroup.
+    if sys.is_v2()
+        && let Some(own) = sys.own_path("")
+        && let Some((base, memory, lock)) = setup_v2(&sys.mount.join(own), &name)
+    {
+        return Some(Root {
+            no_memory: (!memory).then(|| no_memory_v2(base.parent().unwrap_or(&base))),
+            locks: Mutex::new(vec![(base.clone(), lock)]),
+            layout: Layout::V2 { base, memory },
+            spare: Default::default(),
+        });
+    }
+    let pids_parent = sys.v1_parent("pids")?;
+    // The freezer first: there the stale groups' members are killed without a pid race.
+    let freezer_parent = sys.v1_parent("freezer");
+    let memory_parent = sys.v1_parent("memory");
+    if let Some(f) = &freezer_parent {
+        sweep_stale(f, true);
+    }
+    sweep_stale(&pids_parent, false);
+    if let Some(m) = &memory_parent {
+        sweep_stale(m, false);
+    }
+    let pids = pids_parent.join(&name);
+    let mut locks = vec![(pids.clone(), own_dir(&pids).ok()?)];
+    let mut own = |parent: Option<PathBuf>, needs: Option<&str>| {
+        let dir = parent?.join(&name);
+        let lock = own_dir(&dir).ok()?;
+        // The limit file must be there: a hierarchy without it cannot bound anything.
+        if needs.is_some_and(|f| !dir.join(f).exists()) {
+            let _ = fs::remove_dir(&dir);
+            return None;
+        }
+        locks.push((dir.clone(), lock));
+        Some(dir)
+    };
+    let freezer = own(freezer_parent, Some("freezer.state"));
+    let memory = own(memory_parent, Some("memory.limit_in_bytes"));
+    Some(Root {
+        no_memory: memory.is_none().then(no_memory_v1),
+        layout: Layout::V1 {
+            pids,
+            memory,
+            freezer,
+        },
+        locks: Mutex::new(locks),
+        spare: Default::default(),
+    })
+}
+
+/// Make `dir` (or adopt it when it exists) and take its ownership lock. A sweeper may hold the
+/// lock of a group it is removing, or remove the directory between our mkdir and our flock:
+/// both are retried, and the lock counts only on the directory that is still at `dir`.
+fn own_dir(dir: &Path) -> Result<File, CgroupError> {
+    let create = |source| CgroupError::Create {
+        path: dir.to_path_buf(),
+        source,
+    };
+    for _ in 0..100 {
+        match fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(create(e)),
+        }
+        let f = match File::open(dir) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(create(e)),
+        };
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(CgroupError::Lock {
+                    path: dir.to_path_buf(),
+                    source: e,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        let same = match (f.metadata(), fs::metadata(dir)) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        };
+        if same {
+            return Ok(f);
+        }
+    }
+    Err(create(io::Error::from_raw_os_error(libc::EBUSY)))
+}
+
+/// Kill the members of, and remove, every group in `parent` that no live supervisor owns.
+fn sweep_stale(parent: &Path, freezer: bool) {
+    let Ok(dir) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in dir.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(PREFIX) {
+            continue;
+        }
+        let path = e.path();
+        let Ok(f) = File::open(&path) else {
+            continue;
+        };
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue; // a live owner holds it (or another sweeper does)
+        }
+        tracing::info!(group = %path.display(), "removing the group of a dead supervisor");
+        let mut children: Vec<PathBuf> = fs::read_dir(&path)
+            .map(|d| {
+                d.flatten()
+                    .filter(|c| c.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|c| c.path())
+                    .collect()
+            })
+            .unwrap_or_default();
+        children.push(path.clone());
+        for c in &children {
+            let g = Group::at(c, freezer);
+            if let Err(e) = g.kill_until_empty() {
+                tracing::warn!(group = %c.display(), error = %e, "could not empty a stale group");
+            }
+            remove_dir_retrying(c);
+        }
+        drop(f);
+    }
+}
+
+/// v2's "no internal processes" rule: a cgroup that hands controllers to its children may not
+/// hold processes itself. Move the supervisor into a leaf, then enable pids and memory below.
+/// Returns the base, whether memory.max is really available in its children, and its lock.
+fn setup_v2(cur: &Path, name: &str) -> Option<(PathBuf, bool, File)> {
+    let ctrls = v2_controllers(cur)?;
+    if !ctrls.iter().any(|c| c == "pids") {
+        return None;
+    }
+    let leaf = cur.join("openshell-supervisor");
+    fs::create_dir_all(&leaf).ok()?;
+    fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()).ok()?;
+    let want: Vec<&str> = ["+pids", "+memory"]
+        .into_iter()
+        .filter(|c| ctrls.iter().any(|x| x == &c[1..]))
+        .collect();
+    fs::write(cur.join("cgroup.subtree_control"), want.join(" ")).ok()?;
+    sweep_stale(cur, false);
+    let base = cur.join(name);
+    let lock = own_dir(&base).ok()?;
+    fs::write(base.join("cgroup.subtree_control"), want.join(" ")).ok()?;
+    // What the kernel really enabled, not what we asked for. (The kernel lists bare names; a
+    // fake tree in the unit tests echoes the request, hence the '+'.)
+    let memory = fs::read_to_string(base.join("cgroup.subtree_control")).is_ok_and(|s| {
+        s.split_whitespace()
+            .any(|c| c.trim_start_matches('+') == "memory")
+    });
+    Some((base, memory, lock))
 }
 
 impl Root {
-    /// The group for the next exec: the one made ahead of time when there is one, else a new
-    /// one. Making a group (mkdir, limits, opening the join file) costs 0.15-0.25 ms here;
+    /// The group for the next exec: the one made ahead of time when it is still there, else a
+    /// new one. Making a group (mkdir, limits, opening the join file) costs 0.15-0.25 ms here;
     /// [`Root::make_spare`], called once the child is running, keeps that off the spawn path.
-    pub fn take_exec(&self, limits: &Limits) -> io::Result<ExecCgroup> {
+    pub fn take_exec(&self, limits: &Limits) -> Result<ExecCgroup, CgroupError> {
+        crate::pause::point("cgroup-take-exec");
         let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match spare {
-            Some(cg) => Ok(cg),
-            None => ExecCgroup::create(self, limits),
+        // A spare removed behind our back would fail the child's join with ENODEV.
+        if let Some(cg) = spare
+            && cg.dirs.iter().all(|d| d.is_dir())
+        {
+            return Ok(cg);
+        }
+        match ExecCgroup::create(self, limits) {
+            Err(CgroupError::Create { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                // Our base group is gone: make it again and retry once.
+                self.restore_bases()?;
+                ExecCgroup::create(self, limits)
+            }
+            r => r,
         }
     }
 
@@ -56,178 +382,263 @@ impl Root {
         }
     }
 
+    fn bases(&self) -> Vec<&Path> {
+        match &self.layout {
+            Layout::V2 { base, .. } => vec![base],
+            Layout::V1 {
+                pids,
+                memory,
+                freezer,
+            } => [Some(pids), memory.as_ref(), freezer.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|p| p.as_path())
+                .collect(),
+        }
+    }
+
+    /// Make every missing base directory again, with a fresh lock.
+    fn restore_bases(&self) -> Result<(), CgroupError> {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        for b in self.bases() {
+            if b.is_dir() {
+                continue; // still ours, and still locked by us
+            }
+            tracing::warn!(group = %b.display(), "our cgroup was removed; making it again");
+            let lock = own_dir(b)?;
+            locks.retain(|(p, _)| p != b);
+            locks.push((b.to_path_buf(), lock));
+            if let Layout::V2 { memory, .. } = &self.layout {
+                let want = if *memory { "+pids +memory" } else { "+pids" };
+                write_file(&b.join("cgroup.subtree_control"), want)?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn describe(&self) -> String {
         match &self.layout {
-            Layout::V2 { base } => format!("cgroup v2 at {}", base.display()),
-            Layout::V1 { pids, memory } => format!(
-                "cgroup v1 pids at {}{}",
+            Layout::V2 { base, .. } => format!("cgroup v2 at {}", base.display()),
+            Layout::V1 {
+                pids,
+                memory,
+                freezer,
+            } => format!(
+                "cgroup v1 pids at {}{}{}",
                 pids.display(),
                 memory
                     .as_ref()
                     .map(|m| format!(", memory at {}", m.display()))
+                    .unwrap_or_default(),
+                freezer
+                    .as_ref()
+                    .map(|m| format!(", freezer at {}", m.display()))
                     .unwrap_or_default()
             ),
         }
     }
 
-    pub fn has_memory(&self) -> bool {
-        match &self.layout {
-            Layout::V2 { .. } => true,
-            Layout::V1 { memory, .. } => memory.is_some(),
+    /// Whether each exec's group really gets a memory limit; otherwise why not.
+    pub fn memory(&self) -> Result<(), &str> {
+        match &self.no_memory {
+            None => Ok(()),
+            Some(why) => Err(why),
         }
     }
-}
-
-fn own_path(controller: &str) -> Option<PathBuf> {
-    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let matches = if controller.is_empty() {
-            ctrls.is_empty()
-        } else {
-            ctrls.split(',').any(|c| c == controller)
-        };
-        if matches {
-            return Some(PathBuf::from(path.trim_start_matches('/')));
-        }
-    }
-    None
-}
-
-/// Find a place to create per-exec cgroups, creating our own parent group there.
-pub fn detect() -> Option<Root> {
-    // Unique per Root: two sandboxes in one process must not share (and remove) one group,
-    // and the pid alone is not unique: it is 1 for every supervisor that is PID 1 of a pod.
-    static ROOTS: AtomicU64 = AtomicU64::new(0);
-    let name = format!(
-        "{PREFIX}{}-{}-{:08x}",
-        std::process::id(),
-        ROOTS.fetch_add(1, Ordering::Relaxed),
-        rand::random::<u32>()
-    );
-    // cgroup v2 (unified only): needs the pids controller delegated to our cgroup.
-    if let Some(own) = own_path("") {
-        let mount = Path::new("/sys/fs/cgroup");
-        if mount.join("cgroup.controllers").exists() {
-            let cur = mount.join(&own);
-            if let Some(base) = setup_v2(&cur, &name) {
-                return Some(Root {
-                    layout: Layout::V2 { base },
-                    spare: Default::default(),
-                });
-            }
-        }
-    }
-    let pids_parent = own_path("pids").map(|p| Path::new("/sys/fs/cgroup/pids").join(p))?;
-    remove_stale(&pids_parent);
-    let pids = pids_parent.join(&name);
-    fs::create_dir_all(&pids).ok()?;
-    let memory = own_path("memory")
-        .map(|p| Path::new("/sys/fs/cgroup/memory").join(p))
-        .inspect(|parent| remove_stale(parent))
-        .map(|parent| parent.join(&name))
-        .filter(|m| fs::create_dir_all(m).is_ok());
-    Some(Root {
-        layout: Layout::V1 { pids, memory },
-        spare: Default::default(),
-    })
-}
-
-const PREFIX: &str = "openshell-sandbox-";
-
-/// Remove groups that supervisors killed without cleaning up left behind. Only empty groups
-/// can be removed (rmdir fails with EBUSY while a group holds processes or children), so a
-/// live supervisor's groups are safe; groups younger than a minute are skipped so a supervisor
-/// that is just starting is never raced.
-fn remove_stale(parent: &Path) {
-    let Ok(dir) = fs::read_dir(parent) else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name();
-        if !name.to_string_lossy().starts_with(PREFIX) {
-            continue;
-        }
-        let path = e.path();
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > std::time::Duration::from_secs(60));
-        if !old {
-            continue;
-        }
-        if let Ok(children) = fs::read_dir(&path) {
-            for c in children.flatten() {
-                if c.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = fs::remove_dir(c.path());
-                }
-            }
-        }
-        let _ = fs::remove_dir(&path);
-    }
-}
-
-/// v2's "no internal processes" rule: a cgroup that hands controllers to its children may not
-/// hold processes itself. Move the supervisor into a leaf, then enable pids and memory below.
-fn setup_v2(cur: &Path, name: &str) -> Option<PathBuf> {
-    let ctrls = fs::read_to_string(cur.join("cgroup.controllers")).ok()?;
-    if !ctrls.split_whitespace().any(|c| c == "pids") {
-        return None;
-    }
-    let leaf = cur.join("openshell-supervisor");
-    fs::create_dir_all(&leaf).ok()?;
-    fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()).ok()?;
-    let want: Vec<&str> = ["+pids", "+memory"]
-        .into_iter()
-        .filter(|c| ctrls.split_whitespace().any(|x| x == &c[1..]))
-        .collect();
-    fs::write(cur.join("cgroup.subtree_control"), want.join(" ")).ok()?;
-    remove_stale(cur);
-    let base = cur.join(name);
-    fs::create_dir_all(&base).ok()?;
-    fs::write(base.join("cgroup.subtree_control"), want.join(" ")).ok()?;
-    Some(base)
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// How one group's members are signalled.
+#[derive(Debug, Clone)]
+enum Kill {
+    /// v2: `cgroup.kill` in the group itself.
+    V2,
+    /// v1: freeze this freezer group around the read and the kill.
+    Freezer(PathBuf),
+    /// v1 without a freezer: read and kill (a member reaped in between can be recycled).
+    Plain,
+}
+
+/// One group's member list and how to kill it, without the join descriptors.
+#[derive(Debug, Clone)]
+struct Group {
+    procs_dir: PathBuf,
+    kill: Kill,
+}
+
+/// How long to wait for a freezer group to report FROZEN.
+const FREEZE_WAIT: Duration = Duration::from_secs(1);
+
+impl Group {
+    fn at(dir: &Path, freezer: bool) -> Group {
+        let kill = if dir.join("cgroup.kill").exists() {
+            Kill::V2
+        } else if freezer {
+            Kill::Freezer(dir.to_path_buf())
+        } else {
+            Kill::Plain
+        };
+        Group {
+            procs_dir: dir.to_path_buf(),
+            kill,
+        }
+    }
+
+    fn members(&self) -> Result<Vec<i32>, CgroupError> {
+        let path = self.procs_dir.join("cgroup.procs");
+        let text = fs::read_to_string(&path).map_err(|source| CgroupError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
+    /// Send `sig` to every member; returns how many there were. No member can be reaped (and
+    /// its pid reused) between the read and the signal: v2 kills the group as one, v1 freezes
+    /// it first.
+    /// `exec`: this is a live exec's sweep (the race tests hold it between read and kill; the
+    /// sweep of stale groups at start-up is never held).
+    fn signal(&self, sig: i32, exec: bool) -> Result<usize, CgroupError> {
+        let pause = || {
+            if exec {
+                crate::pause::point("tree-members-read");
+            }
+        };
+        match &self.kill {
+            Kill::V2 if sig == libc::SIGKILL => {
+                let n = self.members()?.len();
+                if n > 0 {
+                    write_file(&self.procs_dir.join("cgroup.kill"), "1")?;
+                }
+                Ok(n)
+            }
+            Kill::Freezer(dir) => {
+                // An empty group stays empty (only a member can fork into it): the common end
+                // of an exec needs no freeze.
+                if self.members()?.is_empty() {
+                    return Ok(0);
+                }
+                let state = dir.join("freezer.state");
+                write_file(&state, "FROZEN")?;
+                // Thaw on every path out, or the group's processes stay stopped for good.
+                struct Thaw<'a>(&'a Path);
+                impl Drop for Thaw<'_> {
+                    fn drop(&mut self) {
+                        let _ = write_file(self.0, "THAWED");
+                    }
+                }
+                let _thaw = Thaw(&state);
+                let start = Instant::now();
+                loop {
+                    let s = fs::read_to_string(&state).map_err(|source| CgroupError::Read {
+                        path: state.clone(),
+                        source,
+                    })?;
+                    if s.trim() == "FROZEN" {
+                        break;
+                    }
+                    if start.elapsed() > FREEZE_WAIT {
+                        // A task that will not freeze (stuck in the kernel): killing what we
+                        // see is still better than leaving the exec alive.
+                        tracing::warn!(group = %dir.display(), "the group did not freeze; killing it unfrozen");
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let m = self.members()?;
+                pause();
+                // A frozen task cannot exit, so each pid is still the member we read. On v1 a
+                // frozen task also does not die of SIGKILL until the group is thawed.
+                for &pid in &m {
+                    // SAFETY: kill with integer arguments.
+                    unsafe { libc::kill(pid, sig) };
+                }
+                Ok(m.len())
+            }
+            _ => {
+                let m = self.members()?;
+                pause();
+                for &pid in &m {
+                    // SAFETY: kill with integer arguments.
+                    unsafe { libc::kill(pid, sig) };
+                }
+                Ok(m.len())
+            }
+        }
+    }
+
+    /// SIGKILL until the group is empty, for about a second.
+    fn kill_until_empty(&self) -> Result<(), CgroupError> {
+        for round in 0..200 {
+            if self.signal(libc::SIGKILL, false)? == 0 {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(if round < 10 { 1 } else { 5 }));
+        }
+        Ok(())
+    }
+}
 
 /// The cgroup(s) of one exec. The child joins them by writing "0" to the open `tasks` (v1) or
 /// `cgroup.procs` (v2) descriptors, a single write(2) each, before it drops privileges.
 #[derive(Debug)]
 pub struct ExecCgroup {
+    /// Every directory made so far, the pids (or v2) one first; all removed on drop, so a
+    /// failure halfway through creating the group leaks nothing.
     dirs: Vec<PathBuf>,
     procs: Vec<OwnedFd>,
+    group: Group,
 }
 
 impl ExecCgroup {
-    pub fn create(root: &Root, limits: &Limits) -> io::Result<ExecCgroup> {
+    pub fn create(root: &Root, limits: &Limits) -> Result<ExecCgroup, CgroupError> {
         let name = format!("exec-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        let mut dirs = Vec::new();
+        let mut cg = ExecCgroup {
+            dirs: Vec::new(),
+            procs: Vec::new(),
+            group: Group {
+                procs_dir: PathBuf::new(),
+                kill: Kill::Plain,
+            },
+        };
+        let mkdir = |cg: &mut ExecCgroup, d: PathBuf| {
+            fs::create_dir(&d).map_err(|source| CgroupError::Create {
+                path: d.clone(),
+                source,
+            })?;
+            cg.dirs.push(d.clone());
+            Ok::<PathBuf, CgroupError>(d)
+        };
         match &root.layout {
-            Layout::V2 { base } => {
-                let d = base.join(&name);
-                fs::create_dir(&d)?;
+            Layout::V2 { base, memory } => {
+                let d = mkdir(&mut cg, base.join(&name))?;
                 write_file(&d.join("pids.max"), &limits.pids.to_string())?;
-                if let Some(m) = limits.memory_bytes {
+                if let (true, Some(m)) = (memory, limits.memory_bytes) {
                     write_file(&d.join("memory.max"), &m.to_string())?;
                     // Without this, a memory bomb pushes the rest of the pod into swap first.
                     let _ = write_file(&d.join("memory.swap.max"), "0");
                 }
-                dirs.push(d);
+                cg.group = Group::at(&d, false);
             }
-            Layout::V1 { pids, memory } => {
-                let d = pids.join(&name);
-                fs::create_dir(&d)?;
+            Layout::V1 {
+                pids,
+                memory,
+                freezer,
+            } => {
+                let d = mkdir(&mut cg, pids.join(&name))?;
                 write_file(&d.join("pids.max"), &limits.pids.to_string())?;
-                dirs.push(d);
+                cg.group = Group {
+                    procs_dir: d,
+                    kill: Kill::Plain,
+                };
                 if let (Some(mroot), Some(m)) = (memory, limits.memory_bytes) {
-                    let md = mroot.join(&name);
-                    fs::create_dir(&md)?;
+                    let md = mkdir(&mut cg, mroot.join(&name))?;
                     write_file(&md.join("memory.limit_in_bytes"), &m.to_string())?;
-                    dirs.push(md);
+                }
+                if let Some(froot) = freezer {
+                    let fd = mkdir(&mut cg, froot.join(&name))?;
+                    cg.group.kill = Kill::Freezer(fd);
                 }
             }
         }
@@ -242,16 +653,15 @@ impl ExecCgroup {
             Layout::V1 { .. } => "tasks",
             Layout::V2 { .. } => "cgroup.procs",
         };
-        let procs = dirs
-            .iter()
-            .map(|d| {
-                fs::OpenOptions::new()
-                    .write(true)
-                    .open(d.join(join_file))
-                    .map(OwnedFd::from)
-            })
-            .collect::<io::Result<Vec<_>>>()?;
-        Ok(ExecCgroup { dirs, procs })
+        for d in cg.dirs.clone() {
+            let path = d.join(join_file);
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|source| CgroupError::Write { path, source })?;
+            cg.procs.push(OwnedFd::from(f));
+        }
+        Ok(cg)
     }
 
     /// Child side: join. Async-signal-safe.
@@ -266,11 +676,10 @@ impl ExecCgroup {
         Ok(())
     }
 
-    /// Pids currently in the exec's cgroup.
-    pub fn members(&self) -> Vec<i32> {
-        fs::read_to_string(self.dirs[0].join("cgroup.procs"))
-            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
+    /// Pids currently in the exec's cgroup. A group that cannot be read is an error, never an
+    /// empty group.
+    pub fn members(&self) -> Result<Vec<i32>, CgroupError> {
+        self.group.members()
     }
 
     /// Whether the memory controller recorded hitting the limit (an OOM kill is likely).
@@ -289,54 +698,55 @@ impl ExecCgroup {
         false
     }
 
-    /// Signal every member; returns how many were signalled.
-    pub fn signal_all(&self, sig: i32) -> usize {
-        let m = self.members();
-        for &pid in &m {
-            // SAFETY: kill with integer arguments.
-            unsafe { libc::kill(pid, sig) };
+    /// Signal every member without a pid race (see [`Group::signal`]); returns how many there
+    /// were.
+    pub fn signal_all(&self, sig: i32) -> Result<usize, CgroupError> {
+        self.group.signal(sig, true)
+    }
+}
+
+fn remove_dir_retrying(d: &Path) {
+    // Only empty cgroups can be removed; a straggler (still exiting) makes rmdir fail with
+    // EBUSY: retry briefly, then leave it.
+    for _ in 0..50 {
+        match fs::remove_dir(d) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                std::thread::sleep(Duration::from_millis(2))
+            }
+            _ => break,
         }
-        m.len()
     }
 }
 
 impl Drop for ExecCgroup {
     fn drop(&mut self) {
-        // Only empty cgroups can be removed; the caller kills and reaps the tree first. A
-        // straggler (still exiting) makes rmdir fail with EBUSY: retry briefly, then leave it.
+        // The caller kills and reaps the tree first.
         for d in &self.dirs {
-            for _ in 0..50 {
-                match fs::remove_dir(d) {
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                        std::thread::sleep(std::time::Duration::from_millis(2))
-                    }
-                    _ => break,
-                }
-            }
+            remove_dir_retrying(d);
         }
     }
 }
 
 impl Drop for Root {
     fn drop(&mut self) {
-        // The spare group lives inside ours: remove it first.
+        // The spare group lives inside ours: remove it first. The locks are released after
+        // the directories are gone (the field drops after this body).
         drop(self.spare.lock().unwrap_or_else(|p| p.into_inner()).take());
-        match &self.layout {
-            Layout::V2 { base } => {
-                let _ = fs::remove_dir(base);
-            }
-            Layout::V1 { pids, memory } => {
-                let _ = fs::remove_dir(pids);
-                if let Some(m) = memory {
-                    let _ = fs::remove_dir(m);
-                }
-            }
+        for b in self.bases() {
+            let _ = fs::remove_dir(b);
         }
     }
 }
 
-fn write_file(path: &Path, value: &str) -> io::Result<()> {
-    let mut f = fs::OpenOptions::new().write(true).open(path)?;
-    f.write_all(value.as_bytes())
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+    let err = |source| CgroupError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = fs::OpenOptions::new().write(true).open(path).map_err(err)?;
+    f.write_all(value.as_bytes()).map_err(err)
 }
+
+#[cfg(test)]
+#[path = "cgroup_tests.rs"]
+mod tests;

@@ -115,11 +115,32 @@ pub fn seccomp_available() -> bool {
 /// Build every kernel object for `policy`, refusing when a requested layer cannot be enforced
 /// and `policy.allow_degraded` is false.
 pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
-    prepare_with(&kernel::Real, policy)
+    prepare_inner(&kernel::Real, policy, Cgroups::Create)
+}
+
+/// [`prepare`] for `check`: the same decisions, but with no lasting side effect on the
+/// system: no cgroup is made, no process moved, no other supervisor's group swept. (The view
+/// is made and dropped again: its namespaces die with their descriptors.)
+pub fn prepare_dry(policy: &Policy) -> Result<Prepared, PrepareError> {
+    prepare_inner(&kernel::Real, policy, Cgroups::ProbeOnly)
 }
 
 /// [`prepare`] against any [`kernel::Kernel`] (a fake one in the unit tests).
 pub fn prepare_with(k: &dyn kernel::Kernel, policy: &Policy) -> Result<Prepared, PrepareError> {
+    prepare_inner(k, policy, Cgroups::Create)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cgroups {
+    Create,
+    ProbeOnly,
+}
+
+fn prepare_inner(
+    k: &dyn kernel::Kernel,
+    policy: &Policy,
+    cgroup_mode: Cgroups,
+) -> Result<Prepared, PrepareError> {
     let mut layers = Vec::new();
     let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
         if !policy.allow_degraded {
@@ -271,13 +292,29 @@ pub fn prepare_with(k: &dyn kernel::Kernel, policy: &Policy) -> Result<Prepared,
     }
 
     // cgroup (pids, memory, tree kill).
-    let cgroups = if euid == 0 { k.cgroups() } else { None };
+    // (description, why there is no memory controller) of what is, or would be, in force.
+    let (cgroups, cg_info) = match (euid, cgroup_mode) {
+        (0, Cgroups::Create) => {
+            let root = k.cgroups();
+            let info = root
+                .as_ref()
+                .map(|r| (r.describe(), r.memory().err().map(String::from)));
+            (root, info)
+        }
+        (0, Cgroups::ProbeOnly) => (
+            None,
+            cgroup::System::real()
+                .and_then(|s| cgroup::probe(&s))
+                .map(|p| (p.describe, p.no_memory)),
+        ),
+        _ => (None, None),
+    };
     let target_is_root = matches!(identity.target, Some(id) if id.uid == 0);
-    match &cgroups {
-        Some(root) => layers.push(LayerStatus {
+    match &cg_info {
+        Some((describe, _)) => layers.push(LayerStatus {
             layer: "cgroup",
             status: Enforcement::Enforced,
-            detail: format!("pids.max {} per exec; {}", policy.limits.pids, root.describe()),
+            detail: format!("pids.max {} per exec; {describe}", policy.limits.pids),
         }),
         None if target_is_root => degrade(
             "cgroup",
@@ -290,9 +327,36 @@ pub fn prepare_with(k: &dyn kernel::Kernel, policy: &Policy) -> Result<Prepared,
             detail: "no writable pids cgroup; RLIMIT_NPROC bounds processes per uid".into(),
         }),
     }
+    // --memory is a promise about the exec's memory. RLIMIT_AS alone keeps it per process
+    // only, and not for SysV shared memory (it outlives the run) or memfds (page cache, not
+    // address space, until mapped): only a memory cgroup bounds those. Nothing asked, nothing
+    // to refuse.
+    let no_cgroup = "no memory cgroup (the supervisor is not root, or no writable cgroup)";
+    match (policy.limits.memory_bytes, &cg_info) {
+        (None, _) => layers.push(LayerStatus {
+            layer: "memory",
+            status: Enforcement::NotRequested,
+            detail: "no --memory".into(),
+        }),
+        (Some(m), Some((_, None))) => layers.push(LayerStatus {
+            layer: "memory",
+            status: Enforcement::Enforced,
+            detail: format!("{m} bytes per exec (memory cgroup), RLIMIT_AS per process"),
+        }),
+        (Some(_), info) => degrade(
+            "memory",
+            format!(
+                "{}: --memory bounds each process's address space only; SysV shared memory and memfds escape it",
+                info.as_ref()
+                    .and_then(|(_, why)| why.as_deref())
+                    .unwrap_or(no_cgroup)
+            ),
+            &mut layers,
+        )?,
+    }
 
     let mut rl = rlimits::prepare(&policy.limits);
-    if cgroups.is_some() {
+    if cg_info.is_some() {
         // The per-exec pids.max bounds each exec exactly. RLIMIT_NPROC would add nothing but a
         // budget shared by every exec of the sandbox uid, so a fork bomb in one exec would stop
         // all the others from starting.

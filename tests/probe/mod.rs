@@ -354,6 +354,10 @@ pub fn launch(scene: &Scene, mode: Mode, flags: &[&str], probe_args: &[String]) 
         }
         Mode::NonRoot => {
             cmd.uid(scene.uid).gid(scene.uid);
+            // Without a memory cgroup --memory is per process only: degraded (SECURITY.md).
+            if flags.contains(&"--memory") {
+                cmd.arg("--allow-degraded");
+            }
         }
     }
     cmd.args(flags).arg("--").arg(&scene.probe).args(probe_args);

@@ -204,6 +204,9 @@ pub struct SupOpts {
     pub args: Vec<String>,
     /// Leave out the TLS variables (to test their defaults or absence).
     pub no_tls_env: bool,
+    /// Variables set to the empty string (an empty value in `env` removes the variable), as
+    /// the Docker and Podman drivers set OPENSHELL_SANDBOX_UID/GID.
+    pub empty_env: Vec<String>,
 }
 
 pub struct Supervisor {
@@ -244,6 +247,10 @@ impl Supervisor {
                 "OPENSHELL_SANDBOX_TOKEN",
                 gw.state.jwt.mint(SANDBOX_ID, 3600),
             );
+            if gw.transport == Transport::Plaintext {
+                // A token over http:// is refused unless allowed; these tests allow it.
+                cmd.env("OPENSHELL_ALLOW_PLAINTEXT_TOKEN", "1");
+            }
         }
         if !is_root() {
             eprintln!(
@@ -257,6 +264,9 @@ impl Supervisor {
             } else {
                 cmd.env(k, v);
             }
+        }
+        for k in &opts.empty_env {
+            cmd.env(k, "");
         }
         cmd.args(&opts.args);
         Supervisor {

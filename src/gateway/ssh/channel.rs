@@ -22,6 +22,29 @@ use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
 const CHUNK: usize = 64 * 1024;
+/// Most stdin bytes queued per channel between the SSH channel and the child. russh extends
+/// the peer's window as soon as data arrives, not as it is consumed, so the window bounds
+/// nothing here: past this, the channel task stops reading the channel, russh's bounded
+/// per-channel queue fills, and the session loop stops reading the relay, which stops the
+/// gateway through HTTP/2 flow control.
+pub const STDIN_QUEUE: usize = 1 << 20;
+/// The window we grant the peer for channel data. russh re-grants it on receipt, so it does
+/// not bound memory, but it bounds how much stdin can be in flight while we are not reading:
+/// it must stay below what the relay path buffers (the gateway's 64 KiB duplex and 16-frame
+/// queue, sheet §2.3), or a peer whose SSH loop blocks on writing (russh's does) could no
+/// longer read our output while we pause its input, and both ends would wait on each other.
+/// It also bounds the stdin ahead of a message the session loop must reach (STDIN_HARD_CAP).
+pub const STDIN_WINDOW: u32 = 128 * 1024;
+/// The one exception to [`STDIN_QUEUE`]. Blocking the session loop also stops our *output* on
+/// this connection: a filter (`cat`) whose input waits for its output to drain would deadlock
+/// against its own full queue, because the peer's window adjustment for our output sits in the
+/// stream behind up to [`STDIN_WINDOW`] bytes of its stdin. So while the queue is full and an
+/// output write is stuck although the peer has granted window for it (what it waits for is
+/// the session loop, not the peer), one more message is read every [`UNSTICK`], up to this
+/// many bytes queued. A peer that stops reading our output grants no window and gets no
+/// exception.
+const STDIN_HARD_CAP: usize = STDIN_QUEUE + 2 * STDIN_WINDOW as usize;
+const UNSTICK: Duration = Duration::from_millis(5);
 /// Exit status for a request we refuse (bad command string, no shell, no pty).
 const REFUSED: u32 = 2;
 
@@ -65,8 +88,23 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
     let mut pty: Option<PtyReq> = None;
     let mut login = true;
     let mut early = Early::default();
+    let mut early_bytes = 0usize;
+    // A channel that never asks for anything would otherwise live (and buffer) forever.
+    let deadline = tokio::time::Instant::now() + ctx.request_timeout;
     let start = loop {
-        match rd.wait().await {
+        let msg = match tokio::time::timeout_at(deadline, rd.wait()).await {
+            Ok(m) => m,
+            Err(_) => {
+                tracing::info!(
+                    ?id,
+                    "session channel sent no exec, shell or subsystem request within {:?}; closing it",
+                    ctx.request_timeout
+                );
+                let _ = wr.close().await;
+                return;
+            }
+        };
+        match msg {
             None | Some(ChannelMsg::Close) => return,
             Some(ChannelMsg::RequestPty {
                 term,
@@ -99,7 +137,29 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
             },
             Some(ChannelMsg::Exec { command, .. }) => break Start::Exec(command),
             Some(ChannelMsg::RequestShell { .. }) => break Start::Shell,
-            Some(ChannelMsg::Data { data }) => early.data.push(data),
+            Some(ChannelMsg::RequestSubsystem { name, .. }) => {
+                // The handler has answered with a failure; end the channel too, so the
+                // client (OpenSSH's sftp, `openshell sandbox connect`) sees it close and the
+                // connection ends cleanly instead of with a channel left open.
+                tracing::info!(?id, "subsystem `{name}` is not served; closing the channel");
+                let _ = wr.close().await;
+                return;
+            }
+            Some(ChannelMsg::Data { data }) => {
+                // Stdin before any request is held until the child exists; the same bound
+                // as a running exec's queue, but nothing can drain it, so past it the
+                // channel is closed.
+                early_bytes += data.len();
+                if early_bytes > STDIN_QUEUE {
+                    tracing::warn!(
+                        ?id,
+                        "session channel sent over {STDIN_QUEUE} bytes of data before any request; closing it"
+                    );
+                    let _ = wr.close().await;
+                    return;
+                }
+                early.data.push(data)
+            }
             Some(ChannelMsg::Eof) => early.eof = true,
             Some(_) => {}
         }
@@ -121,6 +181,18 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
         None => "dumb".into(),
     };
     let env = ctx.child_env(&term, Path::new(&argv[0]));
+    // Held until the child is gone and its status sent.
+    let _permit = match ctx.exec_permits.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            let msg = format!(
+                "too many concurrent execs: the limit is {} (--max-execs)",
+                ctx.max_execs
+            );
+            tracing::warn!(?id, "exec refused: {msg}");
+            return refuse(&wr, &msg, REFUSED).await;
+        }
+    };
     let _live = ctx.tracker.enter();
     let outcome = match pty {
         Some(p) => run_tty(&ctx, argv, env, p, &mut rd, &wr, early).await,
@@ -191,25 +263,104 @@ impl Sink {
     }
 }
 
-/// Feed the child's stdin from an unbounded queue. Unbounded so that a child that writes
-/// before it reads can never deadlock the SSH session loop; what the peer can queue is bounded
-/// by the SSH window (and ExecSandbox sends stdin once, from a bounded request).
-fn stdin_feeder(sink: Option<Sink>, early: Early) -> Option<mpsc::UnboundedSender<Bytes>> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    for d in early.data {
-        let _ = tx.send(d);
+/// Stdin on its way to the child: the bytes queued and a wakeup for the channel task when
+/// the feeder has made room.
+struct StdinQueue {
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    drained: Arc<tokio::sync::Notify>,
+}
+
+impl StdinQueue {
+    fn push(&self, b: Bytes) {
+        self.queued
+            .fetch_add(b.len(), std::sync::atomic::Ordering::SeqCst);
+        let _ = self.tx.send(b);
     }
+
+    fn queued(&self) -> usize {
+        self.queued.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn full(&self) -> bool {
+        self.queued() >= STDIN_QUEUE
+    }
+}
+
+/// Feed the child's stdin from a queue of at most [`STDIN_QUEUE`] bytes (the channel task
+/// stops reading the channel while it is full). The queue itself never blocks the sender, so
+/// the SSH session loop is never made to wait on a child.
+fn stdin_feeder(sink: Option<Sink>, early: Early) -> Option<StdinQueue> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let q = StdinQueue {
+        tx,
+        queued: Arc::default(),
+        drained: Arc::default(),
+    };
+    for d in early.data {
+        q.push(d);
+    }
+    let (queued, drained) = (q.queued.clone(), q.drained.clone());
     tokio::spawn(async move {
-        let Some(mut sink) = sink else { return };
+        let mut sink = sink;
         while let Some(b) = rx.recv().await {
-            if sink.write(&b).await.is_err() {
-                // The child closed its stdin; drop whatever else comes.
-                return;
+            if let Some(s) = sink.as_mut()
+                && s.write(&b).await.is_err()
+            {
+                // The child closed its stdin: what else comes is dropped, still counted
+                // out so the channel task never stops reading for a queue nobody drains.
+                sink = None;
             }
+            queued.fetch_sub(b.len(), std::sync::atomic::Ordering::SeqCst);
+            drained.notify_one();
         }
-        sink.close().await;
+        if let Some(s) = sink {
+            s.close().await;
+        }
     });
-    (!early.eof).then_some(tx)
+    (!early.eof).then_some(q)
+}
+
+/// An output writer that says whether its last write is still waiting (see STDIN_HARD_CAP).
+struct Watched<W> {
+    inner: W,
+    stuck: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Watched<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.stuck
+            .store(r.is_pending(), std::sync::atomic::Ordering::SeqCst);
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.stuck.store(false, std::sync::atomic::Ordering::SeqCst);
+        r
+    }
+}
+
+fn watched<W>(inner: W, stuck: &Arc<std::sync::atomic::AtomicBool>) -> Watched<W> {
+    Watched {
+        inner,
+        stuck: stuck.clone(),
+    }
 }
 
 async fn pump<R, W>(mut r: R, mut w: W) -> io::Result<()>
@@ -251,7 +402,11 @@ async fn run_piped(
     let mut in_tx = stdin_feeder(child.stdin.take().map(Sink::Pipe), early);
     let out = child.stdout.take();
     let err = child.stderr.take();
-    let (w_out, w_err) = (wr.make_writer(), wr.make_writer_ext(Some(1)));
+    let stuck = Arc::default();
+    let (w_out, w_err) = (
+        watched(wr.make_writer(), &stuck),
+        watched(wr.make_writer_ext(Some(1)), &stuck),
+    );
     let outputs = async move {
         let a = async {
             if let Some(r) = out {
@@ -265,7 +420,12 @@ async fn run_piped(
         };
         tokio::join!(a, b);
     };
-    drive(ctx, &mut child, rd, &mut in_tx, outputs, |_, _| {}).await
+    let io = ChannelIo {
+        rd,
+        wr,
+        stuck: &stuck,
+    };
+    drive(ctx, &mut child, io, &mut in_tx, outputs, |_, _| {}).await
 }
 
 async fn run_tty(
@@ -297,7 +457,8 @@ async fn run_tty(
     let master = Arc::new(master);
     let mut in_tx = stdin_feeder(Some(Sink::Pty(master.clone())), early);
     let reader = master.clone();
-    let mut w = wr.make_writer();
+    let stuck = Arc::default();
+    let mut w = watched(wr.make_writer(), &stuck);
     let outputs = async move {
         let mut buf = vec![0u8; CHUNK];
         loop {
@@ -312,10 +473,15 @@ async fn run_tty(
         }
         let _ = w.flush().await;
     };
+    let io = ChannelIo {
+        rd,
+        wr,
+        stuck: &stuck,
+    };
     drive(
         ctx,
         &mut child,
-        rd,
+        io,
         &mut in_tx,
         outputs,
         move |cols, rows| {
@@ -327,13 +493,20 @@ async fn run_tty(
     .await
 }
 
+/// The channel as `drive` uses it: both halves, and whether an output write is waiting.
+struct ChannelIo<'a> {
+    rd: &'a mut ChannelReadHalf,
+    wr: &'a ChannelWriteHalf<Msg>,
+    stuck: &'a std::sync::atomic::AtomicBool,
+}
+
 /// Run until the child has exited and its output is fully sent, serving channel messages
 /// meanwhile.
 async fn drive<O>(
     ctx: &ExecContext,
     child: &mut Child,
-    rd: &mut ChannelReadHalf,
-    in_tx: &mut Option<mpsc::UnboundedSender<Bytes>>,
+    io: ChannelIo<'_>,
+    in_tx: &mut Option<StdinQueue>,
     outputs: O,
     mut resize: impl FnMut(u32, u32),
 ) -> Outcome
@@ -341,15 +514,31 @@ where
     O: std::future::Future<Output = ()>,
 {
     tokio::pin!(outputs);
+    let ChannelIo { rd, wr, stuck } = io;
     let mut shutdown = ctx.shutdown.clone();
     let mut exit: Option<ExitInfo> = None;
     let mut outputs_done = false;
+    let mut unstick = false;
     loop {
         if let (Some(info), true) = (&exit, outputs_done) {
             return Outcome::Exited(*info);
         }
+        // Backpressure: while the child has a full queue of stdin unread, leave the channel
+        // unread too (see STDIN_QUEUE); a drained queue wakes us up.
+        let grace = std::mem::take(&mut unstick);
+        let paused = in_tx
+            .as_ref()
+            .filter(|q| q.full() && !grace)
+            .map(|q| q.drained.clone());
+        let may_unstick = in_tx.as_ref().is_some_and(|q| q.queued() < STDIN_HARD_CAP)
+            && stuck.load(std::sync::atomic::Ordering::SeqCst);
         tokio::select! {
-            msg = rd.wait() => match msg {
+            _ = async { if let Some(d) = &paused { d.notified().await } }, if paused.is_some() => {}
+            _ = tokio::time::sleep(UNSTICK), if paused.is_some() && may_unstick => {
+                unstick = stuck.load(std::sync::atomic::Ordering::SeqCst)
+                    && wr.writable_packet_size().await > 0;
+            }
+            msg = rd.wait(), if paused.is_none() => match msg {
                 None | Some(ChannelMsg::Close) => {
                     if exit.is_none() {
                         tracing::info!(pid = child.pid(), "exec channel closed before the command ended; killing its process tree");
@@ -358,8 +547,8 @@ where
                     return Outcome::Gone;
                 }
                 Some(ChannelMsg::Data { data }) => {
-                    if let Some(tx) = in_tx.as_ref() {
-                        let _ = tx.send(data);
+                    if let Some(q) = in_tx.as_ref() {
+                        q.push(data);
                     }
                 }
                 Some(ChannelMsg::Eof) => *in_tx = None,
@@ -370,7 +559,9 @@ where
                 // Nothing of an exec outlives it (the core kills the rest of the tree when the
                 // Child is dropped anyway). Doing it now also closes the pipes a background
                 // process still holds, so the output reaches EOF and the exec can finish.
-                child.kill_tree().await;
+                if let Err(e) = child.kill_tree().await {
+                    tracing::error!(pid = child.pid(), error = %e, "containment failed: the exec's processes could not be listed");
+                }
                 exit = Some(info);
             }
             _ = &mut outputs, if !outputs_done => outputs_done = true,

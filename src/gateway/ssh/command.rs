@@ -96,6 +96,12 @@ pub struct ExecContext {
     /// SIGTERM to SIGKILL grace at shutdown.
     pub grace: Duration,
     pub tracker: Arc<Tracker>,
+    /// One permit per session channel that runs something (exec or shell): `--max-execs`
+    /// bounds execs, not relays, since one relay can carry many channels.
+    pub exec_permits: Arc<tokio::sync::Semaphore>,
+    pub max_execs: usize,
+    /// A session channel that has sent no exec, shell or subsystem request by then is closed.
+    pub request_timeout: Duration,
 }
 
 impl ExecContext {

@@ -51,6 +51,7 @@ impl SshServer {
             // A quiet long-running exec is legitimate; the gateway's keepalives and HTTP/2
             // pings detect a dead peer.
             inactivity_timeout: None,
+            window_size: channel::STDIN_WINDOW,
             nodelay: true,
             // Clients pick the first of their ciphers that we offer; leaving ChaCha20 out makes
             // every client (the gateway's russh included) use AES-GCM, which ring runs with
@@ -96,14 +97,19 @@ impl SshServer {
             Ok(running) => {
                 match running.await {
                     Ok(()) => tracing::debug!("ssh connection closed"),
-                    // The gateway drops its side once it has the exit status: that is the
-                    // normal end, not worth a warning. An EOF with a channel still open, or
-                    // before any channel, is reported below like any other failure.
-                    Err(russh::Error::IO(e))
-                        if e.kind() == std::io::ErrorKind::UnexpectedEof
-                            && channels.all_closed() =>
-                    {
-                        tracing::debug!("ssh connection closed by the gateway")
+                    // The gateway ends the relay once it has the exit status, and an SSH
+                    // client (OpenSSH behind `openshell sandbox connect`) just closes its
+                    // socket when it is done: an end of stream is how a connection normally
+                    // ends, never a warning. If channels were still open their tasks see the
+                    // close and kill what they ran (logged there).
+                    Err(russh::Error::IO(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        if channels.all_closed() {
+                            tracing::debug!("ssh connection closed by the gateway")
+                        } else {
+                            tracing::info!(
+                                "ssh connection closed by the gateway with session channels still open"
+                            )
+                        }
                     }
                     // Garbage, a truncated stream, a relay error or a packet over russh's
                     // 256 KiB transport limit: the connection (and every exec on it) ends.
@@ -129,11 +135,10 @@ struct ChannelCount {
 }
 
 impl ChannelCount {
-    /// At least one channel, and every one of them finished.
+    /// Every channel opened so far has finished (true when none was opened).
     fn all_closed(&self) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
-        let opened = self.opened.load(SeqCst);
-        opened > 0 && self.closed.load(SeqCst) == opened
+        self.closed.load(SeqCst) == self.opened.load(SeqCst)
     }
 }
 

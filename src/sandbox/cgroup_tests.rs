@@ -1,0 +1,118 @@
+//! Unit tests of the cgroup decisions on a fake cgroup tree (a temporary directory standing in
+//! for /sys/fs/cgroup): what is detected, what the report may claim, and that nothing leaks.
+
+use super::*;
+
+fn fake(self_cgroup: &str, dirs: &[&str], files: &[(&str, &str)]) -> (tempfile::TempDir, System) {
+    let t = tempfile::tempdir().unwrap();
+    for d in dirs {
+        fs::create_dir_all(t.path().join(d)).unwrap();
+    }
+    for (f, text) in files {
+        fs::write(t.path().join(f), text).unwrap();
+    }
+    let sys = System {
+        mount: t.path().to_path_buf(),
+        self_cgroup: self_cgroup.into(),
+    };
+    (t, sys)
+}
+
+/// v2 offering pids but not memory: the group is usable, but --memory is not enforced there.
+#[test]
+fn v2_without_the_memory_controller_reports_no_memory() {
+    let files = [
+        ("cgroup.controllers", "cpu pids"),
+        ("pod/cgroup.controllers", "cpu pids"),
+    ];
+    let (_t, sys) = fake("0::/pod\n", &["pod"], &files);
+    let p = probe(&sys).expect("pids is there");
+    assert!(!p.memory, "{p:?}");
+    let root = detect_in(&sys).expect("a v2 root");
+    assert!(root.memory().is_err());
+}
+
+#[test]
+fn v2_with_the_memory_controller_reports_memory() {
+    let files = [
+        ("cgroup.controllers", "pids memory"),
+        ("pod/cgroup.controllers", "pids memory"),
+    ];
+    let (_t, sys) = fake("0::/pod\n", &["pod"], &files);
+    assert!(probe(&sys).unwrap().memory);
+    let root = detect_in(&sys).expect("a v2 root");
+    assert_eq!(root.memory(), Ok(()));
+}
+
+/// v1 with a pids hierarchy and no memory hierarchy: no memory limit may be claimed.
+#[test]
+fn v1_without_a_memory_hierarchy_reports_no_memory() {
+    let (_t, sys) = fake("5:pids:/\n4:freezer:/\n", &["pids", "freezer"], &[]);
+    assert!(!probe(&sys).unwrap().memory);
+    let root = detect_in(&sys).expect("a v1 root");
+    assert!(root.memory().is_err());
+}
+
+/// A memory hierarchy without memory.limit_in_bytes in our group bounds nothing.
+#[test]
+fn v1_memory_hierarchy_without_the_limit_file_reports_no_memory() {
+    let (_t, sys) = fake("5:pids:/\n4:memory:/\n", &["pids", "memory"], &[]);
+    let root = detect_in(&sys).expect("a v1 root");
+    assert!(root.memory().is_err());
+}
+
+/// `probe` makes nothing and sweeps nothing.
+#[test]
+fn probe_has_no_side_effects() {
+    let (t, sys) = fake("5:pids:/\n", &["pids", "pids/openshell-owned-1-0-0"], &[]);
+    let before = fs::read_dir(t.path().join("pids")).unwrap().count();
+    assert!(probe(&sys).is_some());
+    let after = fs::read_dir(t.path().join("pids")).unwrap().count();
+    assert_eq!(before, after);
+    assert!(t.path().join("pids/openshell-owned-1-0-0").is_dir());
+}
+
+/// A stale (unlocked) group is removed at detection; a locked one (a live owner) is kept.
+#[test]
+fn detection_removes_only_unlocked_groups() {
+    let (t, sys) = fake(
+        "5:pids:/\n",
+        &[
+            "pids",
+            "pids/openshell-owned-1-0-0/exec-1",
+            "pids/openshell-owned-2-0-0",
+            "pids/openshell-sandbox-9-0-0",
+        ],
+        &[("pids/openshell-owned-1-0-0/exec-1/cgroup.procs", "")],
+    );
+    let live = File::open(t.path().join("pids/openshell-owned-2-0-0")).unwrap();
+    // SAFETY: flock on an fd we own.
+    let rc = unsafe { libc::flock(live.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(rc, 0);
+    // A fake group dir holds a regular file, so rmdir fails there; remove it as the kernel
+    // would once the group is empty.
+    fs::remove_file(
+        t.path()
+            .join("pids/openshell-owned-1-0-0/exec-1/cgroup.procs"),
+    )
+    .unwrap();
+    let _root = detect_in(&sys).expect("a v1 root");
+    assert!(!t.path().join("pids/openshell-owned-1-0-0").exists());
+    assert!(t.path().join("pids/openshell-owned-2-0-0").is_dir());
+    // Older versions' groups carry no lock: nothing proves them dead.
+    assert!(t.path().join("pids/openshell-sandbox-9-0-0").is_dir());
+}
+
+/// A failure halfway through making an exec's group removes what was made.
+#[test]
+fn a_failed_exec_group_leaks_nothing() {
+    let (t, sys) = fake("5:pids:/\n", &["pids"], &[]);
+    let root = detect_in(&sys).expect("a v1 root");
+    let base = root.bases()[0].to_path_buf();
+    // No pids.max in a fake directory: the write fails (ENOENT) after the mkdir.
+    let err = ExecCgroup::create(&root, &Limits::default()).unwrap_err();
+    assert!(matches!(err, CgroupError::Write { .. }), "{err}");
+    assert_eq!(fs::read_dir(&base).unwrap().count(), 0, "exec group leaked");
+    drop(root);
+    assert_eq!(fs::read_dir(t.path().join("pids")).unwrap().count(), 0);
+}
