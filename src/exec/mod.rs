@@ -267,9 +267,11 @@ impl Sandbox {
 fn child_end(s: Stdio, stdin: bool) -> Result<(OwnedFd, Option<OwnedFd>), RunError> {
     match s {
         Stdio::Fd(fd) => Ok((fd, None)),
+        // Read-only as stdin, write-only as output, as a shell's `< /dev/null` and `> /dev/null`
+        // give it: a write to stdin is EBADF.
         Stdio::Null => std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
+            .read(stdin)
+            .write(!stdin)
             .open("/dev/null")
             .map(|f| (OwnedFd::from(f), None))
             .map_err(|source| RunError::Io {
