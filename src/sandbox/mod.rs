@@ -157,6 +157,19 @@ fn prepare_inner(
     // Namespaces first: the view's private tmpfs roots get Landlock rules below.
     let view = prepare_namespaces(k, policy, &mut layers)?;
 
+    // With --network none and a private network namespace (only `lo`), nothing can leave the
+    // namespace: IP sockets, loopback bind and connect are allowed (so an exec can run a
+    // server, and the next exec of the sandbox reach it), any other connect is ENETUNREACH.
+    // The socket rules are then those of --network all (AF_UNIX, AF_INET, AF_INET6 and route
+    // netlink, which sees only the private namespace). Without that namespace, --network none
+    // keeps its AF_UNIX-only filter and Landlock's TCP denial.
+    let loopback_only = policy.network == NetworkMode::None && view.net.is_some();
+    let socket_rules = if loopback_only {
+        NetworkMode::All
+    } else {
+        policy.network
+    };
+
     // Landlock.
     let mut landlock_abi = 0;
     let landlock = match k.landlock() {
@@ -174,13 +187,18 @@ fn prepare_inner(
                     fd: std::sync::Arc::new(fd),
                 });
             }
-            let p = landlock::prepare(&rules, policy.network, support)?;
+            let p = landlock::prepare(&rules, socket_rules, support)?;
             layers.push(LayerStatus {
                 layer: "landlock-fs",
                 status: Enforcement::Enforced,
                 detail: format!("ABI {}, {} path rules", support.abi, rules.len()),
             });
-            match (policy.network, p.network_restricted) {
+            match (socket_rules, p.network_restricted) {
+                _ if loopback_only => layers.push(LayerStatus {
+                    layer: "landlock-net",
+                    status: Enforcement::NotRequested,
+                    detail: "--network none in a private network namespace with only lo: loopback bind and connect allowed, any other connect is ENETUNREACH".into(),
+                }),
                 (NetworkMode::None, true) => layers.push(LayerStatus {
                     layer: "landlock-net",
                     status: Enforcement::Enforced,
@@ -227,7 +245,7 @@ fn prepare_inner(
 
     // seccomp.
     let seccomp = if k.seccomp_available() {
-        let prog = seccomp::build(policy.network)?;
+        let prog = seccomp::build(socket_rules)?;
         layers.push(LayerStatus {
             layer: "seccomp",
             status: Enforcement::Enforced,

@@ -252,12 +252,12 @@ pub fn expected(name: &str, ctx: &Ctx) -> Expect {
             Expect::KnownGap(PATHNAME_SOCKET_GAP)
         }
         "socket_inet" | "socket_inet_udp" | "socket_inet6" | "socket_netlink_route"
-            if ctx.network_all =>
+            if ctx.network_all || ctx.private_net =>
         {
             Expect::Allowed
         }
         // Allowed through to the kernel, which has no socketpair for IP.
-        "socketpair_inet" if ctx.network_all => Expect::Errno(EOPNOTSUPP),
+        "socketpair_inet" if ctx.network_all || ctx.private_net => Expect::Errno(EOPNOTSUPP),
         // A root supervisor and a child of another uid: the kernel's own uid check refuses
         // even the read.
         "control_prlimit_read_supervisor" if ctx.mode == Mode::Root && !ctx.pid_namespace => {
