@@ -445,10 +445,11 @@ fn per_layer(dir: &Path, files: &[PathBuf]) {
                         stderr: SStdio::Null,
                         controlling_tty: false,
                     })
+                    .await
                     .expect("spawn");
                 let info = c.wait().await;
                 times[i].push(t.elapsed());
-                c.kill_tree();
+                let _ = c.kill_tree().await;
                 assert_eq!(
                     info.code,
                     Some(0),

@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio, reaper};
+use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio, manager};
 use openshell_sandbox::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
 use openshell_sandbox::sandbox;
 
-const ROUNDS: usize = 400;
+const ROUNDS: usize = 200;
 
 fn policy(workdir: &std::path::Path) -> Policy {
     // SAFETY: geteuid has no preconditions.
@@ -23,6 +23,7 @@ fn policy(workdir: &std::path::Path) -> Policy {
             gid: NOBODY,
         }),
         allow_degraded: !root,
+        namespaces: Default::default(),
     }
 }
 
@@ -38,23 +39,19 @@ fn spec() -> SpawnSpec {
     }
 }
 
-/// The baseline: std's spawn (posix_spawn fast path) of /bin/true. It is waited for through
-/// the same reaper as the sandboxed runs (registered under its lock, as `Sandbox::spawn`
-/// does), so both sides pay the same wait path and only the spawn differs.
+/// The baseline: std's spawn (posix_spawn fast path) of /bin/true, spawned and reaped on the
+/// same process-manager thread as the sandboxed runs, so both sides pay the same thread hop
+/// and wait path and only the spawn differs.
 async fn plain() -> Duration {
     let t = Instant::now();
-    let r = reaper::get();
-    let guard = r.lock();
-    #[allow(clippy::zombie_processes)] // reaped by our reaper, registered below
-    let child = std::process::Command::new("/bin/true")
-        .stdin(std::process::Stdio::null())
+    let mut cmd = std::process::Command::new("/bin/true");
+    cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
+        .stderr(std::process::Stdio::null());
+    let rx = manager::get()
+        .spawn_plain(cmd)
+        .await
         .expect("spawn /bin/true");
-    let rx = guard.register(child.id() as i32);
-    // The reaper waits for it (below); std's Child holds nothing else.
-    drop(child);
     let st = rx.await.expect("reaped");
     assert_eq!(st.status, 0);
     t.elapsed()
@@ -62,11 +59,11 @@ async fn plain() -> Duration {
 
 async fn sandboxed(sb: &Sandbox) -> Duration {
     let t = Instant::now();
-    let mut c = sb.spawn(spec()).expect("sandboxed spawn");
+    let mut c = sb.spawn(spec()).await.expect("sandboxed spawn");
     let info = c.wait().await;
     let d = t.elapsed();
     assert_eq!(info.code, Some(0), "{info:?}");
-    c.kill_tree().expect("listing the exec's processes");
+    c.kill_tree().await.expect("listing the exec's processes");
     d
 }
 
@@ -102,6 +99,22 @@ fn main() {
             ("- rlimits", variant(&|p| p.rlimits.clear())),
             ("- identity", variant(&|p| p.identity.target = None)),
             (
+                "- namespaces (no view, no init)",
+                variant(&|p| p.view = Default::default()),
+            ),
+            ("- pid namespace and init", variant(&|p| p.view.pid = false)),
+            (
+                "- mount namespace and /proc",
+                variant(&|p| p.view.mnt = None),
+            ),
+            (
+                "- the exec's mount ns and /proc",
+                variant(&|p| p.view.proc = sandbox::namespaces::ProcMount::None),
+            ),
+            ("- ipc namespace", variant(&|p| p.view.ipc = None)),
+            ("- uts namespace", variant(&|p| p.view.uts = None)),
+            ("- net namespace", variant(&|p| p.view.net = None)),
+            (
                 "no layers (fork + setsid only)",
                 variant(&|p| {
                     p.landlock = None;
@@ -109,6 +122,7 @@ fn main() {
                     p.cgroups = None;
                     p.rlimits.clear();
                     p.identity.target = None;
+                    p.view = Default::default();
                 }),
             ),
         ];
@@ -150,7 +164,7 @@ fn main() {
             row(name, &mut per[i]);
         }
         println!(
-            "RATIO all-layers / plain = {:.3} (target <= 1.25)",
+            "RATIO all-layers / plain = {:.3} (target <= 1.5 with namespaces)",
             ma.as_secs_f64() / mb.as_secs_f64()
         );
         for l in full.layers() {

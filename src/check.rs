@@ -58,6 +58,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
             gid: NOBODY,
         }),
         allow_degraded: false,
+        namespaces: Default::default(),
     };
     let (layers, refused) = match sandbox::prepare_dry(&policy) {
         Ok(p) => (p.layers, None),

@@ -24,9 +24,11 @@ fn chmod(p: &Path, mode: u32) {
 
 /// A directory outside every grant that the sandbox uid could write if Landlock let it.
 fn open_outside_dir() -> tempfile::TempDir {
+    // Not below /tmp: the run's /tmp is its own tmpfs, where this directory would not exist
+    // at all, and the Landlock answer these tests are about would never be asked.
     let d = tempfile::Builder::new()
         .prefix("osb-outside-")
-        .tempdir()
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
     chmod(d.path(), 0o777);
     d

@@ -430,15 +430,17 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 what: "allocating a pty",
                 source,
             })?;
-        let child = sandbox.spawn(SpawnSpec {
-            argv: args.command.clone(),
-            env,
-            cwd: None,
-            stdin: Stdio::Fd(slave.stdin),
-            stdout: Stdio::Fd(slave.stdout),
-            stderr: Stdio::Fd(slave.stderr),
-            controlling_tty: true,
-        })?;
+        let child = sandbox
+            .spawn(SpawnSpec {
+                argv: args.command.clone(),
+                env,
+                cwd: None,
+                stdin: Stdio::Fd(slave.stdin),
+                stdout: Stdio::Fd(slave.stdout),
+                stderr: Stdio::Fd(slave.stderr),
+                controlling_tty: true,
+            })
+            .await?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
         let writer = master.dup_fd().map_err(|source| RunError::Io {
@@ -468,19 +470,21 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
         (child, out_task, err_task, raw)
     } else {
-        let mut child = sandbox.spawn(SpawnSpec {
-            argv: args.command.clone(),
-            env,
-            cwd: None,
-            stdin: if stdin_is_dev_null() {
-                Stdio::Null
-            } else {
-                Stdio::Fd(feed_stdin()?)
-            },
-            stdout: Stdio::Piped,
-            stderr: Stdio::Piped,
-            controlling_tty: false,
-        })?;
+        let mut child = sandbox
+            .spawn(SpawnSpec {
+                argv: args.command.clone(),
+                env,
+                cwd: None,
+                stdin: if stdin_is_dev_null() {
+                    Stdio::Null
+                } else {
+                    Stdio::Fd(feed_stdin()?)
+                },
+                stdout: Stdio::Piped,
+                stderr: Stdio::Piped,
+                controlling_tty: false,
+            })
+            .await?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
         let out_task =
@@ -548,14 +552,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // descendants, so the pumps below reach EOF.
     // A sweep that cannot list the exec's processes has not contained it: keep why.
     let mut containment_error = None;
-    let mut sweep = |child: &mut super::Child| match child.kill_tree() {
+    let mut survivors = match child.kill_tree().await {
         Ok(left) => left,
         Err(e) => {
             containment_error.get_or_insert(e.to_string());
             Vec::new()
         }
     };
-    let mut survivors = sweep(&mut child);
     let cgroup_memory_hit = child.hit_memory_limit();
     // The pipes close when the last holder dies. If a process outran the sweep it may hold
     // them forever: bound the wait, then stop reading and report the containment failure.
@@ -571,7 +574,12 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             (o, e, open)
         }
         Err(_) => {
-            survivors.extend(sweep(&mut child));
+            match child.kill_tree().await {
+                Ok(left) => survivors.extend(left),
+                Err(e) => {
+                    containment_error.get_or_insert(e.to_string());
+                }
+            }
             if survivors.is_empty() {
                 survivors.push(-1); // unknown holder of the pipes
             }

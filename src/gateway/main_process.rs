@@ -253,6 +253,7 @@ pub async fn start(
     let mut child = ctx
         .sandbox
         .spawn(spec)
+        .await
         .map_err(|source| StartError::Spawn {
             argv: argv.clone(),
             source,
@@ -339,7 +340,7 @@ pub async fn start(
         {
             tracing::debug!("main process output still open {DRAIN:?} after it exited");
         }
-        if let Err(e) = child.kill_tree() {
+        if let Err(e) = child.kill_tree().await {
             tracing::error!(error = %e, "containment failed: the main process's tree could not be swept");
         }
         aborts.iter().for_each(|a| a.abort());

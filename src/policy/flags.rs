@@ -37,9 +37,25 @@ pub struct PolicyFlags {
     pub gid: Option<u32>,
     /// `--allow-degraded`.
     pub allow_degraded: bool,
+    /// `--tmp-size`.
+    pub tmp_size: Option<u64>,
+    /// `--shm-size`.
+    pub shm_size: Option<u64>,
+    /// `--hostname`.
+    pub hostname: Option<String>,
 }
 
 impl PolicyFlags {
+    /// The sandbox view these flags ask for, with the defaults where a flag was not given.
+    pub fn namespaces(&self) -> super::NamespacePolicy {
+        let d = super::NamespacePolicy::default();
+        super::NamespacePolicy {
+            tmp_size: self.tmp_size.unwrap_or(d.tmp_size),
+            shm_size: self.shm_size.unwrap_or(d.shm_size),
+            hostname: self.hostname.clone().unwrap_or(d.hostname),
+        }
+    }
+
     /// The limits these flags ask for, with [`Limits::default`](super::Limits) where a flag
     /// was not given.
     pub fn limits(&self) -> super::Limits {

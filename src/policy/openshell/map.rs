@@ -244,6 +244,7 @@ pub fn resolve(
         limits: flags.limits(),
         identity,
         allow_degraded: flags.allow_degraded,
+        namespaces: flags.namespaces(),
     };
     policy.validate()?;
     Ok(Resolved {
