@@ -459,12 +459,13 @@ async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
     check_exec(&sc, "sh -c 'echo err >&2; exit 3'", &r, |r| {
         r.exit == Some(3) && r.err() == "err\n" && r.stdout.is_empty()
     });
-    // The pod as the exec sees it: the supervisor is PID 1, the hostname is the pod's, and
-    // the command runs as the unprivileged sandbox uid.
+    // The pod as the exec sees it: PID 1 is the supervisor's init (a fork of it, so the same
+    // command line), the hostname is the sandbox view's, and the command runs as the
+    // unprivileged sandbox uid.
     let r = a
         .sh("tr '\\0' ' ' < /proc/1/cmdline; echo; hostname; id -u")
         .await;
-    let want = format!("{SUPERVISOR} \nsandbox-a\n65534\n");
+    let want = format!("{SUPERVISOR} \nsandbox\n65534\n");
     check_exec(&sc, "the view from inside the pod", &r, |r| {
         r.exit == Some(0) && r.out() == want
     });
@@ -486,7 +487,8 @@ async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
     check_exec(&sc, "reading the client key", &r, |r| {
         r.exit == Some(1) && r.err().contains("Permission denied") && !r.out().contains("PRIVATE")
     });
-    // A TCP connect to the gateway, by address and by name: socket() itself is refused.
+    // A TCP connect to the gateway, by address and by name: the exec's network namespace has
+    // only `lo`, so the connect cannot leave it.
     for host in [a.net.gw_addr.to_string(), GATEWAY_DNS.to_owned()] {
         let r = a
             .exec(&["nc", "-w", "5", &host, &GATEWAY_PORT.to_string()])
@@ -495,7 +497,7 @@ async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
             &sc,
             &format!("a TCP connect to {host}:{GATEWAY_PORT}"),
             &r,
-            |r| r.exit == Some(1) && r.err().contains("Operation not permitted"),
+            |r| r.exit == Some(1) && r.err().contains("Network is unreachable"),
         );
     }
     // The handshake secret from the pod's env never reaches an exec.
@@ -505,6 +507,9 @@ async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
             && !r.out().contains(&a.handshake_secret)
             && !r.out().contains("OPENSHELL_TLS")
     });
+
+    sc.step("5 exec: the sandbox's private view inside the pod");
+    checks::namespaces_in_pod(&sc, &a).await;
 
     sc.step("6 upgrade: a different build on the node while pod A runs");
     let bin2 = dir.join("openshell-sandbox-v2");
@@ -701,10 +706,14 @@ attempt("connect-by-name", lambda: socket.create_connection(("{GATEWAY_DNS}", {p
         port = GATEWAY_PORT
     );
     let r = p.exec_stdin(&["python3", "-"], &probe).await;
-    let want = "write-hostpath EROFS\nread-key EACCES\nconnect EPERM\nconnect-by-name EPERM\n";
+    let want =
+        "write-hostpath EROFS\nread-key EACCES\nconnect ENETUNREACH\nconnect-by-name ENETUNREACH\n";
     check_exec(&sc, "the sandbox probes", &r, |r| {
         r.exit == Some(0) && r.out() == want
     });
+
+    sc.step("5 exec: the sandbox's private view inside the pod");
+    checks::namespaces_in_pod(&sc, &p).await;
 
     sc.step("7 teardown");
     terminate(&sc, &mut p, ns, false).await;

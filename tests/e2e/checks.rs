@@ -145,3 +145,81 @@ pub fn supervisor_on_read_only_cgroups(sc: &Scenario, pod: &Pod) -> String {
     );
     row.to_string()
 }
+
+/// The exec's private view inside a real pod (issue 11): only its own processes (PID 1 is our
+/// init, a fork of the supervisor, so its command line is the supervisor's), the sandbox's
+/// hostname, a network namespace with only `lo`, private writable /tmp and /dev/shm that the
+/// pod's later execs share, and a connect to the gateway that cannot leave the namespace.
+pub async fn namespaces_in_pod(sc: &Scenario, pod: &Pod) {
+    let tag = format!("osb-e2e-view-{}", std::process::id());
+    // The glob is expanded by the shell before any `tr` runs, so the list holds the processes
+    // that existed then: init and the exec's shells, every one carrying the tag.
+    let r = pod
+        .sh(&format!(
+            ": {tag}; for p in /proc/[0-9]*; do echo \"${{p#/proc/}} $(tr '\\0' ' ' < $p/cmdline)\"; done"
+        ))
+        .await;
+    let out = r.out();
+    let procs: Vec<(&str, &str)> = out
+        .lines()
+        .map(|l| l.split_once(' ').unwrap_or((l, "")))
+        .collect();
+    let ok = r.exit == Some(0)
+        && procs.first() == Some(&("1", &*format!("{SUPERVISOR} ")))
+        && procs.len() >= 2
+        && procs[1..].iter().all(|(_, c)| c.contains(&tag));
+    sc.check(ok, || {
+        format!(
+            "pod {}: the exec sees processes other than its own: {procs:?} (exit {:?}, stderr {:?})",
+            pod.name,
+            r.exit,
+            r.err()
+        )
+    });
+    let r = pod
+        .sh("hostname; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        .await;
+    sc.check(r.exit == Some(0) && r.out() == "sandbox\nlo\n", || {
+        format!(
+            "pod {}: hostname and interfaces in the exec: {:?} (stderr {:?})",
+            pod.name,
+            r.out(),
+            r.err()
+        )
+    });
+    let r = pod
+        .sh(&format!(
+            "echo {tag} > /tmp/{tag} && echo shm > /dev/shm/{tag} && cat /tmp/{tag} /dev/shm/{tag}"
+        ))
+        .await;
+    sc.check(
+        r.exit == Some(0) && r.out() == format!("{tag}\nshm\n"),
+        || {
+            format!(
+                "pod {}: /tmp and /dev/shm in the exec: {:?} (stderr {:?})",
+                pod.name,
+                r.out(),
+                r.err()
+            )
+        },
+    );
+    let r = pod.sh(&format!("cat /tmp/{tag}")).await;
+    sc.check(r.exit == Some(0) && r.out() == format!("{tag}\n"), || {
+        format!(
+            "pod {}: the next exec does not see the first one's /tmp file: {:?} (stderr {:?})",
+            pod.name,
+            r.out(),
+            r.err()
+        )
+    });
+    // The pod's own /tmp (the image's directory, seen from the host) did not get it.
+    let host_side = std::fs::read_dir(format!("/proc/{}/root/tmp", pod.init_pid))
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy() == tag))
+        .unwrap_or(false);
+    sc.check(!host_side, || {
+        format!(
+            "pod {}: the exec's /tmp file is in the pod's /tmp",
+            pod.name
+        )
+    });
+}
