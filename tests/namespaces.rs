@@ -695,7 +695,7 @@ fn hostname_is_sandbox_by_default_and_set_by_the_flag() {
 
 const PY_NET: &str = r#"
 import socket
-print("ifaces", [l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]])
+print("ifaces", [l.split(":")[0].strip() for l in open("/proc/self/net/dev").readlines()[2:]])
 def loop():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
     c = socket.create_connection(s.getsockname(), timeout=5)

@@ -177,7 +177,7 @@ pub async fn namespaces_in_pod(sc: &Scenario, pod: &Pod) {
         )
     });
     let r = pod
-        .sh("hostname; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        .sh("hostname; tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '")
         .await;
     sc.check(r.exit == Some(0) && r.out() == "sandbox\nlo\n", || {
         format!(
