@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio, reaper};
+use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio, manager};
 use openshell_sandbox::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
 use openshell_sandbox::sandbox;
 
@@ -23,6 +23,7 @@ fn policy(workdir: &std::path::Path) -> Policy {
             gid: NOBODY,
         }),
         allow_degraded: !root,
+        namespaces: Default::default(),
     }
 }
 
@@ -38,23 +39,16 @@ fn spec() -> SpawnSpec {
     }
 }
 
-/// The baseline: std's spawn (posix_spawn fast path) of /bin/true. It is waited for through
-/// the same reaper as the sandboxed runs (registered under its lock, as `Sandbox::spawn`
-/// does), so both sides pay the same wait path and only the spawn differs.
+/// The baseline: std's spawn (posix_spawn fast path) of /bin/true, spawned and reaped on the
+/// same process-manager thread as the sandboxed runs, so both sides pay the same thread hop
+/// and wait path and only the spawn differs.
 async fn plain() -> Duration {
     let t = Instant::now();
-    let r = reaper::get();
-    let guard = r.lock();
-    #[allow(clippy::zombie_processes)] // reaped by our reaper, registered below
-    let child = std::process::Command::new("/bin/true")
-        .stdin(std::process::Stdio::null())
+    let mut cmd = std::process::Command::new("/bin/true");
+    cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn /bin/true");
-    let rx = guard.register(child.id() as i32);
-    // The reaper waits for it (below); std's Child holds nothing else.
-    drop(child);
+        .stderr(std::process::Stdio::null());
+    let rx = manager::get().spawn_plain(cmd).await.expect("spawn /bin/true");
     let st = rx.await.expect("reaped");
     assert_eq!(st.status, 0);
     t.elapsed()
@@ -62,11 +56,11 @@ async fn plain() -> Duration {
 
 async fn sandboxed(sb: &Sandbox) -> Duration {
     let t = Instant::now();
-    let mut c = sb.spawn(spec()).expect("sandboxed spawn");
+    let mut c = sb.spawn(spec()).await.expect("sandboxed spawn");
     let info = c.wait().await;
     let d = t.elapsed();
     assert_eq!(info.code, Some(0), "{info:?}");
-    c.kill_tree();
+    c.kill_tree().await;
     d
 }
 

@@ -56,6 +56,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
             gid: NOBODY,
         }),
         allow_degraded: false,
+        namespaces: Default::default(),
     };
     let (layers, refused) = match sandbox::prepare(&policy) {
         Ok(p) => (p.layers, None),

@@ -122,6 +122,19 @@ pub struct PolicyArgs {
     #[arg(long)]
     pub allow_degraded: bool,
 
+    /// Size of the private tmpfs mounted on /tmp in the sandbox's view (ENOSPC past it).
+    /// Accepts suffixes (K, KiB, M, MiB, G, GiB).
+    #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = parse_size_arg)]
+    pub tmp_size: u64,
+
+    /// Size of the private tmpfs mounted on /dev/shm in the sandbox's view.
+    #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = parse_size_arg)]
+    pub shm_size: u64,
+
+    /// Hostname inside the sandbox's view (its own UTS namespace).
+    #[arg(long, value_name = "NAME", default_value = "sandbox", value_parser = parse_hostname)]
+    pub hostname: String,
+
     /// Log level (error, warn, info, debug, trace). RUST_LOG, when set, wins.
     #[arg(long, env = "OPENSHELL_LOG_LEVEL", default_value = "warn")]
     pub log_level: String,
@@ -185,6 +198,20 @@ fn parse_env_pair(s: &str) -> Result<(String, String), String> {
         return Err(format!("the value of `{k}` contains a NUL byte"));
     }
     Ok((k.to_owned(), v.to_owned()))
+}
+
+fn parse_hostname(s: &str) -> Result<String, String> {
+    // sethostname(2) takes at most HOST_NAME_MAX (64) bytes.
+    if s.is_empty() || s.len() > 64 {
+        return Err(format!("`{s}`: a hostname is 1 to 64 bytes"));
+    }
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    {
+        return Err(format!("`{s}`: only letters, digits, `-` and `.` are allowed"));
+    }
+    Ok(s.to_owned())
 }
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {

@@ -12,7 +12,17 @@ fn main() -> ExitCode {
     // Subcommands are recognised by the first word only. Everything else is the supervisor, as
     // the pod starts it: `openshell-sandbox [--workdir /sandbox] [MAIN COMMAND...]`.
     // `copy-self` is matched on the raw argv before any flag parsing (OpenShell's contract).
-    let result = match argv.get(1).and_then(|a| a.to_str()) {
+    let sub = argv.get(1).and_then(|a| a.to_str());
+    // A supervisor that is not root enters a user namespace of its own, which will own the
+    // sandbox view (sandbox/namespaces.rs). unshare(CLONE_NEWUSER) needs a single-threaded
+    // process, so this comes before anything starts a thread.
+    if !matches!(
+        sub,
+        Some("copy-self" | "install" | "certs" | "--help" | "-h" | "--version" | "-V")
+    ) {
+        openshell_sandbox::sandbox::namespaces::enter_user_ns();
+    }
+    let result = match sub {
         Some("copy-self") => install::copy_self_main(&argv[2..]),
         Some("run") => exec::run::main(cli::RunArgs::parse_from(&argv[1..])),
         Some("check") => check::main(cli::CheckArgs::parse_from(&argv[1..])),

@@ -108,7 +108,13 @@ fn the_child_dies_with_the_supervisor() {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let pid = pid.expect("the child wrote its pid");
+    let ns_pid = pid.expect("the child wrote its pid");
+    // `$$` is the command's pid inside its own PID namespace; find its pid out here among the
+    // supervisor's descendants (its init's child).
+    let pid = descendants(sup.id() as i32)
+        .into_iter()
+        .find(|&p| ns_pid_of(p) == Some(ns_pid))
+        .expect("the command is a descendant of the supervisor");
     sup.kill().unwrap(); // SIGKILL: no chance to clean up; only PDEATHSIG can act.
     sup.wait().unwrap();
     let mut gone = false;
@@ -128,6 +134,37 @@ fn the_child_dies_with_the_supervisor() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(gone, "child {pid} survived the supervisor's SIGKILL");
+}
+
+/// Every descendant of `pid`, from /proc/PID/task/*/children.
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                out.push(k);
+                queue.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// The innermost pid of `pid` (the last field of NSpid).
+fn ns_pid_of(pid: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
 }
 
 fn which(tool: &str) -> bool {

@@ -33,7 +33,7 @@ fn write_outside_the_workdir_is_eacces_inside_works() {
 import errno
 open("inside.txt", "w").write("ok")
 print("inside", open("inside.txt").read())
-for p in ["/tmp/osb-outside", "/etc/osb-outside", "/usr/osb-outside"]:
+for p in ["/var/tmp/osb-outside", "/etc/osb-outside", "/usr/osb-outside", "/tmp/osb-outside"]:
     try:
         open(p, "w")
         print("WROTE", p)
@@ -42,8 +42,10 @@ for p in ["/tmp/osb-outside", "/etc/osb-outside", "/usr/osb-outside"]:
 "#,
     );
     expect_line(&r, "inside ok");
-    expect_line(&r, "/tmp/osb-outside EACCES");
+    expect_line(&r, "/var/tmp/osb-outside EACCES");
     expect_line(&r, "/etc/osb-outside EACCES");
+    // /tmp is the run's own private tmpfs: writable inside, and nothing reaches the host's.
+    expect_line(&r, "WROTE /tmp/osb-outside");
     expect_line(&r, "/usr/osb-outside EACCES");
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(!std::path::Path::new("/tmp/osb-outside").exists());
@@ -321,5 +323,6 @@ fn no_fd_or_env_leaks() {
     let mut lines = s.lines();
     // 0, 1, 2 and the directory fd listdir itself holds open.
     assert_eq!(lines.next(), Some("['0', '1', '2', '3']"), "{s}");
-    assert_eq!(lines.next(), Some("['HOME', 'LANG', 'PATH']"), "{s}");
+    // TMPDIR is the view's private /tmp.
+    assert_eq!(lines.next(), Some("['HOME', 'LANG', 'PATH', 'TMPDIR']"), "{s}");
 }

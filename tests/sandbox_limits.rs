@@ -116,25 +116,31 @@ fn double_forked_daemon_does_not_survive() {
         return;
     }
     let wd = Workdir::new();
-    let pidfile = wd.path().join("daemon.pid");
+    // Pids inside the run are its own PID namespace's: mark the daemon with a unique argv and
+    // look for it in our /proc instead.
+    let mark = format!("300.{}", std::process::id());
     let script = format!(
-        "setsid sh -c 'sleep 300 & echo $! > {}' < /dev/null > /dev/null 2>&1 & sleep 0.3; echo started",
-        pidfile.display()
+        "setsid sh -c 'sleep {mark} &' < /dev/null > /dev/null 2>&1 & sleep 0.3; echo started"
     );
     let r = run(&wd, &[], &["sh", "-c", &script]);
     assert_eq!(r.stdout().trim(), "started", "{}", r.stderr());
-    let pid: i32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let find = || {
+        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (cmd == format!("sleep\0{mark}\0").as_bytes() && !is_zombie(pid)).then_some(pid)
+        })
+    };
     // The run has returned; give the kernel a moment to finish the kill it was sent.
     let mut alive = true;
+    let mut pid = 0;
     for _ in 0..100 {
-        // SAFETY: signal 0 only checks for existence.
-        alive = unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid);
-        if !alive {
-            break;
+        match find() {
+            Some(p) => pid = p,
+            None => {
+                alive = false;
+                break;
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -1,5 +1,6 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
+pub mod manager;
 pub mod reaper;
 pub mod report;
 pub mod run;
@@ -11,7 +12,6 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +20,9 @@ use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use crate::policy::{Policy, PolicyError};
-use crate::sandbox::{self, LayerStatus, PrepareError, Prepared, cgroup::ExecCgroup};
+use crate::sandbox::init::{ExecPlan, SpawnError};
+use crate::sandbox::{self, ChildError, LayerStatus, PrepareError, Prepared, Step};
+use crate::sandbox::cgroup::ExecCgroup;
 
 /// Why a run could not start (or the sandbox refused). Each maps to a launcher exit code.
 #[derive(Debug, thiserror::Error)]
@@ -33,13 +35,10 @@ pub enum RunError {
     Policy(#[from] PolicyError),
     #[error("sandbox refused: {0}")]
     Prepare(#[from] PrepareError),
-    #[error("sandbox setup failed in the child at step `{step}`: {source}")]
-    ChildSetup {
-        step: &'static str,
-        source: io::Error,
-    },
-    #[error("creating the exec's cgroup: {0}")]
-    Cgroup(io::Error),
+    #[error("sandbox setup failed in the child: {0}")]
+    ChildSetup(ChildError),
+    #[error("starting the exec: {0}")]
+    Manager(manager::ManagerError),
     #[error("{what}: {source}")]
     Io {
         what: &'static str,
@@ -135,9 +134,13 @@ pub struct Child {
     pub stdout: Option<pipe::Receiver>,
     pub stderr: Option<pipe::Receiver>,
     pid: libc::pid_t,
+    /// Held by descriptor: signals can never reach a recycled pid.
+    pidfd: OwnedFd,
+    /// `pid` is the exec's init, PID 1 of its own PID namespace: killing it kills the exec.
+    init: bool,
     exit: Option<oneshot::Receiver<reaper::Reaped>>,
     done: Option<ExitInfo>,
-    cgroup: Option<ExecCgroup>,
+    cgroup: Option<Arc<ExecCgroup>>,
     supervisor_pid: libc::pid_t,
     started: Instant,
     /// The tree was killed after the leader exited; never signal by these ids again, they
@@ -182,12 +185,10 @@ impl Sandbox {
         self.inner.prepared.landlock_abi
     }
 
-    /// Start one command under the sandbox.
-    ///
-    /// The child gets SIGKILL when the *thread* that spawned it exits (that is how the kernel's
-    /// parent-death signal works), so call this from a long-lived thread: a runtime worker or
-    /// the main thread, never from `spawn_blocking`, whose threads exit when idle.
-    pub fn spawn(&self, spec: SpawnSpec) -> Result<Child, RunError> {
+    /// Start one command under the sandbox. The fork, and the wait until the command has
+    /// exec'd, happen on the process-manager thread (`manager.rs`); this only builds the
+    /// command's C data and awaits the reply.
+    pub async fn spawn(&self, spec: SpawnSpec) -> Result<Child, RunError> {
         let Some(argv0) = spec.argv.first() else {
             return Err(RunError::Usage("empty command".into()));
         };
@@ -202,115 +203,74 @@ impl Sandbox {
                 cwd.display()
             )));
         }
-        let prepared = &self.inner.prepared;
-        let cgroup = match &prepared.cgroups {
-            Some(root) => Some(
-                root.take_exec(&self.inner.policy.limits)
-                    .map_err(RunError::Cgroup)?,
-            ),
-            None => None,
-        };
-
-        // A CLOEXEC pipe on which the child reports which step failed; EOF means exec worked.
-        let (err_r, err_w) = cloexec_pipe()?;
-        let mut cmd = std::process::Command::new(&program);
-        cmd.arg0(argv0)
-            .args(&spec.argv[1..])
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&cwd);
-        let (stdin, stdout, stderr) =
-            (to_std(spec.stdin), to_std(spec.stdout), to_std(spec.stderr));
-        cmd.stdin(stdin).stdout(stdout).stderr(stderr);
-        let tty = spec.controlling_tty;
-        let err_fd = err_w.as_raw_fd();
-        let inner = self.inner.clone();
-        let cg_addr = cgroup.as_ref().map(|c| c as *const ExecCgroup as usize);
-        // Runs in the forked child of a multi-threaded process: it only reads data prepared
-        // before fork (`inner` and the cgroup, alive in the child's copy of our memory) and
-        // makes raw syscalls. No allocation, locks or logging; io::Error::from_raw_os_error
-        // does not allocate.
-        let in_child = move || {
-            // SAFETY: the address is of `cgroup`, alive in the parent (and so in this copy of
-            // its memory) for the whole spawn.
-            let cg = cg_addr.map(|a| unsafe { &*(a as *const ExecCgroup) });
-            match sandbox::enforce_in_child(&inner.prepared, cg, tty) {
-                Ok(()) => Ok(()),
-                Err((step, errno)) => {
-                    let e = errno.to_ne_bytes();
-                    let buf = [step, 0, 0, 0, e[0], e[1], e[2], e[3]];
-                    // SAFETY: writing a stack buffer to our error pipe.
-                    unsafe { libc::write(err_fd, buf.as_ptr().cast(), buf.len()) };
-                    Err(io::Error::from_raw_os_error(errno))
-                }
-            }
-        };
-        // SAFETY: `in_child` is async-signal-safe, as described above.
-        unsafe { cmd.pre_exec(in_child) };
-
-        let reaper = reaper::get();
-        let guard = reaper.lock();
-        let spawned = cmd.spawn();
-        let std_child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                drop(guard);
-                drop(err_w);
-                return Err(child_error(&err_r, e, &program));
-            }
-        };
-        let pid = std_child.id() as libc::pid_t;
-        let exit = guard.register(pid);
-        drop(err_w);
-        drop(err_r);
-        drop(cmd);
-        // The child is running now; make the next exec's group while it does.
-        if let Some(root) = &prepared.cgroups {
-            root.make_spare(&self.inner.policy.limits);
+        let mut env = spec.env;
+        // The view's /tmp is the child's own, writable temp space.
+        if self.inner.prepared.view.private_tmp() && !env.iter().any(|(k, _)| k == "TMPDIR") {
+            env.push(("TMPDIR".into(), "/tmp".into()));
         }
-
-        let mut std_child = std_child;
-        let stdin = std_child
-            .stdin
-            .take()
-            .map(|s| pipe::Sender::from_owned_fd(OwnedFd::from(s)))
-            .transpose();
-        let stdout = std_child
-            .stdout
-            .take()
-            .map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s)))
-            .transpose();
-        let stderr = std_child
-            .stderr
-            .take()
-            .map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s)))
-            .transpose();
-        // std's Child is only a pid and pipes; dropping it neither waits nor kills.
-        drop(std_child);
+        let (stdin_child, stdin_parent) = child_end(spec.stdin, true)?;
+        let (stdout_child, stdout_parent) = child_end(spec.stdout, false)?;
+        let (stderr_child, stderr_parent) = child_end(spec.stderr, false)?;
+        let plan = ExecPlan::new(
+            &program,
+            &spec.argv,
+            &env,
+            &cwd,
+            [stdin_child, stdout_child, stderr_child],
+            spec.controlling_tty,
+        )
+        .map_err(|_| RunError::Usage("an argument or variable contains a NUL byte".into()))?;
+        let started = manager::get()
+            .spawn(self.inner.clone(), plan)
+            .await
+            .map_err(|e| spawn_error(e, &program))?;
         let io_err = |source| RunError::Io {
             what: "registering the child's pipes",
             source,
         };
         Ok(Child {
-            stdin: stdin.map_err(io_err)?,
-            stdout: stdout.map_err(io_err)?,
-            stderr: stderr.map_err(io_err)?,
-            pid,
-            exit: Some(exit),
+            stdin: stdin_parent
+                .map(pipe::Sender::from_owned_fd)
+                .transpose()
+                .map_err(io_err)?,
+            stdout: stdout_parent
+                .map(pipe::Receiver::from_owned_fd)
+                .transpose()
+                .map_err(io_err)?,
+            stderr: stderr_parent
+                .map(pipe::Receiver::from_owned_fd)
+                .transpose()
+                .map_err(io_err)?,
+            pid: started.pid,
+            pidfd: started.pidfd,
+            init: started.init,
+            exit: Some(started.exit),
             done: None,
-            cgroup,
-            supervisor_pid: prepared.supervisor_pid,
+            cgroup: started.cgroup,
+            supervisor_pid: self.inner.prepared.supervisor_pid,
             started: Instant::now(),
             cleaned: false,
         })
     }
 }
 
-fn to_std(s: Stdio) -> std::process::Stdio {
+/// The child's end of one stdio stream, and ours when it is a pipe.
+fn child_end(s: Stdio, stdin: bool) -> Result<(OwnedFd, Option<OwnedFd>), RunError> {
     match s {
-        Stdio::Null => std::process::Stdio::null(),
-        Stdio::Piped => std::process::Stdio::piped(),
-        Stdio::Fd(fd) => std::process::Stdio::from(fd),
+        Stdio::Fd(fd) => Ok((fd, None)),
+        Stdio::Null => std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map(|f| (OwnedFd::from(f), None))
+            .map_err(|source| RunError::Io {
+                what: "opening /dev/null",
+                source,
+            }),
+        Stdio::Piped => {
+            let (r, w) = cloexec_pipe()?;
+            Ok(if stdin { (r, Some(w)) } else { (w, Some(r)) })
+        }
     }
 }
 
@@ -319,7 +279,7 @@ fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
     // SAFETY: pipe2 writes two fds into our array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(RunError::Io {
-            what: "creating the error pipe",
+            what: "creating a pipe",
             source: io::Error::last_os_error(),
         });
     }
@@ -327,29 +287,21 @@ fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Turn a failed spawn into a precise error: a sandbox step that failed in the child (reported
-/// on the error pipe), or execve's own errno.
-fn child_error(err_r: &OwnedFd, e: io::Error, program: &Path) -> RunError {
-    let mut buf = [0u8; 8];
-    // SAFETY: reading into a stack buffer; the write end is closed, so this cannot block.
-    let n = unsafe { libc::read(err_r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n == 8 {
-        let step = sandbox::STEPS
-            .get(buf[0] as usize)
-            .copied()
-            .unwrap_or("unknown");
-        let errno = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        return RunError::ChildSetup {
-            step,
-            source: io::Error::from_raw_os_error(errno),
-        };
-    }
-    match e.raw_os_error() {
-        Some(libc::ENOENT) => RunError::NotFound(program.display().to_string()),
-        _ => RunError::NotExecutable {
-            path: program.to_path_buf(),
-            source: e,
-        },
+/// Turn a failed spawn into a precise error: execve's own errno as 127/126, any other step
+/// by name.
+fn spawn_error(e: manager::ManagerError, program: &Path) -> RunError {
+    match e {
+        manager::ManagerError::Spawn(SpawnError::Child(c)) if c.step == Step::Exec => {
+            match c.errno {
+                libc::ENOENT => RunError::NotFound(program.display().to_string()),
+                errno => RunError::NotExecutable {
+                    path: program.to_path_buf(),
+                    source: io::Error::from_raw_os_error(errno),
+                },
+            }
+        }
+        manager::ManagerError::Spawn(SpawnError::Child(c)) => RunError::ChildSetup(c),
+        e => RunError::Manager(e),
     }
 }
 
@@ -443,34 +395,55 @@ impl Child {
         self.done
     }
 
-    /// Send `sig` to every process of this exec: its process group, its cgroup when there is
-    /// one, and orphans of its session re-parented to the supervisor.
+    /// Send `sig` to every process of this exec. With a PID namespace, to its init, which
+    /// forwards SIGTERM, SIGINT and SIGHUP to every process of the namespace (SIGKILL kills
+    /// the namespace outright). Without one: its process group, its cgroup when there is one,
+    /// and orphans of its session re-parented to the supervisor.
     pub fn signal_tree(&self, sig: i32) {
         if self.cleaned {
             return;
         }
+        if self.init {
+            if self.done.is_none() {
+                pidfd_signal(&self.pidfd, sig);
+            }
+            return;
+        }
+        if self.done.is_none() {
+            pidfd_signal(&self.pidfd, sig);
+        }
         tree::signal(
             self.pid,
-            self.cgroup.as_ref(),
+            self.cgroup.as_deref(),
             self.supervisor_pid,
             sig,
             self.done.is_none(),
         );
     }
 
-    /// SIGKILL everything of this exec that is still alive, repeatedly, until nothing is left.
-    /// Returns the pids that survived about a second of that (normally none; see
-    /// SECURITY.md for when a process that forks in a loop can outrun a /proc sweep).
-    pub fn kill_tree(&mut self) -> Vec<i32> {
+    /// Kill everything of this exec that is still alive, and return the pids that survived
+    /// (normally none).
+    ///
+    /// With a PID namespace this is exact: SIGKILL to the init, whose exit the kernel holds
+    /// back until every other process of the namespace is gone; once it is reaped, nothing is
+    /// left. Without one (degraded), the process manager sweeps /proc and the cgroup for about
+    /// a second (see SECURITY.md for when a process that forks in a loop can outrun it).
+    pub async fn kill_tree(&mut self) -> Vec<i32> {
         if self.cleaned {
             return Vec::new();
         }
-        let left = tree::kill_all(
-            self.pid,
-            self.cgroup.as_ref(),
-            self.supervisor_pid,
-            self.done.is_none(),
-        );
+        if self.init {
+            if self.done.is_none() {
+                pidfd_signal(&self.pidfd, libc::SIGKILL);
+            }
+            self.wait().await;
+            self.cleaned = true;
+            return Vec::new();
+        }
+        let alive = self.done.is_none();
+        let left = manager::get()
+            .sweep(self.pid, self.cgroup.clone(), self.supervisor_pid, alive)
+            .await;
         self.cleaned = self.done.is_some() && left.is_empty();
         if !left.is_empty() {
             tracing::warn!(pids = ?left, "processes of an exec survived the kill sweep");
@@ -488,7 +461,7 @@ impl Child {
             }
         }
         let info = self.wait().await;
-        self.kill_tree();
+        self.kill_tree().await;
         info
     }
 
@@ -498,12 +471,41 @@ impl Child {
     }
 }
 
+fn pidfd_signal(pidfd: &OwnedFd, sig: i32) {
+    // SAFETY: pidfd_send_signal on a pidfd we own; ESRCH once the process is gone is fine.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+}
+
 impl Drop for Child {
     fn drop(&mut self) {
-        // Nothing of an exec outlives it.
-        if self.done.is_none() {
-            self.signal_tree(libc::SIGKILL);
+        // Nothing of an exec outlives it. Nothing here may block a runtime worker: the init
+        // is killed by descriptor (the kernel empties the namespace), a degraded exec is swept
+        // on the manager thread, and the cgroup is removed there once the exec is reaped.
+        let m = manager::get();
+        if self.init {
+            if !self.cleaned && self.done.is_none() {
+                pidfd_signal(&self.pidfd, libc::SIGKILL);
+            }
+            if let Some(cg) = self.cgroup.take() {
+                m.release(self.pid, cg);
+            }
+        } else if !self.cleaned {
+            m.sweep_detached(
+                self.pid,
+                self.cgroup.take(),
+                self.supervisor_pid,
+                self.done.is_none(),
+            );
+        } else if let Some(cg) = self.cgroup.take() {
+            m.release(self.pid, cg);
         }
-        self.kill_tree();
     }
 }

@@ -169,7 +169,8 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         stdout: Stdio::Piped,
         stderr: Stdio::Piped,
         controlling_tty: false,
-    })?;
+    })
+    .await?;
 
     let cap = args.max_output;
     let out_r = child.stdout.take().expect("stdout is piped");
@@ -214,7 +215,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     };
     // Whatever the command left behind dies with it; that also closes pipes held by
     // descendants, so the pumps below reach EOF.
-    let mut survivors = child.kill_tree();
+    let mut survivors = child.kill_tree().await;
     let cgroup_memory_hit = child.hit_memory_limit();
     // The pipes close when the last holder dies. If a process outran the sweep it may hold
     // them forever: bound the wait, then stop reading and report the containment failure.
@@ -226,7 +227,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     let (out, err) = match drained {
         Ok((o, e)) => (join(o), join(e)),
         Err(_) => {
-            survivors.extend(child.kill_tree());
+            survivors.extend(child.kill_tree().await);
             if survivors.is_empty() {
                 survivors.push(-1); // unknown holder of the pipes
             }

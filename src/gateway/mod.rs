@@ -114,7 +114,7 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
 
     let mut main_task = match &cfg.main {
-        Some(m) => Some(start_main(&ctx, m, cfg.main_timeout, stop_rx.clone())?),
+        Some(m) => Some(start_main(&ctx, m, cfg.main_timeout, stop_rx.clone()).await?),
         None => None,
     };
 
@@ -218,7 +218,7 @@ fn exit_code(info: &ExitInfo) -> i32 {
 
 /// Start the main process in the sandbox. The task ends with its exit: on its own, at the
 /// `--timeout` (exit 124), or terminated at shutdown.
-fn start_main(
+async fn start_main(
     ctx: &Arc<ExecContext>,
     m: &MainProcess,
     timeout: Option<Duration>,
@@ -243,6 +243,7 @@ fn start_main(
     let mut child = ctx
         .sandbox
         .spawn(spec)
+        .await
         .with_context(|| format!("starting the main process {:?}", m.argv))?;
     tracing::info!(pid = child.pid(), argv = ?m.argv, "main process started");
     let grace = ctx.grace;

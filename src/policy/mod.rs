@@ -48,6 +48,30 @@ impl Default for Limits {
     }
 }
 
+/// The sandbox view's knobs (see `sandbox/namespaces.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NamespacePolicy {
+    /// Size of the private tmpfs on /tmp, bytes.
+    pub tmp_size: u64,
+    /// Size of the private tmpfs on /dev/shm, bytes.
+    pub shm_size: u64,
+    /// Hostname in the view's UTS namespace.
+    pub hostname: String,
+}
+
+pub const DEFAULT_TMP_SIZE: u64 = 256 << 20;
+pub const DEFAULT_SHM_SIZE: u64 = 64 << 20;
+
+impl Default for NamespacePolicy {
+    fn default() -> Self {
+        NamespacePolicy {
+            tmp_size: DEFAULT_TMP_SIZE,
+            shm_size: DEFAULT_SHM_SIZE,
+            hostname: "sandbox".into(),
+        }
+    }
+}
+
 /// Who the child runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Identity {
@@ -68,6 +92,7 @@ pub struct Policy {
     pub identity: Option<Identity>,
     /// Run even when a layer cannot be fully enforced (the report says which).
     pub allow_degraded: bool,
+    pub namespaces: NamespacePolicy,
 }
 
 /// Wall-clock and output limits belong to one run, not to the policy of the supervisor.
@@ -97,6 +122,8 @@ pub enum PolicyError {
     GrantedSecret { flag: &'static str, path: PathBuf },
     #[error("--gid was given without --uid (OPENSHELL_SANDBOX_UID/GID must be supplied together)")]
     GidWithoutUid,
+    #[error("--{0} 0 is not allowed: tmpfs reads size 0 as unlimited")]
+    ZeroSize(&'static str),
     #[error("the limit {name} = {value} is too large for the kernel (max {max})")]
     LimitTooLarge {
         name: &'static str,
@@ -135,6 +162,14 @@ impl Policy {
                 value: l.open_files,
                 max: 1 << 20,
             });
+        }
+        for (name, v) in [
+            ("tmp-size", self.namespaces.tmp_size),
+            ("shm-size", self.namespaces.shm_size),
+        ] {
+            if v == 0 {
+                return Err(PolicyError::ZeroSize(name));
+            }
         }
         self.fs.validate()
     }
@@ -187,6 +222,11 @@ impl Policy {
             },
             identity,
             allow_degraded: args.allow_degraded,
+            namespaces: NamespacePolicy {
+                tmp_size: args.tmp_size,
+                shm_size: args.shm_size,
+                hostname: args.hostname.clone(),
+            },
         };
         policy.validate()?;
         Ok(policy)

@@ -46,12 +46,11 @@ pub fn prepare(target: Option<Identity>) -> Prepared {
     Prepared { target, last_cap }
 }
 
-/// The step that failed, with its errno.
-pub type StepError = (&'static str, i32);
+use crate::sandbox::{ChildError, Step};
 
-fn check(rc: libc::c_long, step: &'static str) -> Result<(), StepError> {
+fn check(rc: libc::c_long, step: Step) -> Result<(), ChildError> {
     if rc < 0 {
-        Err((step, crate::sandbox::errno()))
+        Err(ChildError::last(step))
     } else {
         Ok(())
     }
@@ -59,7 +58,7 @@ fn check(rc: libc::c_long, step: &'static str) -> Result<(), StepError> {
 
 /// Drop to the target identity with no capabilities left in any set, then set no_new_privs.
 /// Async-signal-safe.
-pub fn enforce(p: &Prepared) -> Result<(), StepError> {
+pub fn enforce(p: &Prepared) -> Result<(), ChildError> {
     // SAFETY: raw prctl/syscalls with integer arguments or pointers to
     // stack values that outlive the call.
     unsafe {
@@ -73,7 +72,7 @@ pub fn enforce(p: &Prepared) -> Result<(), StepError> {
                 0,
             )
             .into(),
-            "clear ambient capabilities",
+            Step::ClearAmbient,
         )?;
         if let Some(id) = p.target {
             // While we still hold CAP_SETPCAP: lock in "root gets no capabilities on exec"
@@ -86,7 +85,7 @@ pub fn enforce(p: &Prepared) -> Result<(), StepError> {
                 | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
             check(
                 libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0).into(),
-                "set securebits",
+                Step::Securebits,
             )?;
             // The bounding set can only shrink with CAP_SETPCAP, so this comes before setuid.
             for cap in 0..=p.last_cap {
@@ -96,31 +95,35 @@ pub fn enforce(p: &Prepared) -> Result<(), StepError> {
                     if crate::sandbox::errno() == libc::EINVAL && cap > 0 {
                         break;
                     }
-                    return Err(("drop bounding capability", crate::sandbox::errno()));
+                    return Err(ChildError {
+                        step: Step::DropBounding,
+                        detail: cap as u8,
+                        errno: crate::sandbox::errno(),
+                    });
                 }
             }
             // Groups before gid before uid: each needs a capability the next step removes.
             check(
                 libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()),
-                "setgroups",
+                Step::Setgroups,
             )?;
             check(
                 libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid),
-                "setresgid",
+                Step::Setresgid,
             )?;
             check(
                 libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid),
-                "setresuid",
+                Step::Setresuid,
             )?;
             // Verify rather than trust: a partial switch must never reach exec.
             let (mut r, mut e, mut s) = (0, 0, 0);
             libc::getresuid(&mut r, &mut e, &mut s);
             if r != id.uid || e != id.uid || s != id.uid {
-                return Err(("verify uid", libc::EPERM));
+                return Err(ChildError::new(Step::VerifyUid, libc::EPERM));
             }
             libc::getresgid(&mut r, &mut e, &mut s);
             if r != id.gid || e != id.gid || s != id.gid {
-                return Err(("verify gid", libc::EPERM));
+                return Err(ChildError::new(Step::VerifyGid, libc::EPERM));
             }
         }
         // Empty effective, permitted and inheritable sets. Lowering is always allowed.
@@ -135,14 +138,14 @@ pub fn enforce(p: &Prepared) -> Result<(), StepError> {
         }; 2];
         check(
             libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()),
-            "capset",
+            Step::Capset,
         )?;
         // no_new_privs: setuid/setgid bits and file capabilities are ignored by every later
         // execve, and it is what allows an unprivileged process to install seccomp and
         // Landlock, so it must come before both.
         check(
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).into(),
-            "set no_new_privs",
+            Step::NoNewPrivs,
         )?;
     }
     Ok(())

@@ -87,6 +87,8 @@ pub struct Prepared {
     /// TCP was restricted (the policy asked for no network and the ABI allows it).
     pub network_restricted: bool,
     pub scoped: bool,
+    /// The read-and-execute rights, as raw bits, for [`Prepared::add_fresh_proc_rule`].
+    read_exec_bits: u64,
 }
 
 /// Build the ruleset for these rules. `want_net_restriction` and `want_scopes` are requested
@@ -146,10 +148,55 @@ pub fn prepare(
         support,
         network_restricted: restrict_net,
         scoped: support.scopes,
+        read_exec_bits: read_exec.bits(),
     })
 }
 
+/// struct landlock_path_beneath_attr (packed, as the UAPI declares it).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
 impl Prepared {
+    /// Child side, before [`Prepared::enforce`]: grant read on the exec's own fresh /proc.
+    /// Landlock skips mount points when it walks up a path, so the rule the supervisor put on
+    /// its own /proc never covers a proc instance mounted later on top of it; the rule has to
+    /// name the new instance's root, which exists only in this child. The rule is added to the
+    /// shared ruleset object (every exec's domain is a copy taken at restrict time), so it
+    /// stays in the ruleset after the exec: about a hundred bytes per exec, and inert once that
+    /// proc instance is unmounted. Async-signal-safe: raw syscalls only.
+    pub fn add_fresh_proc_rule(&self) -> Result<(), i32> {
+        const LANDLOCK_RULE_PATH_BENEATH: u32 = 1;
+        // SAFETY: open of a static path; the fd is closed below.
+        let fd = unsafe { libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(crate::sandbox::errno());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: self.read_exec_bits,
+            parent_fd: fd,
+        };
+        // SAFETY: the ruleset fd is live; `attr` is a valid packed attr on our stack.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                self.fd.as_raw_fd(),
+                LANDLOCK_RULE_PATH_BENEATH,
+                &attr as *const PathBeneathAttr,
+                0u32,
+            )
+        };
+        let e = crate::sandbox::errno();
+        // SAFETY: closing the fd opened above.
+        unsafe { libc::close(fd) };
+        if rc != 0 {
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Enforce the ruleset on the calling thread. Async-signal-safe: one raw syscall.
     /// no_new_privs must already be set (the identity layer does it first).
     pub fn enforce(&self) -> Result<(), i32> {

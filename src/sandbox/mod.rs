@@ -25,14 +25,19 @@
 
 pub mod cgroup;
 pub mod identity;
+pub mod init;
+pub mod kernel;
 pub mod landlock;
+pub mod namespaces;
 pub mod process;
 pub mod rlimits;
 pub mod seccomp;
 
 use seccompiler::BpfProgram;
 
-use crate::policy::{NetworkMode, Policy, expand_grants};
+use std::os::fd::AsRawFd;
+
+use crate::policy::{FsRule, NetworkMode, PathAccess, Policy, expand_grants};
 
 /// errno of the last failed libc call on this thread. Async-signal-safe.
 pub fn errno() -> i32 {
@@ -70,6 +75,8 @@ pub enum PrepareError {
     Seccomp(#[from] seccomp::SeccompError),
     #[error("expanding the filesystem rules: {0}")]
     FsRules(std::io::Error),
+    #[error("building the sandbox view: {0}")]
+    View(#[from] namespaces::ViewError),
 }
 
 /// Everything the child needs, built once.
@@ -80,6 +87,10 @@ pub struct Prepared {
     pub rlimits: Vec<rlimits::Rlimit>,
     pub identity: identity::Prepared,
     pub cgroups: Option<cgroup::Root>,
+    /// The namespaces every exec joins (empty when none could be made).
+    pub view: namespaces::View,
+    /// The policy grants read on /proc (so on the exec's fresh /proc too).
+    pub proc_rule: bool,
     pub layers: Vec<LayerStatus>,
     pub landlock_abi: i32,
     /// The supervisor's pid, for the parent-death race check.
@@ -106,6 +117,11 @@ pub fn seccomp_available() -> bool {
 /// Build every kernel object for `policy`, refusing when a requested layer cannot be enforced
 /// and `policy.allow_degraded` is false.
 pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
+    prepare_with(&kernel::Real, policy)
+}
+
+/// [`prepare`] against any [`kernel::Kernel`] (a fake one in the unit tests).
+pub fn prepare_with(k: &dyn kernel::Kernel, policy: &Policy) -> Result<Prepared, PrepareError> {
     let mut layers = Vec::new();
     let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
         if !policy.allow_degraded {
@@ -119,12 +135,23 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
         Ok(())
     };
 
+    // Namespaces first: the view's private tmpfs roots get Landlock rules below.
+    let view = prepare_namespaces(k, policy, &mut layers)?;
+
     // Landlock.
     let mut landlock_abi = 0;
-    let landlock = match landlock::probe() {
+    let landlock = match k.landlock() {
         Ok(support) if support.filesystem => {
             landlock_abi = support.abi;
-            let rules = expand_grants(&policy.fs).map_err(PrepareError::FsRules)?;
+            let mut rules = expand_grants(&policy.fs).map_err(PrepareError::FsRules)?;
+            // The view's tmpfs roots are other inodes than the supervisor's /tmp: grant them
+            // by descriptor (the magic link resolves to the root of the private tmpfs).
+            for (_, fd) in &view.tmpfs {
+                rules.push(FsRule {
+                    path: format!("/proc/self/fd/{}", fd.as_raw_fd()).into(),
+                    access: PathAccess::ReadWrite,
+                });
+            }
             let p = landlock::prepare(&rules, policy.network, support)?;
             layers.push(LayerStatus {
                 layer: "landlock-fs",
@@ -171,13 +198,13 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
             None
         }
         Err(e) => {
-            degrade("landlock-fs", e.to_string(), &mut layers)?;
+            degrade("landlock-fs", e, &mut layers)?;
             None
         }
     };
 
     // seccomp.
-    let seccomp = if seccomp_available() {
+    let seccomp = if k.seccomp_available() {
         let prog = seccomp::build(policy.network)?;
         layers.push(LayerStatus {
             layer: "seccomp",
@@ -195,8 +222,7 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
     };
 
     // Identity.
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = k.euid();
     let identity = identity::prepare(if euid == 0 { policy.identity } else { None });
     match (euid, policy.identity) {
         (0, Some(id)) => layers.push(LayerStatus {
@@ -223,7 +249,7 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
     }
 
     // cgroup (pids, memory, tree kill).
-    let cgroups = if euid == 0 { cgroup::detect() } else { None };
+    let cgroups = if euid == 0 { k.cgroups() } else { None };
     let target_is_root = matches!(identity.target, Some(id) if id.uid == 0);
     match &cgroups {
         Some(root) => layers.push(LayerStatus {
@@ -266,6 +292,8 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
         rlimits: rl,
         identity,
         cgroups,
+        view,
+        proc_rule: policy.fs.proc_read,
         layers,
         landlock_abi,
         // SAFETY: getpid has no preconditions.
@@ -273,41 +301,482 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
     })
 }
 
-/// The steps of [`enforce_in_child`], for error messages (sent to the parent as an index).
-pub const STEPS: &[&str] = &[
-    "session",
-    "join cgroup",
-    "rlimits",
-    "identity",
-    "parent-death signal",
-    "landlock",
-    "close fds",
-    "seccomp",
-];
 
-/// A failed step: index into [`STEPS`] and errno.
-pub type ChildError = (u8, i32);
+fn degrade_row(
+    policy: &Policy,
+    layer: &'static str,
+    reason: String,
+    layers: &mut Vec<LayerStatus>,
+) -> Result<(), PrepareError> {
+    if !policy.allow_degraded {
+        return Err(PrepareError::NotEnforceable { layer, reason });
+    }
+    layers.push(LayerStatus {
+        layer,
+        status: Enforcement::Degraded,
+        detail: reason,
+    });
+    Ok(())
+}
 
-/// Apply every layer to the calling (forked, single-threaded) child, in the documented order.
-/// Async-signal-safe: only raw syscalls on data in `p` and `cg`.
+fn row(layers: &mut Vec<LayerStatus>, layer: &'static str, status: Enforcement, detail: String) {
+    layers.push(LayerStatus {
+        layer,
+        status,
+        detail,
+    });
+}
+
+/// What the view must keep visible and hide, from the filesystem policy.
+fn view_request(policy: &Policy) -> namespaces::ViewRequest {
+    let canon = |p: &std::path::Path| p.canonicalize().ok();
+    let fs = &policy.fs;
+    let mut grants = Vec::new();
+    let rw = std::iter::once(&fs.workdir).chain(&fs.read_write);
+    for p in rw {
+        if let Some(path) = canon(p) {
+            grants.push(namespaces::Grant {
+                path,
+                read_only: false,
+            });
+        }
+    }
+    for p in fs.read_only.iter().chain(&fs.system) {
+        if let Some(path) = canon(p) {
+            grants.push(namespaces::Grant {
+                path,
+                read_only: true,
+            });
+        }
+    }
+    namespaces::ViewRequest {
+        private_net: policy.network == NetworkMode::None,
+        hostname: policy.namespaces.hostname.clone(),
+        tmp_size: policy.namespaces.tmp_size,
+        shm_size: policy.namespaces.shm_size,
+        grants,
+        denied: fs.deny.iter().filter_map(|p| canon(p)).collect(),
+    }
+}
+
+/// The namespace layer: one row per kind, fail closed per kind.
+fn prepare_namespaces(
+    k: &dyn kernel::Kernel,
+    policy: &Policy,
+    layers: &mut Vec<LayerStatus>,
+) -> Result<namespaces::View, PrepareError> {
+    use namespaces::{Kind, Outcome, ProcMount, UserNs};
+    let usable = match k.user_ns() {
+        UserNs::Root => {
+            row(
+                layers,
+                Kind::User.layer(),
+                Enforcement::NotRequested,
+                "the supervisor is root: the view is owned by its user namespace".into(),
+            );
+            true
+        }
+        UserNs::Entered => {
+            let euid = k.euid();
+            row(
+                layers,
+                Kind::User.layer(),
+                Enforcement::Enforced,
+                format!(
+                    "not root: the supervisor runs in a user namespace of its own (uid {euid} maps to itself), which owns the view"
+                ),
+            );
+            true
+        }
+        UserNs::Unavailable(e) => {
+            degrade_row(
+                policy,
+                Kind::User.layer(),
+                format!("not root, and no user namespace is allowed here ({e})"),
+                layers,
+            )?;
+            false
+        }
+        UserNs::NotTried => {
+            degrade_row(
+                policy,
+                Kind::User.layer(),
+                "not root, and the supervisor did not enter a user namespace".into(),
+                layers,
+            )?;
+            false
+        }
+    };
+    let kinds = [Kind::Pid, Kind::Mount, Kind::Ipc, Kind::Uts, Kind::Net];
+    if !usable {
+        for kind in kinds {
+            if kind == Kind::Net && policy.network == NetworkMode::All {
+                row(layers, kind.layer(), Enforcement::NotRequested, "--network all".into());
+                continue;
+            }
+            degrade_row(
+                policy,
+                kind.layer(),
+                "needs a user namespace (see namespace-user)".into(),
+                layers,
+            )?;
+        }
+        return Ok(namespaces::View::default());
+    }
+    let req = view_request(policy);
+    let plan = namespaces::ViewPlan::new(&req);
+    let probe = k.make_view(&plan)?;
+    let view = probe.view;
+    for kind in kinds {
+        let outcome = probe.outcomes[kind as usize];
+        let enforced = match kind {
+            Kind::Pid => match view.proc {
+                ProcMount::SubsetPid => "a PID namespace per exec, PID 1 is its init; /proc mounted with subset=pid (non-initial user namespace)".to_string(),
+                _ => "a PID namespace per exec, PID 1 is its init; a fresh /proc".to_string(),
+            },
+            Kind::Mount => {
+                let tmpfs: Vec<String> = view
+                    .tmpfs
+                    .iter()
+                    .map(|(p, _)| {
+                        let size = if p == std::path::Path::new("/tmp") {
+                            req.tmp_size
+                        } else {
+                            req.shm_size
+                        };
+                        format!("{} ({} MiB)", p.display(), size >> 20)
+                    })
+                    .collect();
+                let skipped: Vec<String> = ["/tmp", "/dev/shm"]
+                    .iter()
+                    .filter(|t| !plan.tmpfs_targets().iter().any(|p| p == std::path::Path::new(t)))
+                    .map(|t| format!("; {t} is itself granted and stays as it is"))
+                    .collect();
+                format!(
+                    "private propagation; private tmpfs mode 1777 on {}{}",
+                    tmpfs.join(" and "),
+                    skipped.concat()
+                )
+            }
+            Kind::Ipc => "private SysV IPC and POSIX message queues".to_string(),
+            Kind::Uts => format!("hostname {}", req.hostname),
+            Kind::Net => "a network namespace with only lo, up".to_string(),
+            Kind::User => unreachable!("not in `kinds`"),
+        };
+        match outcome {
+            Outcome::Made => row(layers, kind.layer(), Enforcement::Enforced, enforced),
+            Outcome::NotRequested if kind == Kind::Net => row(
+                layers,
+                kind.layer(),
+                Enforcement::NotRequested,
+                "--network all: the supervisor's network namespace".into(),
+            ),
+            Outcome::NotRequested => {
+                degrade_row(policy, kind.layer(), "not attempted".into(), layers)?
+            }
+            Outcome::Failed(e) => degrade_row(policy, kind.layer(), e.to_string(), layers)?,
+        }
+    }
+    Ok(view)
+}
+
+/// Every step that can fail outside the supervisor: in the short-lived helper that builds the
+/// view, in the exec's init (PID 1 of its PID namespace) and in the command before exec. The
+/// failing side writes `[step, detail, 0, 0, errno (4 bytes)]` to the exec's error pipe, so the
+/// parent names the exact step ("setresuid failed: EPERM"), never an index into a table.
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    // The supervisor's own user namespace (namespaces::enter_user_ns).
+    UnshareUser = 1,
+    WriteIdMap,
+    // The view (namespaces::make_view's helper).
+    UnshareMount,
+    MakeMountsPrivate,
+    OpenGrant,
+    MountTmpfs,
+    MakeMountpoint,
+    BindGrant,
+    RemountGrantReadOnly,
+    HideDenied,
+    UnshareIpc,
+    UnshareUts,
+    SetHostname,
+    UnshareNet,
+    LoopbackUp,
+    ClonePidNamespace,
+    UnshareExecMount,
+    MountProc,
+    // The exec's init.
+    InitParentDeath,
+    SupervisorGone,
+    JoinCgroup,
+    SetnsMount,
+    SetnsIpc,
+    SetnsUts,
+    SetnsNet,
+    InitSignals,
+    ForkCommand,
+    // The command, in the order of [`enforce_in_child`].
+    Stdio,
+    Chdir,
+    Setsid,
+    ControllingTty,
+    Rlimit,
+    ClearAmbient,
+    Securebits,
+    DropBounding,
+    Setgroups,
+    Setresgid,
+    Setresuid,
+    VerifyUid,
+    VerifyGid,
+    Capset,
+    NoNewPrivs,
+    ParentDeath,
+    LandlockProcRule,
+    Landlock,
+    CloseFds,
+    ResetSignals,
+    Seccomp,
+    Exec,
+}
+
+impl Step {
+    const ALL: &'static [Step] = &[
+        Step::UnshareUser,
+        Step::WriteIdMap,
+        Step::UnshareMount,
+        Step::MakeMountsPrivate,
+        Step::OpenGrant,
+        Step::MountTmpfs,
+        Step::MakeMountpoint,
+        Step::BindGrant,
+        Step::RemountGrantReadOnly,
+        Step::HideDenied,
+        Step::UnshareIpc,
+        Step::UnshareUts,
+        Step::SetHostname,
+        Step::UnshareNet,
+        Step::LoopbackUp,
+        Step::ClonePidNamespace,
+        Step::UnshareExecMount,
+        Step::MountProc,
+        Step::InitParentDeath,
+        Step::SupervisorGone,
+        Step::JoinCgroup,
+        Step::SetnsMount,
+        Step::SetnsIpc,
+        Step::SetnsUts,
+        Step::SetnsNet,
+        Step::InitSignals,
+        Step::ForkCommand,
+        Step::Stdio,
+        Step::Chdir,
+        Step::Setsid,
+        Step::ControllingTty,
+        Step::Rlimit,
+        Step::ClearAmbient,
+        Step::Securebits,
+        Step::DropBounding,
+        Step::Setgroups,
+        Step::Setresgid,
+        Step::Setresuid,
+        Step::VerifyUid,
+        Step::VerifyGid,
+        Step::Capset,
+        Step::NoNewPrivs,
+        Step::ParentDeath,
+        Step::LandlockProcRule,
+        Step::Landlock,
+        Step::CloseFds,
+        Step::ResetSignals,
+        Step::Seccomp,
+        Step::Exec,
+    ];
+
+    pub fn from_u8(b: u8) -> Option<Step> {
+        Step::ALL.iter().copied().find(|s| *s as u8 == b)
+    }
+
+    /// What the step does, for error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::UnshareUser => "unshare the user namespace",
+            Step::WriteIdMap => "write the user namespace's id maps",
+            Step::UnshareMount => "unshare the mount namespace",
+            Step::MakeMountsPrivate => "make every mount private",
+            Step::OpenGrant => "open a granted path below a private tmpfs",
+            Step::MountTmpfs => "mount a private tmpfs",
+            Step::MakeMountpoint => "create a mount point in a private tmpfs",
+            Step::BindGrant => "bind-mount a granted path into a private tmpfs",
+            Step::RemountGrantReadOnly => "remount a read-only grant read-only",
+            Step::HideDenied => "hide a denied path",
+            Step::UnshareIpc => "unshare the IPC namespace",
+            Step::UnshareUts => "unshare the UTS namespace",
+            Step::SetHostname => "set the hostname",
+            Step::UnshareNet => "unshare the network namespace",
+            Step::LoopbackUp => "bring the loopback interface up",
+            Step::ClonePidNamespace => "clone into a new PID namespace",
+            Step::UnshareExecMount => "unshare the exec's mount namespace",
+            Step::MountProc => "mount /proc",
+            Step::InitParentDeath => "set the init's parent-death signal",
+            Step::SupervisorGone => "supervisor exited during spawn",
+            Step::JoinCgroup => "join cgroup",
+            Step::SetnsMount => "join the view's mount namespace",
+            Step::SetnsIpc => "join the view's IPC namespace",
+            Step::SetnsUts => "join the view's UTS namespace",
+            Step::SetnsNet => "join the view's network namespace",
+            Step::InitSignals => "install the init's signal handlers",
+            Step::ForkCommand => "fork the command",
+            Step::Stdio => "connect stdin, stdout and stderr",
+            Step::Chdir => "change to the working directory",
+            Step::Setsid => "setsid",
+            Step::ControllingTty => "make the pty the controlling terminal",
+            Step::Rlimit => "setrlimit",
+            Step::ClearAmbient => "clear ambient capabilities",
+            Step::Securebits => "set securebits",
+            Step::DropBounding => "drop bounding capability",
+            Step::Setgroups => "setgroups",
+            Step::Setresgid => "setresgid",
+            Step::Setresuid => "setresuid",
+            Step::VerifyUid => "verify uid",
+            Step::VerifyGid => "verify gid",
+            Step::Capset => "capset",
+            Step::NoNewPrivs => "set no_new_privs",
+            Step::ParentDeath => "set parent-death signal",
+            Step::LandlockProcRule => "grant read on the exec's /proc",
+            Step::Landlock => "landlock",
+            Step::CloseFds => "close fds",
+            Step::ResetSignals => "reset signal dispositions and mask",
+            Step::Seccomp => "seccomp",
+            Step::Exec => "execve",
+        }
+    }
+}
+
+/// A failed step, with the errno it failed with and a step-specific detail byte (the rlimit
+/// resource for [`Step::Rlimit`], the capability for [`Step::DropBounding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildError {
+    pub step: Step,
+    pub detail: u8,
+    pub errno: i32,
+}
+
+impl ChildError {
+    pub const fn new(step: Step, errno: i32) -> ChildError {
+        ChildError {
+            step,
+            detail: 0,
+            errno,
+        }
+    }
+
+    /// The failed step with the errno of the last libc call. Async-signal-safe.
+    pub fn last(step: Step) -> ChildError {
+        ChildError::new(step, errno())
+    }
+
+    pub const WIRE: usize = 8;
+
+    pub fn encode(self) -> [u8; 8] {
+        let e = self.errno.to_ne_bytes();
+        [self.step as u8, self.detail, 0, 0, e[0], e[1], e[2], e[3]]
+    }
+
+    pub fn decode(b: &[u8; 8]) -> Option<ChildError> {
+        Some(ChildError {
+            step: Step::from_u8(b[0])?,
+            detail: b[1],
+            errno: i32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+        })
+    }
+
+    /// Write to `fd` (the exec's error pipe). Async-signal-safe.
+    pub fn send(self, fd: libc::c_int) {
+        let buf = self.encode();
+        // SAFETY: writing a stack buffer; 8 bytes is below PIPE_BUF, so the write is atomic.
+        unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    }
+}
+
+impl std::fmt::Display for ChildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.step {
+            Step::Rlimit => write!(f, "setrlimit({})", rlimits::name_of(self.detail))?,
+            Step::DropBounding => write!(f, "drop bounding capability {}", self.detail)?,
+            s => f.write_str(s.name())?,
+        }
+        write!(f, ": {}", std::io::Error::from_raw_os_error(self.errno))
+    }
+}
+
+/// Apply every layer to the calling (forked, single-threaded) command process, in the
+/// documented order, then exec. `parent`: the pid `getppid()` must return once the
+/// parent-death signal is armed (1 inside the exec's PID namespace, where our init is the
+/// parent; the supervisor's pid otherwise). `join`: the cgroup to join here (only when there is
+/// no init, which joins it for the whole namespace). Async-signal-safe: only raw syscalls on
+/// data in `p`.
 pub fn enforce_in_child(
     p: &Prepared,
-    cg: Option<&cgroup::ExecCgroup>,
+    join: Option<&cgroup::ExecCgroup>,
     controlling_tty: bool,
+    parent: libc::pid_t,
 ) -> Result<(), ChildError> {
-    process::enforce_session(controlling_tty).map_err(|(_, e)| (0, e))?;
-    if let Some(cg) = cg {
-        cg.join().map_err(|e| (1, e))?;
+    process::enforce_session(controlling_tty)?;
+    if let Some(cg) = join {
+        cg.join().map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
     }
-    rlimits::apply(&p.rlimits).map_err(|(_, e)| (2, e))?;
-    identity::enforce(&p.identity).map_err(|(_, e)| (3, e))?;
-    process::enforce_parent_death(p.supervisor_pid).map_err(|(_, e)| (4, e))?;
+    rlimits::apply(&p.rlimits)?;
+    identity::enforce(&p.identity)?;
+    process::enforce_parent_death(parent)?;
     if let Some(ll) = &p.landlock {
-        ll.enforce().map_err(|e| (5, e))?;
+        if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
+            ll.add_fresh_proc_rule()
+                .map_err(|e| ChildError::new(Step::LandlockProcRule, e))?;
+        }
+        ll.enforce()
+            .map_err(|e| ChildError::new(Step::Landlock, e))?;
     }
-    process::enforce_fds().map_err(|e| (6, e.1))?;
+    process::enforce_fds()?;
+    process::reset_signals()?;
     if let Some(prog) = &p.seccomp {
-        seccomp::install(prog).map_err(|e| (7, e))?;
+        seccomp::install(prog).map_err(|e| ChildError::new(Step::Seccomp, e))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod step_tests {
+    use super::*;
+
+    #[test]
+    fn every_step_survives_the_wire_and_has_a_distinct_name() {
+        let mut names = std::collections::HashSet::new();
+        for &s in Step::ALL {
+            let e = ChildError {
+                step: s,
+                detail: 7,
+                errno: libc::EPERM,
+            };
+            assert_eq!(ChildError::decode(&e.encode()), Some(e));
+            assert!(names.insert(s.name()), "duplicate name {}", s.name());
+        }
+        assert_eq!(Step::ALL.len(), Step::Exec as usize);
+        assert_eq!(Step::from_u8(0), None);
+        assert_eq!(Step::from_u8(Step::Exec as u8 + 1), None);
+    }
+
+    #[test]
+    fn an_error_names_its_step_and_errno() {
+        let e = ChildError::new(Step::Setresuid, libc::EPERM);
+        assert_eq!(e.to_string(), "setresuid: Operation not permitted (os error 1)");
+        let r = ChildError {
+            step: Step::Rlimit,
+            detail: libc::RLIMIT_NOFILE as u8,
+            errno: libc::EINVAL,
+        };
+        assert!(r.to_string().starts_with("setrlimit(nofile): "), "{r}");
+    }
 }

@@ -1,30 +1,30 @@
-//! Process layer: session, parent-death signal, file descriptors and the controlling tty in the
-//! child; subreaper and non-dumpable in the supervisor.
+//! Process layer: session, parent-death signal, file descriptors, signal dispositions and the
+//! controlling tty in the child; subreaper and non-dumpable in the supervisor.
+
+use crate::sandbox::{ChildError, Step};
 
 /// Child side, first step: own session and process group (signals to the group reach the
 /// whole tree, and the child loses the supervisor's controlling terminal), then the pty as
 /// controlling terminal when asked. Async-signal-safe.
-pub fn enforce_session(controlling_tty: bool) -> Result<(), (&'static str, i32)> {
+pub fn enforce_session(controlling_tty: bool) -> Result<(), ChildError> {
     // SAFETY: raw syscalls with integer arguments.
     unsafe {
         if libc::setsid() < 0 {
-            return Err(("setsid", crate::sandbox::errno()));
+            return Err(ChildError::last(Step::Setsid));
         }
         if controlling_tty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-            return Err((
-                "make the pty the controlling terminal",
-                crate::sandbox::errno(),
-            ));
+            return Err(ChildError::last(Step::ControllingTty));
         }
     }
     Ok(())
 }
 
-/// Child side, after the identity switch: SIGKILL when the supervisor dies. It must come
-/// after setresuid/setresgid, because the kernel clears the parent-death signal whenever the
-/// effective uid or gid changes. `parent` is the supervisor's pid, read before fork: if it
-/// already died before the prctl, the signal would never fire, so check and fail.
-pub fn enforce_parent_death(parent: libc::pid_t) -> Result<(), (&'static str, i32)> {
+/// Child side, after the identity switch: SIGKILL when the parent dies. It must come after
+/// setresuid/setresgid, because the kernel clears the parent-death signal whenever the
+/// effective uid or gid changes. `parent` is the pid `getppid()` must return (read before
+/// fork): if the parent already died before the prctl, the signal would never fire, so check
+/// and fail.
+pub fn enforce_parent_death(parent: libc::pid_t) -> Result<(), ChildError> {
     // SAFETY: raw syscalls with integer arguments.
     unsafe {
         if libc::prctl(
@@ -35,10 +35,10 @@ pub fn enforce_parent_death(parent: libc::pid_t) -> Result<(), (&'static str, i3
             0,
         ) != 0
         {
-            return Err(("set parent-death signal", crate::sandbox::errno()));
+            return Err(ChildError::last(Step::ParentDeath));
         }
         if libc::getppid() != parent {
-            return Err(("supervisor exited during spawn", libc::ESRCH));
+            return Err(ChildError::new(Step::SupervisorGone, libc::ESRCH));
         }
     }
     Ok(())
@@ -46,13 +46,37 @@ pub fn enforce_parent_death(parent: libc::pid_t) -> Result<(), (&'static str, i3
 
 /// Child side: every fd above 2 gets close-on-exec, so nothing of the supervisor (TLS
 /// sockets, the Landlock ruleset, pipes of other execs) reaches the command. CLOEXEC rather
-/// than closing, because the fork machinery still reports exec errors through a CLOEXEC pipe.
-pub fn enforce_fds() -> Result<(), (&'static str, i32)> {
+/// than closing, because exec errors are still reported through a CLOEXEC pipe.
+pub fn enforce_fds() -> Result<(), ChildError> {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
     // SAFETY: raw syscall with integer arguments.
     let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
     if rc != 0 {
-        return Err(("close_range", crate::sandbox::errno()));
+        return Err(ChildError::last(Step::CloseFds));
+    }
+    Ok(())
+}
+
+/// Child side, just before seccomp: the dispositions and mask a fresh program expects. The
+/// Rust runtime ignores SIGPIPE (ignored dispositions survive execve), the init's forwarding
+/// handlers are inherited until exec, and the forking thread may block signals. Unblocking
+/// last delivers a SIGTERM that arrived during the spawn to the command, which then dies of
+/// it, as it would have once running.
+pub fn reset_signals() -> Result<(), ChildError> {
+    // SAFETY: sigaction/sigprocmask on stack values; async-signal-safe.
+    unsafe {
+        for sig in [libc::SIGPIPE, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = libc::SIG_DFL;
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                return Err(ChildError::last(Step::ResetSignals));
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+            return Err(ChildError::last(Step::ResetSignals));
+        }
     }
     Ok(())
 }

@@ -81,7 +81,7 @@ pub fn prepare(limits: &Limits) -> Vec<Rlimit> {
 /// Apply prepared limits. Async-signal-safe. Lowering a limit needs no privilege; raising a
 /// hard limit above the current one needs CAP_SYS_RESOURCE, so when we are not root and our
 /// own hard limit is lower, we keep ours (the child can never exceed it either).
-pub fn apply(limits: &[Rlimit]) -> Result<(), (&'static str, i32)> {
+pub fn apply(limits: &[Rlimit]) -> Result<(), crate::sandbox::ChildError> {
     for l in limits {
         if l.resource == libc::RLIMIT_FSIZE {
             // SAFETY: sigaction-backed signal() is async-signal-safe; SIG_IGN survives execve.
@@ -101,8 +101,25 @@ pub fn apply(limits: &[Rlimit]) -> Result<(), (&'static str, i32)> {
         };
         // SAFETY: setrlimit reads our stack struct.
         if unsafe { libc::setrlimit(l.resource, &new) } != 0 {
-            return Err((l.name, crate::sandbox::errno()));
+            return Err(crate::sandbox::ChildError {
+                step: crate::sandbox::Step::Rlimit,
+                detail: l.resource as u8,
+                errno: crate::sandbox::errno(),
+            });
         }
     }
     Ok(())
+}
+
+/// The name of an rlimit resource number, for error messages.
+pub fn name_of(resource: u8) -> &'static str {
+    match u32::from(resource) {
+        libc::RLIMIT_CORE => "core",
+        libc::RLIMIT_NPROC => "nproc",
+        libc::RLIMIT_NOFILE => "nofile",
+        libc::RLIMIT_CPU => "cpu",
+        libc::RLIMIT_AS => "as",
+        libc::RLIMIT_FSIZE => "fsize",
+        _ => "unknown",
+    }
 }

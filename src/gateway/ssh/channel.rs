@@ -152,9 +152,9 @@ fn shell_code(info: &ExitInfo) -> u32 {
     }
 }
 
-fn spawn_child(ctx: &ExecContext, spec: SpawnSpec) -> Result<Child, Outcome> {
+async fn spawn_child(ctx: &ExecContext, spec: SpawnSpec) -> Result<Child, Outcome> {
     let t0 = std::time::Instant::now();
-    let child = ctx.sandbox.spawn(spec).map_err(|e| {
+    let child = ctx.sandbox.spawn(spec).await.map_err(|e| {
         tracing::warn!("exec failed to start: {e}");
         Outcome::Refused(e.to_string(), u32::from(e.exit_code()))
     })?;
@@ -244,7 +244,7 @@ async fn run_piped(
         stderr: Stdio::Piped,
         controlling_tty: false,
     };
-    let mut child = match spawn_child(ctx, spec) {
+    let mut child = match spawn_child(ctx, spec).await {
         Ok(c) => c,
         Err(o) => return o,
     };
@@ -290,7 +290,7 @@ async fn run_tty(
         stderr: Stdio::Fd(slave.stderr),
         controlling_tty: true,
     };
-    let mut child = match spawn_child(ctx, spec) {
+    let mut child = match spawn_child(ctx, spec).await {
         Ok(c) => c,
         Err(o) => return o,
     };
@@ -370,7 +370,7 @@ where
                 // Nothing of an exec outlives it (the core kills the rest of the tree when the
                 // Child is dropped anyway). Doing it now also closes the pipes a background
                 // process still holds, so the output reaches EOF and the exec can finish.
-                child.kill_tree();
+                child.kill_tree().await;
                 exit = Some(info);
             }
             _ = &mut outputs, if !outputs_done => outputs_done = true,

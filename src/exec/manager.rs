@@ -1,0 +1,412 @@
+//! The process manager: one long-lived thread that owns fork, reaping, tree kill and cgroup
+//! teardown. The async code talks to it over a channel and awaits oneshot replies, so no tokio
+//! worker ever forks, waits for an exec, sleeps in a kill sweep or retries an rmdir.
+//!
+//! Why one dedicated thread, and not `spawn_blocking`: the kernel sends the parent-death signal
+//! when the *thread* that forked a child exits, and pool threads exit when idle. This thread
+//! never exits.
+//!
+//! Every child it starts is held by a pidfd (CLONE_PIDFD): the manager polls the pidfds to learn
+//! of exits, and the [`super::Child`] signals through its own duplicate, so no signal can reach
+//! a recycled pid. The supervisor is also a child subreaper: orphans re-parented to it (only
+//! without a PID namespace, where they are not re-parented to the exec's init) are reaped here
+//! too, on a 100 ms tick once such an exec has run.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tokio::sync::oneshot;
+
+use super::reaper::{self, Reaped};
+use crate::sandbox::cgroup::ExecCgroup;
+use crate::sandbox::init::{ExecPlan, SpawnError, fork_exec};
+
+/// What the async side gets back for a started exec.
+pub struct Started {
+    pub pid: libc::pid_t,
+    /// A duplicate of the manager's pidfd, for signals.
+    pub pidfd: OwnedFd,
+    /// `pid` is the exec's init (PID 1 of its own PID namespace).
+    pub init: bool,
+    pub exit: oneshot::Receiver<Reaped>,
+    pub cgroup: Option<Arc<ExecCgroup>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("creating the exec's cgroup: {0}")]
+    Cgroup(io::Error),
+    #[error("the process manager thread is gone")]
+    Gone,
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        source: io::Error,
+    },
+}
+
+enum Job {
+    Spawn {
+        sandbox: Arc<super::Inner>,
+        plan: ExecPlan,
+        reply: oneshot::Sender<Result<Started, ManagerError>>,
+    },
+    /// The bench's baseline: a plain `std::process::Command`, spawned and reaped here too.
+    Plain {
+        cmd: Box<std::process::Command>,
+        reply: oneshot::Sender<io::Result<oneshot::Receiver<Reaped>>>,
+    },
+    /// Kill an exec without a PID namespace (degraded): the /proc and cgroup sweep of
+    /// `tree.rs`, which sleeps between rounds.
+    Sweep {
+        leader: libc::pid_t,
+        cgroup: Option<Arc<ExecCgroup>>,
+        supervisor: libc::pid_t,
+        leader_alive: bool,
+        reply: Option<oneshot::Sender<Vec<i32>>>,
+    },
+    /// Remove the exec's cgroup once `pid` is reaped (at once if it already is).
+    Release {
+        pid: libc::pid_t,
+        cgroup: Arc<ExecCgroup>,
+    },
+}
+
+struct Entry {
+    tx: oneshot::Sender<Reaped>,
+    pidfd: OwnedFd,
+    status: Option<OwnedFd>,
+    release: Vec<Arc<ExecCgroup>>,
+}
+
+pub struct Manager {
+    tx: Mutex<mpsc::Sender<Job>>,
+    wake: OwnedFd,
+}
+
+static MANAGER: OnceLock<Manager> = OnceLock::new();
+
+/// The process-wide manager, started on first use.
+pub fn get() -> &'static Manager {
+    MANAGER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel();
+        // SAFETY: eventfd with flags; the fd is ours.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        assert!(wake >= 0, "eventfd: {}", io::Error::last_os_error());
+        // SAFETY: just created, owned by nobody else.
+        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
+        let thread_wake = wake.as_raw_fd();
+        std::thread::Builder::new()
+            .name("process-manager".into())
+            .spawn(move || run(rx, thread_wake))
+            .expect("spawning the process-manager thread");
+        Manager {
+            tx: Mutex::new(tx),
+            wake,
+        }
+    })
+}
+
+impl Manager {
+    fn send(&self, job: Job) -> Result<(), ManagerError> {
+        self.tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|_| ManagerError::Gone)?;
+        self.nudge();
+        Ok(())
+    }
+
+    /// Wake the manager thread (after an orphan may have appeared, or a job was queued).
+    pub fn nudge(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an 8-byte write to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    pub(super) async fn spawn(
+        &self,
+        sandbox: Arc<super::Inner>,
+        plan: ExecPlan,
+    ) -> Result<Started, ManagerError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Job::Spawn {
+            sandbox,
+            plan,
+            reply,
+        })?;
+        rx.await.map_err(|_| ManagerError::Gone)?
+    }
+
+    /// Spawn a plain command on the manager thread and reap it there (the spawn benchmark's
+    /// baseline, so both sides pay the same thread hop and wait path).
+    #[doc(hidden)]
+    pub async fn spawn_plain(
+        &self,
+        cmd: std::process::Command,
+    ) -> io::Result<oneshot::Receiver<Reaped>> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Job::Plain {
+            cmd: Box::new(cmd),
+            reply,
+        })
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        rx.await
+            .map_err(|_| io::Error::other("the process manager thread is gone"))?
+    }
+
+    pub(super) async fn sweep(
+        &self,
+        leader: libc::pid_t,
+        cgroup: Option<Arc<ExecCgroup>>,
+        supervisor: libc::pid_t,
+        leader_alive: bool,
+    ) -> Vec<i32> {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .send(Job::Sweep {
+                leader,
+                cgroup,
+                supervisor,
+                leader_alive,
+                reply: Some(reply),
+            })
+            .is_err()
+        {
+            return vec![leader];
+        }
+        rx.await.unwrap_or_else(|_| vec![leader])
+    }
+
+    /// Fire-and-forget kill of a degraded exec (from `Drop`).
+    pub(super) fn sweep_detached(
+        &self,
+        leader: libc::pid_t,
+        cgroup: Option<Arc<ExecCgroup>>,
+        supervisor: libc::pid_t,
+        leader_alive: bool,
+    ) {
+        let _ = self.send(Job::Sweep {
+            leader,
+            cgroup,
+            supervisor,
+            leader_alive,
+            reply: None,
+        });
+    }
+
+    pub(super) fn release(&self, pid: libc::pid_t, cgroup: Arc<ExecCgroup>) {
+        let _ = self.send(Job::Release { pid, cgroup });
+    }
+}
+
+/// The supervisor's own pidfd, inherited by every init so it can tell whether the supervisor
+/// died before the init's parent-death signal was armed.
+fn supervisor_pidfd() -> RawFd {
+    static FD: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    FD.get_or_init(|| {
+        // SAFETY: pidfd_open of our own pid; the fd is ours.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        // SAFETY: just created, owned by nobody else.
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    })
+    .as_ref()
+    .map_or(-1, |f| f.as_raw_fd())
+}
+
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open with integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
+    let mut entries: HashMap<libc::pid_t, Entry> = HashMap::new();
+    // Set once an exec without an init (or a plain child) ran: its orphans come to us, and
+    // have no pidfd to wake us, so poll on a tick from then on.
+    let mut orphans_possible = false;
+    let sup = supervisor_pidfd();
+    loop {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(wake)
+            .chain(entries.values().map(|e| e.pidfd.as_raw_fd()))
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let timeout = if orphans_possible { 100 } else { -1 };
+        // SAFETY: poll on our own array.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        let mut buf = [0u8; 8];
+        // SAFETY: draining the nonblocking eventfd into a stack buffer.
+        unsafe { libc::read(wake, buf.as_mut_ptr().cast(), buf.len()) };
+        while let Ok(job) = rx.try_recv() {
+            match job {
+                Job::Spawn {
+                    sandbox,
+                    plan,
+                    reply,
+                } => {
+                    let r = spawn_one(&sandbox, plan, sup, &mut entries);
+                    if matches!(&r, Ok(s) if !s.init) {
+                        orphans_possible = true;
+                    }
+                    let _ = reply.send(r);
+                    // The child is running now; make the next exec's group while it does.
+                    if let Some(root) = &sandbox.prepared.cgroups {
+                        root.make_spare(&sandbox.policy.limits);
+                    }
+                }
+                Job::Plain { mut cmd, reply } => {
+                    orphans_possible = true;
+                    let r = cmd.spawn().and_then(|c| {
+                        let pid = c.id() as libc::pid_t;
+                        // Not reaped yet (only this thread reaps), so the pid is still ours.
+                        let pidfd = pidfd_open(pid)?;
+                        let (tx, rx) = oneshot::channel();
+                        reaper::registry().insert(pid);
+                        entries.insert(
+                            pid,
+                            Entry {
+                                tx,
+                                pidfd,
+                                status: None,
+                                release: Vec::new(),
+                            },
+                        );
+                        Ok(rx)
+                    });
+                    let _ = reply.send(r);
+                }
+                Job::Sweep {
+                    leader,
+                    cgroup,
+                    supervisor,
+                    leader_alive,
+                    reply,
+                } => {
+                    let left = super::tree::kill_all(
+                        leader,
+                        cgroup.as_deref(),
+                        supervisor,
+                        leader_alive,
+                    );
+                    reap(&mut entries);
+                    if let Some(r) = reply {
+                        let _ = r.send(left);
+                    } else if !left.is_empty() {
+                        tracing::warn!(pids = ?left, "processes of an exec survived the kill sweep");
+                    }
+                    drop(cgroup);
+                }
+                Job::Release { pid, cgroup } => {
+                    if let Some(e) = entries.get_mut(&pid) {
+                        e.release.push(cgroup);
+                    }
+                }
+            }
+        }
+        reap(&mut entries);
+    }
+}
+
+fn spawn_one(
+    sandbox: &super::Inner,
+    plan: ExecPlan,
+    sup: RawFd,
+    entries: &mut HashMap<libc::pid_t, Entry>,
+) -> Result<Started, ManagerError> {
+    let prepared = &sandbox.prepared;
+    let cgroup = match &prepared.cgroups {
+        Some(root) => Some(Arc::new(
+            root.take_exec(&sandbox.policy.limits)
+                .map_err(ManagerError::Cgroup)?,
+        )),
+        None => None,
+    };
+    let s = fork_exec(prepared, &plan, cgroup.as_deref(), sup)?;
+    // The child-side stdio ends close here, in the parent.
+    drop(plan);
+    let dup = s.pidfd.try_clone().map_err(|source| ManagerError::Io {
+        what: "duplicating the exec's pidfd",
+        source,
+    })?;
+    let (tx, rx) = oneshot::channel();
+    reaper::registry().insert(s.pid);
+    entries.insert(
+        s.pid,
+        Entry {
+            tx,
+            pidfd: s.pidfd,
+            status: s.status,
+            release: Vec::new(),
+        },
+    );
+    Ok(Started {
+        pid: s.pid,
+        pidfd: dup,
+        init: s.init,
+        exit: rx,
+        cgroup,
+    })
+}
+
+/// Reap every zombie child: deliver an exec's status to its waiter, drop an orphan.
+fn reap(entries: &mut HashMap<libc::pid_t, Entry>) {
+    loop {
+        // SAFETY: waitid fills a zeroed siginfo_t on our stack.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointer; WNOWAIT|WNOHANG learns of a zombie without reaping or
+        // blocking. Children without an exit signal (the view helper) are not seen here.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_ALL,
+                0,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: waitid succeeded, so si_pid is set (0 when no child is a zombie).
+        if rc != 0 || unsafe { info.si_pid() } <= 0 {
+            return;
+        }
+        // SAFETY: as above.
+        let pid = unsafe { info.si_pid() };
+        let mut status = 0;
+        // SAFETY: rusage is plain data.
+        let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: reaping the pid waitid just reported, with pointers to our stack.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut rusage) };
+        if r != pid {
+            continue;
+        }
+        if let Some(e) = entries.remove(&pid) {
+            reaper::registry().remove(pid);
+            if let Some(st) = &e.status {
+                // The init wrote the command's wait status before it exited; the pipe holds it
+                // (or nothing, if the init itself was killed).
+                let mut b = [0u8; 4];
+                // SAFETY: reading into a stack buffer; the writer is dead, so no blocking.
+                let n = unsafe { libc::read(st.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) };
+                if n == 4 {
+                    status = i32::from_ne_bytes(b);
+                }
+            }
+            let _ = e.tx.send(Reaped { status, rusage });
+            // Every process of the exec is gone (an init is reaped only once its namespace is
+            // empty), so its cgroup can go too.
+            drop(e.release);
+        }
+    }
+}

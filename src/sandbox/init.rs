@@ -1,0 +1,381 @@
+//! The exec's own processes, from fork to exec: the init (PID 1 of the exec's PID
+//! namespace) and the command.
+//!
+//! [`fork_exec`] runs on the process-manager thread (`exec/manager.rs`), the only thread that
+//! forks. Everything the children need is built before the clone ([`ExecPlan`], the
+//! [`Prepared`] layers); after it, both children make raw syscalls only (the supervisor is
+//! multi-threaded: no allocation, locks or logging).
+//!
+//! With a PID namespace (the normal case), the manager clones the init straight into a new
+//! PID namespace, holding it by pidfd:
+//! 1. init: parent-death signal (then check, through the supervisor's pidfd, that the
+//!    supervisor did not die before it was armed), join the exec's cgroup (so every process of
+//!    the exec is born in it), setns into the view's mount, IPC, UTS and network namespaces
+//!    (setns into a mount namespace needs a single-threaded caller, which only a forked child
+//!    is), unshare a child mount namespace and mount a fresh /proc for the new PID namespace;
+//!    then fork the command;
+//! 2. the command: stdio, cwd, then the layers in the order of [`super::enforce_in_child`],
+//!    then execve;
+//! 3. init: close every descriptor but its status pipe (it must hold no pipe, socket or tty of
+//!    the supervisor or of the exec), forward SIGTERM, SIGINT and SIGHUP to every process of
+//!    the namespace, reap every orphan, and when the command exits, write its wait status on
+//!    the status pipe and exit. The kernel then kills whatever else is left in the namespace
+//!    before our waitid sees the init exit, so a reaped init means an empty exec.
+//!
+//! Without a PID namespace (degraded), the manager clones the command directly, which joins
+//! the view and the cgroup itself.
+
+use std::ffi::{CString, NulError, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::cgroup::ExecCgroup;
+use super::namespaces::{ExecView, ProcMount, mount_proc};
+use super::{ChildError, Prepared, Step, errno};
+
+/// One command, as C data ready for execve.
+pub struct ExecPlan {
+    program: CString,
+    _argv: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    _envp: Vec<CString>,
+    envp: Vec<*const libc::c_char>,
+    cwd: CString,
+    /// The child's ends of stdin, stdout, stderr.
+    stdio: [OwnedFd; 3],
+    controlling_tty: bool,
+}
+
+// SAFETY: the raw pointers point into the CStrings owned by the same struct, which are never
+// mutated; moving the struct between threads moves them together.
+unsafe impl Send for ExecPlan {}
+
+impl ExecPlan {
+    pub fn new(
+        program: &Path,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+        cwd: &Path,
+        stdio: [OwnedFd; 3],
+        controlling_tty: bool,
+    ) -> Result<ExecPlan, NulError> {
+        let owned_argv = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let owned_envp = env
+            .iter()
+            .map(|(k, v)| {
+                let mut b = k.as_bytes().to_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                CString::new(b)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ptrs = |v: &[CString]| {
+            v.iter()
+                .map(|c| c.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Ok(ExecPlan {
+            program: CString::new(program.as_os_str().as_bytes())?,
+            argv: ptrs(&owned_argv),
+            envp: ptrs(&owned_envp),
+            _argv: owned_argv,
+            _envp: owned_envp,
+            cwd: CString::new(cwd.as_os_str().as_bytes())?,
+            stdio,
+            controlling_tty,
+        })
+    }
+}
+
+/// A started exec, as the manager holds it.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: libc::pid_t,
+    pub pidfd: OwnedFd,
+    /// The read end of the init's status pipe (None without an init).
+    pub status: Option<OwnedFd>,
+    /// `pid` is our init, PID 1 of the exec's own PID namespace.
+    pub init: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("creating a pipe: {0}")]
+    Pipe(io::Error),
+    #[error("clone: {0}")]
+    Clone(io::Error),
+    #[error("{0}")]
+    Child(ChildError),
+}
+
+fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(SpawnError::Pipe(io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Fork the exec and wait until its command has exec'd (or a step failed). Runs on the
+/// process-manager thread: the children's parent-death signal fires when *this thread* exits,
+/// so it must be the long-lived manager, never a pool thread.
+pub fn fork_exec(
+    p: &Prepared,
+    plan: &ExecPlan,
+    cg: Option<&ExecCgroup>,
+    supervisor_pidfd: RawFd,
+) -> Result<Spawned, SpawnError> {
+    let view = p.view.exec_view();
+    let init = view.pid;
+    let (err_r, err_w) = cloexec_pipe()?;
+    let (st_r, st_w) = if init {
+        let (r, w) = cloexec_pipe()?;
+        (Some(r), Some(w))
+    } else {
+        (None, None)
+    };
+    let mut flags = libc::CLONE_PIDFD as libc::c_ulong | libc::SIGCHLD as libc::c_ulong;
+    if init {
+        flags |= libc::CLONE_NEWPID as libc::c_ulong;
+    }
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork (x86_64 order:
+    // flags, stack, parent_tid, child_tid, tls; CLONE_PIDFD returns the pidfd in parent_tid).
+    // The child runs only `init_main` / `command_main`, which never return.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            0usize,
+            &mut pidfd as *mut libc::c_int,
+            0usize,
+            0usize,
+        )
+    };
+    if pid < 0 {
+        return Err(SpawnError::Clone(io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        let err = err_w.as_raw_fd();
+        // SAFETY: we are the forked, single-threaded child.
+        unsafe {
+            match &st_w {
+                Some(st) => init_main(p, plan, cg, &view, err, st.as_raw_fd(), supervisor_pidfd),
+                None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err),
+            }
+        }
+    }
+    let pid = pid as libc::pid_t;
+    // SAFETY: CLONE_PIDFD stored a new descriptor that nobody else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    drop(err_w);
+    drop(st_w);
+    let mut buf = [0u8; ChildError::WIRE];
+    let n = loop {
+        // SAFETY: reading into a stack buffer. Our write end is closed; the init closes its
+        // copy after forking the command, whose copy is close-on-exec: EOF means exec worked.
+        let n = unsafe { libc::read(err_r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        break n;
+    };
+    if n == buf.len() as isize {
+        // The child (and, with an init, the whole namespace) exits at once: reap it here, so
+        // the manager's bookkeeping never sees this pid.
+        // SAFETY: siginfo is plain data; waiting on our own pidfd.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED);
+        }
+        let e = ChildError::decode(&buf).unwrap_or(ChildError::new(Step::Exec, libc::EIO));
+        return Err(SpawnError::Child(e));
+    }
+    Ok(Spawned {
+        pid,
+        pidfd,
+        status: st_r,
+        init,
+    })
+}
+
+fn fail(e: ChildError, err_w: RawFd) -> ! {
+    e.send(err_w);
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(125) }
+}
+
+/// setns into each namespace of the view, then (when asked) a child mount namespace with a
+/// fresh /proc for the caller's PID namespace. Async-signal-safe.
+fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
+    for (fd, nstype, step) in [
+        (v.mnt, libc::CLONE_NEWNS, Step::SetnsMount),
+        (v.ipc, libc::CLONE_NEWIPC, Step::SetnsIpc),
+        (v.uts, libc::CLONE_NEWUTS, Step::SetnsUts),
+        (v.net, libc::CLONE_NEWNET, Step::SetnsNet),
+    ] {
+        // SAFETY: setns on a descriptor the view owns.
+        if fd >= 0 && unsafe { libc::setns(fd, nstype) } != 0 {
+            return Err(ChildError::last(step));
+        }
+    }
+    if proc && v.proc != ProcMount::None {
+        // SAFETY: unshare with a flag, in the single-threaded child.
+        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+            return Err(ChildError::last(Step::UnshareExecMount));
+        }
+        if mount_proc(v.proc) != 0 {
+            return Err(ChildError::last(Step::MountProc));
+        }
+    }
+    Ok(())
+}
+
+/// The init's forwarding handler: the signal goes to every process of the namespace (kill(-1)
+/// from PID 1 reaches all of them but the init itself), as SIGTERM reached the whole tree
+/// before there was an init.
+extern "C" fn forward(sig: libc::c_int) {
+    // SAFETY: kill and the errno location are async-signal-safe; errno is restored so the
+    // interrupted wait4 sees its own.
+    unsafe {
+        let saved = errno();
+        libc::kill(-1, sig);
+        *libc::__errno_location() = saved;
+    }
+}
+
+const FORWARDED: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// # Safety
+/// Only in the child forked by [`fork_exec`] into a new PID namespace.
+unsafe fn init_main(
+    p: &Prepared,
+    plan: &ExecPlan,
+    cg: Option<&ExecCgroup>,
+    view: &ExecView,
+    err_w: RawFd,
+    status_w: RawFd,
+    supervisor_pidfd: RawFd,
+) -> ! {
+    // SAFETY: raw syscalls on prepared data throughout.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            fail(ChildError::last(Step::InitParentDeath), err_w);
+        }
+        // Our parent is outside our PID namespace, so getppid() is 0 whoever it is: ask the
+        // supervisor's pidfd instead. Readable means it has exited, and the signal armed above
+        // would never fire.
+        let mut pfd = libc::pollfd {
+            fd: supervisor_pidfd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if supervisor_pidfd >= 0 && libc::poll(&mut pfd, 1, 0) > 0 {
+            fail(ChildError::new(Step::SupervisorGone, libc::ESRCH), err_w);
+        }
+        if let Some(cg) = cg
+            && let Err(e) = cg.join()
+        {
+            fail(ChildError::new(Step::JoinCgroup, e), err_w);
+        }
+        if let Err(e) = join_view(view, true) {
+            fail(e, err_w);
+        }
+        // Block the forwarded signals until the command exists to receive them; the command
+        // unblocks them itself just before exec.
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        for s in FORWARDED {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            if libc::sigaction(s, &sa, std::ptr::null_mut()) != 0 {
+                fail(ChildError::last(Step::InitSignals), err_w);
+            }
+        }
+        let cmd = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        if cmd < 0 {
+            fail(ChildError::last(Step::ForkCommand), err_w);
+        }
+        if cmd == 0 {
+            command_main(p, plan, None, None, 1, err_w);
+        }
+        let cmd = cmd as libc::pid_t;
+        // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
+        // us, and the error pipe must reach EOF when the command execs.
+        libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);
+        libc::syscall(libc::SYS_close_range, (status_w + 1) as u32, u32::MAX, 0u32);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        loop {
+            let mut st = 0;
+            let r = libc::wait4(-1, &mut st, libc::__WALL, std::ptr::null_mut());
+            if r == cmd {
+                let b = st.to_ne_bytes();
+                libc::write(status_w, b.as_ptr().cast(), b.len());
+                let code = if libc::WIFEXITED(st) {
+                    libc::WEXITSTATUS(st)
+                } else {
+                    128 + libc::WTERMSIG(st)
+                };
+                libc::_exit(code);
+            }
+            if r < 0 && errno() != libc::EINTR {
+                libc::_exit(255);
+            }
+        }
+    }
+}
+
+/// # Safety
+/// Only in a forked child: the command's side, ending in execve.
+unsafe fn command_main(
+    p: &Prepared,
+    plan: &ExecPlan,
+    join: Option<&ExecCgroup>,
+    view: Option<&ExecView>,
+    parent: libc::pid_t,
+    err_w: RawFd,
+) -> ! {
+    // SAFETY: raw syscalls on prepared data throughout.
+    unsafe {
+        // Move the three ends above 2 first, so that dup2 onto 0..2 cannot clobber one of
+        // them (any of them may itself be 0, 1 or 2).
+        let mut high = [-1; 3];
+        for (i, fd) in plan.stdio.iter().enumerate() {
+            high[i] = libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3);
+            if high[i] < 0 {
+                fail(ChildError::last(Step::Stdio), err_w);
+            }
+        }
+        for (i, fd) in high.iter().enumerate() {
+            if libc::dup2(*fd, i as libc::c_int) < 0 {
+                fail(ChildError::last(Step::Stdio), err_w);
+            }
+        }
+        if let Some(v) = view
+            && let Err(e) = join_view(v, false)
+        {
+            fail(e, err_w);
+        }
+        if libc::chdir(plan.cwd.as_ptr()) != 0 {
+            fail(ChildError::last(Step::Chdir), err_w);
+        }
+        if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent) {
+            fail(e, err_w);
+        }
+        libc::execve(plan.program.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        fail(ChildError::last(Step::Exec), err_w)
+    }
+}

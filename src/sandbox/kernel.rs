@@ -1,0 +1,51 @@
+//! Everything [`super::prepare`] asks the kernel before deciding which layers it can enforce,
+//! behind one trait, so the fail-closed matrix is unit-tested with a fake kernel (no root, no
+//! particular kernel). The real-binary tests stay for what only the kernel can show.
+
+use super::cgroup;
+use super::landlock::{self, Support};
+use super::namespaces::{self, Probe, UserNs, ViewError, ViewPlan};
+
+pub trait Kernel {
+    /// The supervisor's effective uid (in its own user namespace).
+    fn euid(&self) -> u32;
+    /// Landlock's ABI, or why it is unavailable.
+    fn landlock(&self) -> Result<Support, String>;
+    fn seccomp_available(&self) -> bool;
+    /// Where per-exec cgroups can be created (only asked when root).
+    fn cgroups(&self) -> Option<cgroup::Root>;
+    /// The supervisor's own user namespace (see `namespaces::enter_user_ns`).
+    fn user_ns(&self) -> UserNs;
+    /// Build the view, or say per kind why not.
+    fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError>;
+}
+
+/// The running kernel.
+pub struct Real;
+
+impl Kernel for Real {
+    fn euid(&self) -> u32 {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() }
+    }
+
+    fn landlock(&self) -> Result<Support, String> {
+        landlock::probe().map_err(|e| e.to_string())
+    }
+
+    fn seccomp_available(&self) -> bool {
+        super::seccomp_available()
+    }
+
+    fn cgroups(&self) -> Option<cgroup::Root> {
+        cgroup::detect()
+    }
+
+    fn user_ns(&self) -> UserNs {
+        namespaces::user_ns()
+    }
+
+    fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError> {
+        namespaces::make_view(plan)
+    }
+}

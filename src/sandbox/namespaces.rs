@@ -1,0 +1,899 @@
+//! Namespace layer: the sandbox view.
+//!
+//! A view is a set of namespaces plus the private mounts in them, made once per [`Prepared`]
+//! (so once per `run`, once per `serve` sandbox) by a short-lived helper child, and kept alive
+//! afterwards only by nsfs descriptors opened from the helper's `/proc/PID/ns/*`:
+//! - mount: every mount private (nothing we mount propagates back to the host), a fresh tmpfs
+//!   on /tmp and on /dev/shm (mode 1777, sized by `--tmp-size` / `--shm-size`; a write past the
+//!   size gets ENOSPC). Granted paths that lie below those mount points are bind-mounted back
+//!   in at the same path (read-only grants read-only), and denied paths below such a grant are
+//!   covered by an empty mode-000 mount, because the Landlock rule that makes the new tmpfs
+//!   writable covers every mount below it (see SECURITY.md);
+//! - IPC: private SysV IPC and POSIX message queues, destroyed with the view;
+//! - UTS: hostname `--hostname` (default `sandbox`);
+//! - network (`--network none` only): a namespace whose only interface is `lo`, up.
+//!
+//! Every exec then gets, in its forked child (see `sandbox/init.rs`): its own PID namespace,
+//! whose PID 1 is our init, the view's namespaces by setns, and a child mount namespace with a
+//! fresh /proc for its PID namespace. The tmpfs mounts are the view's, so in serve mode the
+//! execs of one sandbox share /tmp, /dev/shm, IPC and loopback, as the processes of one
+//! container do.
+//!
+//! A supervisor that is not root first enters a user namespace of its own ([`enter_user_ns`],
+//! called by `main` while the process is still single-threaded, which unshare(CLONE_NEWUSER)
+//! requires). Its uid and gid map to themselves, so files and the child's identity are
+//! unchanged, but it gains the capabilities it needs over the namespaces it then creates.
+//! Inside a non-initial user namespace the kernel refuses a full /proc when the visible /proc
+//! has masked paths (mount_too_revealing); `subset=pid` (Linux >= 5.8) is then used.
+//!
+//! What cannot be made is found by trying, kind by kind, in the helper (an AppArmor `deny
+//! mount` answers EACCES, a missing user namespace EPERM, ...) and becomes a degraded layer:
+//! refused unless `--allow-degraded`, like every other layer.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::sandbox::{ChildError, Step, errno};
+
+/// One kind of namespace, as a layer of the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    User,
+    Pid,
+    Mount,
+    Ipc,
+    Uts,
+    Net,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::User,
+        Kind::Pid,
+        Kind::Mount,
+        Kind::Ipc,
+        Kind::Uts,
+        Kind::Net,
+    ];
+
+    /// The layer name in `check` and the report.
+    pub fn layer(self) -> &'static str {
+        match self {
+            Kind::User => "namespace-user",
+            Kind::Pid => "namespace-pid",
+            Kind::Mount => "namespace-mount",
+            Kind::Ipc => "namespace-ipc",
+            Kind::Uts => "namespace-uts",
+            Kind::Net => "namespace-net",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How one kind came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Not asked for (e.g. the network namespace with `--network all`).
+    NotRequested,
+    Made,
+    Failed(ChildError),
+}
+
+/// How the exec's /proc is mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProcMount {
+    /// No fresh /proc: the exec sees the /proc of the supervisor's view.
+    #[default]
+    None,
+    Full,
+    /// `subset=pid`: only the process directories (a non-initial user namespace).
+    SubsetPid,
+}
+
+/// The supervisor's own user namespace, decided once at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserNs {
+    /// Root in its namespace: no user namespace is needed.
+    Root,
+    /// Not root; entered a user namespace of its own that maps our uid and gid to themselves.
+    Entered,
+    /// Not root and no user namespace is allowed (the errno of unshare or of the map write).
+    Unavailable(ChildError),
+    /// [`enter_user_ns`] was not called (a library user, a test): treated like Unavailable.
+    NotTried,
+}
+
+static USER_NS: OnceLock<UserNs> = OnceLock::new();
+
+/// The outcome of [`enter_user_ns`] (or `NotTried`).
+pub fn user_ns() -> UserNs {
+    USER_NS.get().copied().unwrap_or_else(|| {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            UserNs::Root
+        } else {
+            UserNs::NotTried
+        }
+    })
+}
+
+/// For a supervisor that is not root: enter a user namespace of our own, mapping our uid and
+/// gid to themselves. Must be called while the process is single-threaded (the kernel answers
+/// EINVAL otherwise). Idempotent; the outcome is recorded for [`user_ns`].
+pub fn enter_user_ns() -> UserNs {
+    *USER_NS.get_or_init(|| {
+        // SAFETY: geteuid/getegid have no preconditions.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if uid == 0 {
+            return UserNs::Root;
+        }
+        // SAFETY: unshare with a flag; it changes only this (single-threaded) process.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
+            return UserNs::Unavailable(ChildError::last(Step::UnshareUser));
+        }
+        // An unprivileged writer may map only its own ids, and must give up setgroups(2)
+        // before it may write the gid map.
+        let maps = [
+            ("/proc/self/setgroups", "deny".to_string()),
+            ("/proc/self/uid_map", format!("{uid} {uid} 1")),
+            ("/proc/self/gid_map", format!("{gid} {gid} 1")),
+        ];
+        for (path, text) in maps {
+            if let Err(e) = std::fs::write(path, text) {
+                return UserNs::Unavailable(ChildError::new(
+                    Step::WriteIdMap,
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                ));
+            }
+        }
+        UserNs::Entered
+    })
+}
+
+/// A path that must stay visible below a private tmpfs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+/// What the view should hold, as plain data (the policy's part).
+#[derive(Debug, Clone)]
+pub struct ViewRequest {
+    pub private_net: bool,
+    pub hostname: String,
+    pub tmp_size: u64,
+    pub shm_size: u64,
+    /// Every granted path (workdir, --ro, --rw, scratch), canonical.
+    pub grants: Vec<Grant>,
+    /// Every denied path, canonical.
+    pub denied: Vec<PathBuf>,
+}
+
+/// One private tmpfs, prepared for the helper: every string and list built before fork.
+#[derive(Debug)]
+struct TmpfsPlan {
+    target: PathBuf,
+    c_target: CString,
+    data: CString,
+    /// Directories to create inside the new tmpfs, parents first.
+    dirs: Vec<CString>,
+    binds: Vec<BindPlan>,
+    hides: Vec<(CString, bool)>,
+    hidden_src: CString,
+}
+
+#[derive(Debug)]
+struct BindPlan {
+    path: CString,
+    dir: bool,
+    read_only: bool,
+    /// Flags of the source mount that a remount must keep (locked in a user namespace).
+    keep_flags: libc::c_ulong,
+}
+
+/// The view, as the helper is to build it.
+#[derive(Debug)]
+pub struct ViewPlan {
+    private_net: bool,
+    hostname: CString,
+    tmpfs: Vec<TmpfsPlan>,
+}
+
+fn cstr(p: &Path) -> CString {
+    // Paths from the policy are absolute and come from the OS: no NUL inside.
+    CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+impl ViewPlan {
+    pub fn new(req: &ViewRequest) -> ViewPlan {
+        let mut tmpfs = Vec::new();
+        for (mount_point, size) in [("/tmp", req.tmp_size), ("/dev/shm", req.shm_size)] {
+            let target = Path::new(mount_point)
+                .canonicalize()
+                .unwrap_or_else(|_| PathBuf::from(mount_point));
+            // A grant of the mount point itself (or of a parent) would be hidden by the
+            // tmpfs; leave that mount point as it is.
+            if req.grants.iter().any(|g| target.starts_with(&g.path)) {
+                continue;
+            }
+            let mut dirs: Vec<PathBuf> = Vec::new();
+            let mut binds = Vec::new();
+            let mut bound: Vec<PathBuf> = Vec::new();
+            let mut grants: Vec<&Grant> = req
+                .grants
+                .iter()
+                .filter(|g| g.path.starts_with(&target) && g.path != target)
+                .collect();
+            // Outer grants first, so an inner grant is bound on top of its parent's bind.
+            grants.sort_by_key(|g| g.path.components().count());
+            for g in grants {
+                let Ok(meta) = std::fs::metadata(&g.path) else {
+                    continue;
+                };
+                for anc in g.path.ancestors().skip(1) {
+                    if anc == target {
+                        break;
+                    }
+                    if !dirs.iter().any(|d| d == anc) && !bound.iter().any(|b| anc.starts_with(b))
+                    {
+                        dirs.push(anc.to_path_buf());
+                    }
+                }
+                bound.push(g.path.clone());
+                binds.push(BindPlan {
+                    path: cstr(&g.path),
+                    dir: meta.is_dir(),
+                    read_only: g.read_only,
+                    keep_flags: mount_flags(&g.path),
+                });
+            }
+            dirs.sort_by_key(|d| d.components().count());
+            let hides = req
+                .denied
+                .iter()
+                .filter(|d| bound.iter().any(|b| d.starts_with(b)))
+                .filter_map(|d| std::fs::metadata(d).ok().map(|m| (cstr(d), m.is_dir())))
+                .collect();
+            tmpfs.push(TmpfsPlan {
+                c_target: cstr(&target),
+                data: CString::new(format!("mode=1777,size={size}")).unwrap_or_default(),
+                dirs: dirs.iter().map(|d| cstr(d)).collect(),
+                binds,
+                hides,
+                hidden_src: cstr(&target.join(".openshell-hidden")),
+                target,
+            });
+        }
+        ViewPlan {
+            private_net: req.private_net,
+            hostname: CString::new(req.hostname.as_bytes()).unwrap_or_default(),
+            tmpfs,
+        }
+    }
+
+    /// The mount points that get a private tmpfs.
+    pub fn tmpfs_targets(&self) -> Vec<PathBuf> {
+        self.tmpfs.iter().map(|t| t.target.clone()).collect()
+    }
+}
+
+/// MS_* flags of the mount holding `path` that a bind remount must repeat.
+fn mount_flags(path: &Path) -> libc::c_ulong {
+    let c = cstr(path);
+    // SAFETY: statvfs fills a zeroed struct on our stack.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    let mut f = 0;
+    for (st_flag, ms_flag) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if st.f_flag & st_flag != 0 {
+            f |= ms_flag;
+        }
+    }
+    f
+}
+
+/// A built view: the namespaces, held by descriptor.
+#[derive(Debug, Default)]
+pub struct View {
+    pub mnt: Option<OwnedFd>,
+    pub ipc: Option<OwnedFd>,
+    pub uts: Option<OwnedFd>,
+    pub net: Option<OwnedFd>,
+    /// Each exec gets a PID namespace of its own.
+    pub pid: bool,
+    pub proc: ProcMount,
+    /// The private tmpfs mount points that were made, with an O_PATH descriptor of each root
+    /// (for the Landlock rule that makes it writable; dropped after prepare).
+    pub tmpfs: Vec<(PathBuf, OwnedFd)>,
+}
+
+/// What the helper reports, per kind and overall.
+#[derive(Debug)]
+pub struct Probe {
+    pub outcomes: [Outcome; 6],
+    pub view: View,
+}
+
+impl Probe {
+    pub fn outcome(&self, k: Kind) -> Outcome {
+        self.outcomes[k.index()]
+    }
+}
+
+/// The raw descriptors an exec's init joins, valid while the [`View`] lives.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecView {
+    pub mnt: RawFd,
+    pub ipc: RawFd,
+    pub uts: RawFd,
+    pub net: RawFd,
+    pub pid: bool,
+    pub proc: ProcMount,
+}
+
+impl View {
+    pub fn exec_view(&self) -> ExecView {
+        let raw = |f: &Option<OwnedFd>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
+        ExecView {
+            mnt: raw(&self.mnt),
+            ipc: raw(&self.ipc),
+            uts: raw(&self.uts),
+            net: raw(&self.net),
+            pid: self.pid,
+            proc: self.proc,
+        }
+    }
+
+    /// Whether /tmp is this view's private tmpfs.
+    pub fn private_tmp(&self) -> bool {
+        self.mnt.is_some() && self.tmpfs.iter().any(|(p, _)| p == Path::new("/tmp"))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("creating a pipe for the view helper: {0}")]
+    Pipe(io::Error),
+    #[error("forking the view helper: {0}")]
+    Fork(io::Error),
+    #[error("the view helper died before reporting")]
+    HelperDied,
+    #[error("opening {what} of the view helper: {source}")]
+    Open {
+        what: &'static str,
+        source: io::Error,
+    },
+}
+
+/// Index of each field in the helper's report.
+const N: usize = 6;
+const NOT_TRIED: i32 = -1;
+
+/// What the helper writes back: per kind [step, errno] (step 0 = made, -1 = not tried), the
+/// /proc mode, which tmpfs mounts were made (bit per plan entry), and whether the mount
+/// namespace is usable (its propagation is private).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct HelperReport {
+    kinds: [[i32; 2]; N],
+    proc: i32,
+    tmpfs_made: i32,
+    mnt_usable: i32,
+}
+
+impl HelperReport {
+    fn set(&mut self, k: Kind, r: Result<(), ChildError>) {
+        self.kinds[k.index()] = match r {
+            Ok(()) => [0, 0],
+            Err(e) => [i32::from(e.step as u8), e.errno],
+        };
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), ViewError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(ViewError::Pipe(io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Build the view in a helper child and keep its namespaces by descriptor.
+///
+/// The helper is cloned with no exit signal, so the process manager's `waitid(P_ALL)` (which
+/// only sees children that signal SIGCHLD) never reaps it; we reap it here with __WCLONE.
+pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
+    let (rep_r, rep_w) = pipe()?;
+    let (hold_r, hold_w) = pipe()?;
+    // SAFETY: a raw clone without CLONE_VM is a fork; the child runs only `helper_main`,
+    // which makes raw syscalls on `plan`, prepared before, and never returns.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, 0 as libc::c_ulong, 0, 0, 0, 0) };
+    if pid < 0 {
+        return Err(ViewError::Fork(io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // Our copies of the parent's ends would keep the hold pipe from ever reaching EOF.
+        // SAFETY: closing descriptors in the forked child; they are not used here again.
+        unsafe {
+            libc::close(hold_w.as_raw_fd());
+            libc::close(rep_r.as_raw_fd());
+        }
+        // SAFETY: we are the forked, single-threaded helper.
+        unsafe { helper_main(plan, rep_w.as_raw_fd(), hold_r.as_raw_fd()) }
+    }
+    let pid = pid as libc::pid_t;
+    drop(rep_w);
+    drop(hold_r);
+    let finish = |hold_w: OwnedFd| {
+        drop(hold_w);
+        let mut st = 0;
+        // SAFETY: reaping our own clone child; __WCLONE because it has no exit signal.
+        unsafe { libc::waitpid(pid, &mut st, libc::__WCLONE) };
+    };
+    // SAFETY: HelperReport is plain integers; all-zero is a valid value.
+    let mut rep: HelperReport = unsafe { std::mem::zeroed() };
+    let want = std::mem::size_of::<HelperReport>();
+    let n = loop {
+        // SAFETY: reading into our own struct, at most its size.
+        let n = unsafe { libc::read(rep_r.as_raw_fd(), (&mut rep as *mut HelperReport).cast(), want) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        break n;
+    };
+    if n != want as isize {
+        finish(hold_w);
+        return Err(ViewError::HelperDied);
+    }
+    let open = |what: &'static str, path: String, flags: i32| -> Result<OwnedFd, ViewError> {
+        let c = CString::new(path).unwrap_or_default();
+        // SAFETY: valid C string; the fd is ours.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(ViewError::Open {
+                what,
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: just opened, owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let mut outcomes = [Outcome::NotRequested; N];
+    for k in Kind::ALL {
+        let [step, e] = rep.kinds[k.index()];
+        outcomes[k.index()] = match step {
+            NOT_TRIED => Outcome::NotRequested,
+            0 => Outcome::Made,
+            s => Outcome::Failed(ChildError::new(
+                Step::from_u8(s as u8).unwrap_or(Step::UnshareMount),
+                e,
+            )),
+        };
+    }
+    let result = (|| {
+        let mut view = View::default();
+        let ns = |name: &'static str| open(name, format!("/proc/{pid}/ns/{name}"), libc::O_RDONLY);
+        let made = |k: Kind| outcomes[k.index()] == Outcome::Made;
+        if rep.mnt_usable != 0 {
+            view.mnt = Some(ns("mnt")?);
+            for (i, t) in plan.tmpfs.iter().enumerate() {
+                if rep.tmpfs_made & (1 << i) != 0 {
+                    let root = open(
+                        "a private tmpfs root",
+                        format!("/proc/{pid}/root{}", t.target.display()),
+                        libc::O_PATH | libc::O_DIRECTORY,
+                    )?;
+                    view.tmpfs.push((t.target.clone(), root));
+                }
+            }
+        }
+        if made(Kind::Ipc) {
+            view.ipc = Some(ns("ipc")?);
+        }
+        if made(Kind::Uts) {
+            view.uts = Some(ns("uts")?);
+        }
+        if made(Kind::Net) {
+            view.net = Some(ns("net")?);
+        }
+        view.pid = rep.kinds[Kind::Pid.index()][0] == 0
+            || rep.kinds[Kind::Pid.index()][0] == i32::from(Step::MountProc as u8);
+        view.proc = match rep.proc {
+            1 => ProcMount::Full,
+            2 => ProcMount::SubsetPid,
+            _ => ProcMount::None,
+        };
+        Ok(view)
+    })();
+    finish(hold_w);
+    Ok(Probe {
+        outcomes,
+        view: result?,
+    })
+}
+
+// ---- the helper: a forked child of a multi-threaded process, raw syscalls only ----
+
+fn check(rc: libc::c_int, step: Step) -> Result<(), ChildError> {
+    if rc != 0 {
+        Err(ChildError::last(step))
+    } else {
+        Ok(())
+    }
+}
+
+/// # Safety
+/// Only in the forked helper: never returns.
+unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
+    let mut rep = HelperReport {
+        kinds: [[NOT_TRIED, 0]; N],
+        proc: 0,
+        tmpfs_made: 0,
+        mnt_usable: 0,
+    };
+    // SAFETY: raw syscalls on prepared data throughout.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        let mount = (|| {
+            check(libc::unshare(libc::CLONE_NEWNS), Step::UnshareMount)?;
+            // Without this, our mounts (and the execs' /proc) would propagate to the host
+            // when / is a shared mount, as systemd makes it.
+            check(
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ),
+                Step::MakeMountsPrivate,
+            )?;
+            rep.mnt_usable = 1;
+            for (i, t) in plan.tmpfs.iter().enumerate() {
+                mount_tmpfs(t)?;
+                rep.tmpfs_made |= 1 << i;
+            }
+            Ok(())
+        })();
+        rep.set(Kind::Mount, mount);
+        rep.set(Kind::Ipc, check(libc::unshare(libc::CLONE_NEWIPC), Step::UnshareIpc));
+        let uts = (|| {
+            check(libc::unshare(libc::CLONE_NEWUTS), Step::UnshareUts)?;
+            let h = plan.hostname.as_bytes();
+            check(libc::sethostname(h.as_ptr().cast(), h.len()), Step::SetHostname)
+        })();
+        rep.set(Kind::Uts, uts);
+        if plan.private_net {
+            let net = (|| {
+                check(libc::unshare(libc::CLONE_NEWNET), Step::UnshareNet)?;
+                loopback_up()
+            })();
+            rep.set(Kind::Net, net);
+        }
+        let (pid, proc) = probe_pid();
+        rep.set(Kind::Pid, pid);
+        rep.proc = proc;
+        let size = std::mem::size_of::<HelperReport>();
+        libc::write(report_w, (&rep as *const HelperReport).cast(), size);
+        // Hold the namespaces until the supervisor has opened them, then go.
+        let mut b = 0u8;
+        while libc::read(hold_r, (&mut b as *mut u8).cast(), 1) < 0 && errno() == libc::EINTR {}
+        libc::_exit(0)
+    }
+}
+
+/// # Safety
+/// Only in the forked helper, inside its own mount namespace.
+unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
+    // SAFETY: raw syscalls on prepared C strings.
+    unsafe {
+        // Open the grants below the mount point before the tmpfs hides them.
+        let mut fds = [-1; 64];
+        for (i, b) in t.binds.iter().enumerate().take(fds.len()) {
+            let fd = libc::open(b.path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(ChildError::last(Step::OpenGrant));
+            }
+            fds[i] = fd;
+        }
+        if t.binds.len() > fds.len() {
+            return Err(ChildError::new(Step::OpenGrant, libc::E2BIG));
+        }
+        check(
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                t.c_target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                t.data.as_ptr().cast(),
+            ),
+            Step::MountTmpfs,
+        )?;
+        for d in &t.dirs {
+            if libc::mkdir(d.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST {
+                return Err(ChildError::last(Step::MakeMountpoint));
+            }
+        }
+        let mut src = [0u8; 32];
+        for (i, b) in t.binds.iter().enumerate() {
+            if b.dir {
+                if libc::mkdir(b.path.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST {
+                    return Err(ChildError::last(Step::MakeMountpoint));
+                }
+            } else {
+                let f = libc::open(b.path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+                if f < 0 {
+                    return Err(ChildError::last(Step::MakeMountpoint));
+                }
+                libc::close(f);
+            }
+            fd_path(&mut src, fds[i]);
+            check(
+                libc::mount(
+                    src.as_ptr().cast(),
+                    b.path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ),
+                Step::BindGrant,
+            )?;
+            libc::close(fds[i]);
+            if b.read_only {
+                check(
+                    libc::mount(
+                        std::ptr::null(),
+                        b.path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | b.keep_flags,
+                        std::ptr::null(),
+                    ),
+                    Step::RemountGrantReadOnly,
+                )?;
+            }
+        }
+        if !t.hides.is_empty() {
+            // An empty root-owned mode-000 file to cover denied files: opening it gives
+            // EACCES to a child without CAP_DAC_OVERRIDE, whatever its uid.
+            let f = libc::open(
+                t.hidden_src.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                0,
+            );
+            if f < 0 {
+                return Err(ChildError::last(Step::HideDenied));
+            }
+            libc::close(f);
+            for (path, dir) in &t.hides {
+                let rc = if *dir {
+                    libc::mount(
+                        c"tmpfs".as_ptr(),
+                        path.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        c"mode=000,size=4k".as_ptr().cast(),
+                    )
+                } else {
+                    libc::mount(
+                        t.hidden_src.as_ptr(),
+                        path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    )
+                };
+                if rc != 0 {
+                    return Err(ChildError::last(Step::HideDenied));
+                }
+            }
+            libc::unlink(t.hidden_src.as_ptr());
+        }
+    }
+    Ok(())
+}
+
+/// "/proc/self/fd/N\0" into `buf`, without allocating.
+fn fd_path(buf: &mut [u8; 32], fd: RawFd) {
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 12];
+    let mut n = fd.max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[prefix.len() + i] = digits[len - 1 - i];
+    }
+    buf[prefix.len() + len] = 0;
+}
+
+/// # Safety
+/// Raw syscalls only; in the helper, inside its new network namespace.
+unsafe fn loopback_up() -> Result<(), ChildError> {
+    // SAFETY: an ioctl on a socket we own with a zeroed ifreq on our stack.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(ChildError::last(Step::LoopbackUp));
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        let r = (|| {
+            if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+                return Err(ChildError::last(Step::LoopbackUp));
+            }
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
+                return Err(ChildError::last(Step::LoopbackUp));
+            }
+            Ok(())
+        })();
+        libc::close(s);
+        r
+    }
+}
+
+/// Try the per-exec path once: a child in a new PID namespace that unshares a mount namespace
+/// and mounts /proc, full first, then `subset=pid`. Returns the outcome and the /proc mode
+/// (0 none, 1 full, 2 subset=pid).
+///
+/// # Safety
+/// In the helper only.
+unsafe fn probe_pid() -> (Result<(), ChildError>, i32) {
+    // SAFETY: raw clone (a fork into a new PID namespace); the child makes raw syscalls only.
+    unsafe {
+        let g = libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWPID | libc::SIGCHLD) as libc::c_ulong,
+            0,
+            0,
+            0,
+            0,
+        );
+        if g < 0 {
+            return (Err(ChildError::last(Step::ClonePidNamespace)), 0);
+        }
+        if g == 0 {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                libc::_exit(200 + errno().min(55));
+            }
+            if mount_proc(ProcMount::Full) == 0 {
+                libc::_exit(0);
+            }
+            let first = errno();
+            if mount_proc(ProcMount::SubsetPid) == 0 {
+                libc::_exit(1);
+            }
+            libc::_exit(64 + first.min(130));
+        }
+        let mut st = 0;
+        while libc::waitpid(g as libc::pid_t, &mut st, 0) < 0 && errno() == libc::EINTR {}
+        let code = if libc::WIFEXITED(st) {
+            libc::WEXITSTATUS(st)
+        } else {
+            255
+        };
+        match code {
+            0 => (Ok(()), 1),
+            1 => (Ok(()), 2),
+            200..=255 => (
+                Err(ChildError::new(Step::UnshareExecMount, code - 200)),
+                0,
+            ),
+            c => (Err(ChildError::new(Step::MountProc, c - 64)), 0),
+        }
+    }
+}
+
+/// Mount a fresh /proc for the caller's PID namespace. Returns 0 or -1 (errno set).
+/// Async-signal-safe.
+pub fn mount_proc(mode: ProcMount) -> libc::c_int {
+    let data: *const libc::c_void = match mode {
+        ProcMount::SubsetPid => c"subset=pid".as_ptr().cast(),
+        _ => std::ptr::null(),
+    };
+    // SAFETY: static C strings.
+    unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            data,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fd_paths_are_written_without_allocating() {
+        let mut b = [0u8; 32];
+        fd_path(&mut b, 1234);
+        assert_eq!(&b[..19], b"/proc/self/fd/1234\0");
+        fd_path(&mut b, 0);
+        assert_eq!(&b[..16], b"/proc/self/fd/0\0");
+    }
+
+    #[test]
+    fn grants_below_tmp_are_bound_back_and_their_denied_paths_hidden() {
+        let wd = tempfile::Builder::new().prefix("osb-view-").tempdir_in("/tmp").unwrap();
+        let wd = wd.path().canonicalize().unwrap();
+        let inner = wd.join("sub");
+        std::fs::create_dir(&inner).unwrap();
+        let secret = wd.join("secret");
+        std::fs::write(&secret, "x").unwrap();
+        let req = ViewRequest {
+            private_net: true,
+            hostname: "sandbox".into(),
+            tmp_size: 1 << 20,
+            shm_size: 1 << 20,
+            grants: vec![
+                Grant {
+                    path: inner.clone(),
+                    read_only: true,
+                },
+                Grant {
+                    path: wd.clone(),
+                    read_only: false,
+                },
+                Grant {
+                    path: "/usr".into(),
+                    read_only: true,
+                },
+            ],
+            denied: vec![secret.clone(), "/etc/shadow".into()],
+        };
+        let plan = ViewPlan::new(&req);
+        let tmp = plan.tmpfs.iter().find(|t| t.target == Path::new("/tmp")).unwrap();
+        assert_eq!(tmp.data.to_str().unwrap(), "mode=1777,size=1048576");
+        // The workdir is bound before the read-only grant inside it.
+        let binds: Vec<_> = tmp.binds.iter().map(|b| (b.path.clone(), b.read_only)).collect();
+        assert_eq!(binds, vec![(cstr(&wd), false), (cstr(&inner), true)]);
+        assert!(tmp.dirs.is_empty(), "{:?}", tmp.dirs);
+        assert_eq!(tmp.hides, vec![(cstr(&secret), false)]);
+        // A grant of /tmp itself leaves /tmp alone.
+        let whole = ViewRequest {
+            grants: vec![Grant {
+                path: "/tmp".into(),
+                read_only: false,
+            }],
+            ..req
+        };
+        assert!(
+            !ViewPlan::new(&whole)
+                .tmpfs_targets()
+                .contains(&PathBuf::from("/tmp"))
+        );
+    }
+}
