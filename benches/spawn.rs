@@ -48,7 +48,10 @@ async fn plain() -> Duration {
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let rx = manager::get().spawn_plain(cmd).await.expect("spawn /bin/true");
+    let rx = manager::get()
+        .spawn_plain(cmd)
+        .await
+        .expect("spawn /bin/true");
     let st = rx.await.expect("reaped");
     assert_eq!(st.status, 0);
     t.elapsed()

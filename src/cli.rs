@@ -209,7 +209,9 @@ fn parse_hostname(s: &str) -> Result<String, String> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
     {
-        return Err(format!("`{s}`: only letters, digits, `-` and `.` are allowed"));
+        return Err(format!(
+            "`{s}`: only letters, digits, `-` and `.` are allowed"
+        ));
     }
     Ok(s.to_owned())
 }

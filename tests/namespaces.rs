@@ -349,6 +349,7 @@ fn outside_processes_are_enoent_in_proc_and_esrch_to_kill() {
         .unwrap();
     let pid = outside.id();
     let me = std::process::id();
+    let rev: String = secret.chars().rev().collect();
     let wd = Workdir::new();
     let r = py(
         &wd,
@@ -358,7 +359,10 @@ fn outside_processes_are_enoent_in_proc_and_esrch_to_kill() {
 attempt("cmdline", lambda: open("/proc/{pid}/cmdline", "rb").read() and None)
 attempt("kill", lambda: os.kill({pid}, 0))
 attempt("kill-test", lambda: os.kill({me}, 0))
-leak = any(b"{secret}" in open("/proc/%s/cmdline" % p, "rb").read()
+# Spelled backwards here: this program's own command line (and the supervisor's, which
+# carries it) must not contain the secret itself.
+secret = "{rev}"[::-1].encode()
+leak = any(secret in open("/proc/%s/cmdline" % p, "rb").read()
            for p in os.listdir("/proc") if p.isdigit())
 print("secret-visible", leak)
 "#

@@ -324,5 +324,9 @@ fn no_fd_or_env_leaks() {
     // 0, 1, 2 and the directory fd listdir itself holds open.
     assert_eq!(lines.next(), Some("['0', '1', '2', '3']"), "{s}");
     // TMPDIR is the view's private /tmp.
-    assert_eq!(lines.next(), Some("['HOME', 'LANG', 'PATH', 'TMPDIR']"), "{s}");
+    assert_eq!(
+        lines.next(),
+        Some("['HOME', 'LANG', 'PATH', 'TMPDIR']"),
+        "{s}"
+    );
 }

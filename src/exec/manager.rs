@@ -296,12 +296,8 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                     leader_alive,
                     reply,
                 } => {
-                    let left = super::tree::kill_all(
-                        leader,
-                        cgroup.as_deref(),
-                        supervisor,
-                        leader_alive,
-                    );
+                    let left =
+                        super::tree::kill_all(leader, cgroup.as_deref(), supervisor, leader_alive);
                     reap(&mut entries);
                     if let Some(r) = reply {
                         let _ = r.send(left);

@@ -20,9 +20,9 @@ use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use crate::policy::{Policy, PolicyError};
+use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::init::{ExecPlan, SpawnError};
 use crate::sandbox::{self, ChildError, LayerStatus, PrepareError, Prepared, Step};
-use crate::sandbox::cgroup::ExecCgroup;
 
 /// Why a run could not start (or the sandbox refused). Each maps to a launcher exit code.
 #[derive(Debug, thiserror::Error)]

@@ -161,16 +161,17 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
     }
 
-    let mut child = sandbox.spawn(SpawnSpec {
-        argv: args.command.clone(),
-        env,
-        cwd: None,
-        stdin: Stdio::Fd(dup_stdin()?),
-        stdout: Stdio::Piped,
-        stderr: Stdio::Piped,
-        controlling_tty: false,
-    })
-    .await?;
+    let mut child = sandbox
+        .spawn(SpawnSpec {
+            argv: args.command.clone(),
+            env,
+            cwd: None,
+            stdin: Stdio::Fd(dup_stdin()?),
+            stdout: Stdio::Piped,
+            stderr: Stdio::Piped,
+            controlling_tty: false,
+        })
+        .await?;
 
     let cap = args.max_output;
     let out_r = child.stdout.take().expect("stdout is piped");

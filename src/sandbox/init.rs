@@ -194,7 +194,12 @@ pub fn fork_exec(
         // SAFETY: siginfo is plain data; waiting on our own pidfd.
         unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(libc::P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED);
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED,
+            );
         }
         let e = ChildError::decode(&buf).unwrap_or(ChildError::new(Step::Exec, libc::EIO));
         return Err(SpawnError::Child(e));
@@ -267,7 +272,14 @@ unsafe fn init_main(
 ) -> ! {
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
             fail(ChildError::last(Step::InitParentDeath), err_w);
         }
         // Our parent is outside our PID namespace, so getppid() is 0 whoever it is: ask the
@@ -375,7 +387,11 @@ unsafe fn command_main(
         if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent) {
             fail(e, err_w);
         }
-        libc::execve(plan.program.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        libc::execve(
+            plan.program.as_ptr(),
+            plan.argv.as_ptr(),
+            plan.envp.as_ptr(),
+        );
         fail(ChildError::last(Step::Exec), err_w)
     }
 }

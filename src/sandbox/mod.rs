@@ -301,7 +301,6 @@ pub fn prepare_with(k: &dyn kernel::Kernel, policy: &Policy) -> Result<Prepared,
     })
 }
 
-
 fn degrade_row(
     policy: &Policy,
     layer: &'static str,
@@ -411,7 +410,12 @@ fn prepare_namespaces(
     if !usable {
         for kind in kinds {
             if kind == Kind::Net && policy.network == NetworkMode::All {
-                row(layers, kind.layer(), Enforcement::NotRequested, "--network all".into());
+                row(
+                    layers,
+                    kind.layer(),
+                    Enforcement::NotRequested,
+                    "--network all".into(),
+                );
                 continue;
             }
             degrade_row(
@@ -726,7 +730,8 @@ pub fn enforce_in_child(
 ) -> Result<(), ChildError> {
     process::enforce_session(controlling_tty)?;
     if let Some(cg) = join {
-        cg.join().map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
+        cg.join()
+            .map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
     }
     rlimits::apply(&p.rlimits)?;
     identity::enforce(&p.identity)?;
@@ -771,7 +776,10 @@ mod step_tests {
     #[test]
     fn an_error_names_its_step_and_errno() {
         let e = ChildError::new(Step::Setresuid, libc::EPERM);
-        assert_eq!(e.to_string(), "setresuid: Operation not permitted (os error 1)");
+        assert_eq!(
+            e.to_string(),
+            "setresuid: Operation not permitted (os error 1)"
+        );
         let r = ChildError {
             step: Step::Rlimit,
             detail: libc::RLIMIT_NOFILE as u8,

@@ -242,8 +242,7 @@ impl ViewPlan {
                     if anc == target {
                         break;
                     }
-                    if !dirs.iter().any(|d| d == anc) && !bound.iter().any(|b| anc.starts_with(b))
-                    {
+                    if !dirs.iter().any(|d| d == anc) && !bound.iter().any(|b| anc.starts_with(b)) {
                         dirs.push(anc.to_path_buf());
                     }
                 }
@@ -455,7 +454,13 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
     let want = std::mem::size_of::<HelperReport>();
     let n = loop {
         // SAFETY: reading into our own struct, at most its size.
-        let n = unsafe { libc::read(rep_r.as_raw_fd(), (&mut rep as *mut HelperReport).cast(), want) };
+        let n = unsafe {
+            libc::read(
+                rep_r.as_raw_fd(),
+                (&mut rep as *mut HelperReport).cast(),
+                want,
+            )
+        };
         if n < 0 && errno() == libc::EINTR {
             continue;
         }
@@ -553,7 +558,13 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
     };
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
         let mount = (|| {
             check(libc::unshare(libc::CLONE_NEWNS), Step::UnshareMount)?;
             // Without this, our mounts (and the execs' /proc) would propagate to the host
@@ -576,11 +587,17 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             Ok(())
         })();
         rep.set(Kind::Mount, mount);
-        rep.set(Kind::Ipc, check(libc::unshare(libc::CLONE_NEWIPC), Step::UnshareIpc));
+        rep.set(
+            Kind::Ipc,
+            check(libc::unshare(libc::CLONE_NEWIPC), Step::UnshareIpc),
+        );
         let uts = (|| {
             check(libc::unshare(libc::CLONE_NEWUTS), Step::UnshareUts)?;
             let h = plan.hostname.as_bytes();
-            check(libc::sethostname(h.as_ptr().cast(), h.len()), Step::SetHostname)
+            check(
+                libc::sethostname(h.as_ptr().cast(), h.len()),
+                Step::SetHostname,
+            )
         })();
         rep.set(Kind::Uts, uts);
         if plan.private_net {
@@ -641,7 +658,11 @@ unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
                     return Err(ChildError::last(Step::MakeMountpoint));
                 }
             } else {
-                let f = libc::open(b.path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o644);
+                let f = libc::open(
+                    b.path.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
                 if f < 0 {
                     return Err(ChildError::last(Step::MakeMountpoint));
                 }
@@ -804,10 +825,7 @@ unsafe fn probe_pid() -> (Result<(), ChildError>, i32) {
         match code {
             0 => (Ok(()), 1),
             1 => (Ok(()), 2),
-            200..=255 => (
-                Err(ChildError::new(Step::UnshareExecMount, code - 200)),
-                0,
-            ),
+            200..=255 => (Err(ChildError::new(Step::UnshareExecMount, code - 200)), 0),
             c => (Err(ChildError::new(Step::MountProc, c - 64)), 0),
         }
     }
@@ -847,7 +865,10 @@ mod tests {
 
     #[test]
     fn grants_below_tmp_are_bound_back_and_their_denied_paths_hidden() {
-        let wd = tempfile::Builder::new().prefix("osb-view-").tempdir_in("/tmp").unwrap();
+        let wd = tempfile::Builder::new()
+            .prefix("osb-view-")
+            .tempdir_in("/tmp")
+            .unwrap();
         let wd = wd.path().canonicalize().unwrap();
         let inner = wd.join("sub");
         std::fs::create_dir(&inner).unwrap();
@@ -875,10 +896,18 @@ mod tests {
             denied: vec![secret.clone(), "/etc/shadow".into()],
         };
         let plan = ViewPlan::new(&req);
-        let tmp = plan.tmpfs.iter().find(|t| t.target == Path::new("/tmp")).unwrap();
+        let tmp = plan
+            .tmpfs
+            .iter()
+            .find(|t| t.target == Path::new("/tmp"))
+            .unwrap();
         assert_eq!(tmp.data.to_str().unwrap(), "mode=1777,size=1048576");
         // The workdir is bound before the read-only grant inside it.
-        let binds: Vec<_> = tmp.binds.iter().map(|b| (b.path.clone(), b.read_only)).collect();
+        let binds: Vec<_> = tmp
+            .binds
+            .iter()
+            .map(|b| (b.path.clone(), b.read_only))
+            .collect();
         assert_eq!(binds, vec![(cstr(&wd), false), (cstr(&inner), true)]);
         assert!(tmp.dirs.is_empty(), "{:?}", tmp.dirs);
         assert_eq!(tmp.hides, vec![(cstr(&secret), false)]);

@@ -99,10 +99,27 @@ a, _ = s.accept(); a.sendall(b"pong"); a.close()
     )
     .await
     .expect("starting exec 1");
-    assert!(
-        wait_file(&port_file, Duration::from_secs(30)),
-        "exec 1 did not listen"
-    );
+    // Wait for the port, failing at once (with what exec 1 said) if it ends first.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut said = String::new();
+    while !port_file.exists() {
+        match tokio::time::timeout(Duration::from_millis(20), rx.recv()).await {
+            Err(_) => {}
+            Ok(Some(Ok(ev))) => match ev.payload {
+                Some(Payload::Stdout(d)) => said.push_str(&String::from_utf8_lossy(&d.data)),
+                Some(Payload::Stderr(d)) => said.push_str(&String::from_utf8_lossy(&d.data)),
+                Some(Payload::Exit(e)) => {
+                    panic!("exec 1 exited {} before listening: {said}", e.exit_code)
+                }
+                _ => {}
+            },
+            Ok(other) => panic!("exec 1's stream ended before it listened: {other:?} {said}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "exec 1 did not listen: {said}"
+        );
+    }
     let connect = format!(
         r#"{PY_ATTEMPT}
 import socket
