@@ -117,8 +117,8 @@ pub fn runtime_shape(sc: &Scenario, pod: &Pod) {
     );
 }
 
-/// What the supervisor makes of the read-only cgroup mount: `check --json` run in the pod by
-/// the runtime (same namespaces, capabilities, seccomp and cgroup as PID 1). Today: no
+/// What the supervisor makes of the pod: `check --json` run in the pod by the runtime (same
+/// namespaces, capabilities, seccomp and cgroup as PID 1). The read-only cgroup mount: Today: no
 /// writable pids cgroup, so the cgroup layer is not requested and the policy still counts as
 /// fully enforced. docs/e2e.md records this; the lead decides between remounting read-write
 /// and reporting degraded, and this expectation changes with that decision.
@@ -143,6 +143,24 @@ pub fn supervisor_on_read_only_cgroups(sc: &Scenario, pod: &Pod) -> String {
                 .is_some_and(|d| d.contains("no writable pids cgroup")),
         || format!("the supervisor's cgroup layer in the pod: {row}"),
     );
+    // The sandbox view can be made in the pod (root with CAP_SYS_ADMIN, under either seccomp
+    // profile): every namespace kind is enforced.
+    for kind in [
+        "namespace-pid",
+        "namespace-mount",
+        "namespace-ipc",
+        "namespace-uts",
+        "namespace-net",
+    ] {
+        let l = report["layers"]
+            .as_array()
+            .and_then(|ls| ls.iter().find(|l| l["layer"] == kind))
+            .cloned()
+            .unwrap_or_default();
+        sc.check(l["status"] == "enforced", || {
+            format!("the supervisor's {kind} layer in pod {}: {l}", pod.name)
+        });
+    }
     row.to_string()
 }
 
