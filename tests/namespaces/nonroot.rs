@@ -47,6 +47,14 @@ print("shm", isinstance(shmget({key}, 4096, IPC_CREAT | 0o600), int))
         "uid 65534 me>=2 True\nothers []\nhostname sandbox\n/tmp OK\n/dev/shm OK\nshm True\n",
     );
     assert!(!host_shm_exists(key), "the segment is in the host's IPC ns");
+    for k in KINDS.iter().chain(&["namespace-user"]) {
+        let l = layer(&r.report, k);
+        assert!(
+            matches!(&l, Some((s, _)) if s == "enforced"),
+            "non-root {k}: {l:?} in {}",
+            r.report
+        );
+    }
     let net = run_as(
         Some(NOBODY),
         &wd,
@@ -57,14 +65,6 @@ print("shm", isinstance(shmget({key}, 4096, IPC_CREAT | 0o600), int))
         &net,
         "ifaces ['lo']\nloopback pong\nconnect-v4 ENETUNREACH\nconnect-v4-private ENETUNREACH\nconnect-v6 ENETUNREACH\n",
     );
-    for k in KINDS.iter().chain(&["namespace-user"]) {
-        let l = layer(&r.report, k);
-        assert!(
-            matches!(&l, Some((s, _)) if s == "enforced"),
-            "non-root {k}: {l:?} in {}",
-            r.report
-        );
-    }
 }
 
 /// Run the binary as uid 65534 inside a throwaway user namespace whose own
