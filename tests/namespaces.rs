@@ -96,6 +96,38 @@ fn run(wd: &Workdir, extra: &[&str], cmd: &[&str]) -> Run {
     run_as(None, wd, extra, cmd)
 }
 
+/// The supervisors a test runs under: root, and a non-root one (uid 65534, which gets its view
+/// through a user namespace) where user namespaces are available.
+fn supervisors() -> Vec<Option<u32>> {
+    let max: u64 = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let mut v = vec![None];
+    if common::require(
+        max > 0,
+        "user namespaces (user.max_user_namespaces > 0) for the non-root supervisor",
+    ) {
+        v.push(Some(NOBODY));
+    }
+    v
+}
+
+const NOBODY: u32 = 65534;
+
+fn py_as(uid: Option<u32>, wd: &Workdir, extra: &[&str], code: &str) -> Run {
+    eprintln!(
+        "supervisor uid: {}",
+        uid.map_or("0 (root)".into(), |u| u.to_string())
+    );
+    run_as(
+        uid,
+        wd,
+        extra,
+        &["python3", "-c", &format!("{PY_ATTEMPT}\n{code}")],
+    )
+}
+
 fn py(wd: &Workdir, extra: &[&str], code: &str) -> Run {
     run(
         wd,
@@ -298,10 +330,12 @@ fn pid_namespace_shows_only_the_execs_processes() {
         return;
     }
     let wd = Workdir::new();
-    let r = py(
-        &wd,
-        &[],
-        r#"
+    for uid in supervisors() {
+        let r = py_as(
+            uid,
+            &wd,
+            &[],
+            r#"
 me = os.getpid()
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 print("others", [p for p in pids if p not in (1, me)])
@@ -310,8 +344,9 @@ argv0 = open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode()
 comm = open("/proc/1/comm").read().strip()
 print("init-is-ours", os.path.basename(argv0) == "openshell-sandbox" or comm.startswith("openshell-sandb"))
 "#,
-    );
-    expect_out(&r, "others []\nme>=2 True ppid 1\ninit-is-ours True\n");
+        );
+        expect_out(&r, "others []\nme>=2 True ppid 1\ninit-is-ours True\n");
+    }
 
     // ps reads the same /proc: init, the shell and ps itself, nothing else.
     let r = run(&wd, &[], &["sh", "-c", "ps -e -o pid= -o comm=; true"]);
@@ -351,11 +386,8 @@ fn outside_processes_are_enoent_in_proc_and_esrch_to_kill() {
     let me = std::process::id();
     let rev: String = secret.chars().rev().collect();
     let wd = Workdir::new();
-    let r = py(
-        &wd,
-        &[],
-        &format!(
-            r#"
+    let code = format!(
+        r#"
 attempt("cmdline", lambda: open("/proc/{pid}/cmdline", "rb").read() and None)
 attempt("kill", lambda: os.kill({pid}, 0))
 attempt("kill-test", lambda: os.kill({me}, 0))
@@ -366,14 +398,19 @@ leak = any(secret in open("/proc/%s/cmdline" % p, "rb").read()
            for p in os.listdir("/proc") if p.isdigit())
 print("secret-visible", leak)
 "#
-        ),
     );
+    let runs: Vec<Run> = supervisors()
+        .into_iter()
+        .map(|uid| py_as(uid, &wd, &[], &code))
+        .collect();
     let _ = outside.kill();
     let _ = outside.wait();
-    expect_out(
-        &r,
-        "cmdline ENOENT\nkill ESRCH\nkill-test ESRCH\nsecret-visible False\n",
-    );
+    for r in &runs {
+        expect_out(
+            r,
+            "cmdline ENOENT\nkill ESRCH\nkill-test ESRCH\nsecret-visible False\n",
+        );
+    }
 }
 
 /// Init hands every forwarded signal to the command and exits with the command's status, so
@@ -478,24 +515,27 @@ fn tmp_and_dev_shm_are_private_tmpfs_of_the_flag_sizes() {
         return;
     }
     let wd = Workdir::new();
-    let r = py(&wd, &[], PY_TMPFS);
-    expect_out(
-        &r,
-        &format!(
-            "/tmp 0o41777 tmpfs {} x\n/dev/shm 0o41777 tmpfs {} x\nTMPDIR /tmp\n",
-            256 * MIB,
-            64 * MIB
-        ),
-    );
-    let r = py(&wd, &["--tmp-size", "8MiB", "--shm-size", "4MiB"], PY_TMPFS);
-    expect_out(
-        &r,
-        &format!(
-            "/tmp 0o41777 tmpfs {} x\n/dev/shm 0o41777 tmpfs {} x\nTMPDIR /tmp\n",
-            8 * MIB,
-            4 * MIB
-        ),
-    );
+    for uid in supervisors() {
+        let r = py_as(uid, &wd, &[], PY_TMPFS);
+        expect_out(
+            &r,
+            &format!(
+                "/tmp 0o41777 tmpfs {} x\n/dev/shm 0o41777 tmpfs {} x\nTMPDIR /tmp\n",
+                256 * MIB,
+                64 * MIB
+            ),
+        );
+        let flags = ["--tmp-size", "8MiB", "--shm-size", "4MiB"];
+        let r = py_as(uid, &wd, &flags, PY_TMPFS);
+        expect_out(
+            &r,
+            &format!(
+                "/tmp 0o41777 tmpfs {} x\n/dev/shm 0o41777 tmpfs {} x\nTMPDIR /tmp\n",
+                8 * MIB,
+                4 * MIB
+            ),
+        );
+    }
 }
 
 /// A file in /tmp and /dev/shm of one run: a concurrent run does not see it, the host does not,
@@ -548,10 +588,12 @@ fn filling_tmp_or_dev_shm_past_its_size_is_enospc() {
         return;
     }
     let wd = Workdir::new();
-    let r = py(
-        &wd,
-        &["--shm-size", "4MiB", "--tmp-size", "4MiB"],
-        r#"
+    for uid in supervisors() {
+        let r = py_as(
+            uid,
+            &wd,
+            &["--shm-size", "4MiB", "--tmp-size", "4MiB"],
+            r#"
 for d in ("/dev/shm", "/tmp"):
     n = 0
     try:
@@ -563,11 +605,12 @@ for d in ("/dev/shm", "/tmp"):
     except OSError as e:
         print(d, errno.errorcode[e.errno], n)
 "#,
-    );
-    expect_out(
-        &r,
-        &format!("/dev/shm ENOSPC {}\n/tmp ENOSPC {}\n", 4 * MIB, 4 * MIB),
-    );
+        );
+        expect_out(
+            &r,
+            &format!("/dev/shm ENOSPC {}\n/tmp ENOSPC {}\n", 4 * MIB, 4 * MIB),
+        );
+    }
 }
 
 /// The pages of /dev/shm are charged to the exec's memory cgroup: with a /dev/shm larger than
@@ -687,11 +730,13 @@ fn hostname_is_sandbox_by_default_and_set_by_the_flag() {
     }
     let wd = Workdir::new();
     let code = "import socket; print(socket.gethostname(), os.uname().nodename)";
-    expect_out(&py(&wd, &[], code), "sandbox sandbox\n");
-    expect_out(
-        &py(&wd, &["--hostname", "build-7"], code),
-        "build-7 build-7\n",
-    );
+    for uid in supervisors() {
+        expect_out(&py_as(uid, &wd, &[], code), "sandbox sandbox\n");
+        expect_out(
+            &py_as(uid, &wd, &["--hostname", "build-7"], code),
+            "build-7 build-7\n",
+        );
+    }
     // The host's name is untouched.
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert_ne!(host.trim(), "build-7");

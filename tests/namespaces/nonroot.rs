@@ -6,11 +6,9 @@ use std::process::{Command, Stdio};
 
 use super::common::{BIN, Run, Workdir, require, require_root};
 use super::{
-    KINDS, PY_ATTEMPT, PY_NET, PY_SHM, RemoveShm, expect_out, finish, host_shm_exists, layer, py,
-    run_as, shm_key, unique,
+    KINDS, NOBODY, PY_ATTEMPT, PY_NET, PY_SHM, RemoveShm, expect_out, finish, host_shm_exists,
+    layer, py, run_as, shm_key, unique,
 };
-
-const NOBODY: u32 = 65534;
 
 /// The view for a non-root supervisor comes from a user namespace: the same outcomes, and the
 /// report says namespace-user is enforced.
