@@ -1,10 +1,12 @@
-//! Compile `proto/openshell.proto` with protox (a pure-Rust protobuf compiler), so building needs
-//! no `protoc` on the machine.
+//! Compile `proto/openshell.proto` and `proto/sandbox.proto` with protox (a pure-Rust protobuf
+//! compiler), so building needs no `protoc` on the machine.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "proto/openshell.proto";
-    println!("cargo:rerun-if-changed={proto}");
-    let fds = protox::compile([proto], ["proto"])?;
+    let protos = ["proto/openshell.proto", "proto/sandbox.proto"];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

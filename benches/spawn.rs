@@ -9,7 +9,7 @@ use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio, manager};
 use openshell_sandbox::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
 use openshell_sandbox::sandbox;
 
-const ROUNDS: usize = 400;
+const ROUNDS: usize = 200;
 
 fn policy(workdir: &std::path::Path) -> Policy {
     // SAFETY: geteuid has no preconditions.
@@ -99,6 +99,22 @@ fn main() {
             ("- rlimits", variant(&|p| p.rlimits.clear())),
             ("- identity", variant(&|p| p.identity.target = None)),
             (
+                "- namespaces (no view, no init)",
+                variant(&|p| p.view = Default::default()),
+            ),
+            ("- pid namespace and init", variant(&|p| p.view.pid = false)),
+            (
+                "- mount namespace and /proc",
+                variant(&|p| p.view.mnt = None),
+            ),
+            (
+                "- the exec's mount ns and /proc",
+                variant(&|p| p.view.proc = sandbox::namespaces::ProcMount::None),
+            ),
+            ("- ipc namespace", variant(&|p| p.view.ipc = None)),
+            ("- uts namespace", variant(&|p| p.view.uts = None)),
+            ("- net namespace", variant(&|p| p.view.net = None)),
+            (
                 "no layers (fork + setsid only)",
                 variant(&|p| {
                     p.landlock = None;
@@ -106,6 +122,7 @@ fn main() {
                     p.cgroups = None;
                     p.rlimits.clear();
                     p.identity.target = None;
+                    p.view = Default::default();
                 }),
             ),
         ];
@@ -147,7 +164,7 @@ fn main() {
             row(name, &mut per[i]);
         }
         println!(
-            "RATIO all-layers / plain = {:.3} (target <= 1.25)",
+            "RATIO all-layers / plain = {:.3} (target <= 1.5 with namespaces)",
             ma.as_secs_f64() / mb.as_secs_f64()
         );
         for l in full.layers() {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::policy::{NetworkMode, ParseSizeError, parse_size};
+use crate::policy::{NetworkMode, ParseSizeError, PolicyFlags, parse_size};
 
 /// `openshell-sandbox run [OPTIONS] -- CMD [ARGS...]`
 #[derive(Debug, Parser)]
@@ -59,6 +59,20 @@ pub struct RunArgs {
     /// Do not print the one-line summary on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    /// Give the child a fresh pseudo-terminal (stdin, stdout and stderr, its controlling
+    /// terminal) instead of pipes. When our stdin is a terminal it is put in raw mode for the
+    /// run and restored on every exit (normal, signal, timeout). Without --tty the child's
+    /// stdin is always a pipe we feed, never our own terminal.
+    #[arg(long)]
+    pub tty: bool,
+
+    /// When we are root and no --uid is given: the uids that concurrent runs take one each
+    /// (held by a lock under /run for the run's lifetime), so one run cannot drain the per-uid
+    /// kernel budgets (inotify instances, queued signals, ...) of another. The default lies
+    /// above systemd's container range and below 2^31; see the README.
+    #[arg(long, value_name = "START-END", default_value = "1900000000-1900000999", value_parser = parse_uid_range)]
+    pub uid_range: UidRange,
 
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -142,6 +156,31 @@ pub struct PolicyArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
+}
+
+/// Every flag as given or defaulted. A caller that knows clap's value source should leave
+/// defaulted values `None` instead, so that they do not override a policy file.
+impl From<&PolicyArgs> for PolicyFlags {
+    fn from(a: &PolicyArgs) -> Self {
+        PolicyFlags {
+            workdir: a.workdir.clone(),
+            ro: a.ro.clone(),
+            rw: a.rw.clone(),
+            deny: a.deny.clone(),
+            network: Some(a.network.into()),
+            cpu: a.cpu,
+            memory: a.memory,
+            pids: Some(a.pids),
+            file_size: a.file_size,
+            open_files: Some(a.open_files),
+            uid: a.uid,
+            gid: a.gid,
+            allow_degraded: a.allow_degraded,
+            tmp_size: Some(a.tmp_size),
+            shm_size: Some(a.shm_size),
+            hostname: Some(a.hostname.clone()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -248,6 +287,28 @@ fn parse_id(s: &str) -> Result<u32, String> {
     Ok(n as u32)
 }
 
+/// An inclusive range of uids for `run --uid-range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UidRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+fn parse_uid_range(s: &str) -> Result<UidRange, String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("`{s}` is not START-END"))?;
+    let (start, end) = (parse_id(a)?, parse_id(b)?);
+    if start > end {
+        return Err(format!("`{s}`: START is above END"));
+    }
+    // Uids below 1000 are system accounts (Debian policy 9.2.2): never hand one to a run.
+    if start < 1000 {
+        return Err(format!("`{s}` includes system uids (below 1000)"));
+    }
+    Ok(UidRange { start, end })
+}
+
 fn parse_secs(s: &str, allow_zero: bool) -> Result<f64, String> {
     let v: f64 = s
         .trim()
@@ -326,6 +387,21 @@ mod tests {
     fn ids_exclude_the_sentinel() {
         assert!(parse_id("4294967295").is_err());
         assert_eq!(parse_id("65534").unwrap(), 65534);
+    }
+
+    #[test]
+    fn uid_ranges_are_validated() {
+        assert_eq!(
+            parse_uid_range("2000-2001").unwrap(),
+            UidRange {
+                start: 2000,
+                end: 2001
+            }
+        );
+        assert!(parse_uid_range("5000-3000").is_err());
+        assert!(parse_uid_range("0-5000").is_err());
+        assert!(parse_uid_range("5000").is_err());
+        assert!(parse_uid_range("5000-4294967295").is_err());
     }
 
     #[test]

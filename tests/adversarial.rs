@@ -104,6 +104,10 @@ fn run_all(label: &str, uid: u32, mode: Mode, flags: &[&str], network_all: bool)
         network_all,
         landlock_abi: out.landlock_abi(),
         targets,
+        pid_namespace: out.layer("namespace-pid") == "enforced",
+        private_tmp: out.layer("namespace-mount") == "enforced",
+        private_net: out.layer("namespace-net") == "enforced",
+        user_namespace: out.layer("namespace-user") == "enforced",
     };
     let mut failures = Vec::new();
     let mut gaps = Vec::new();

@@ -82,6 +82,30 @@ struct Entry {
     pidfd: OwnedFd,
     status: Option<OwnedFd>,
     release: Vec<Arc<ExecCgroup>>,
+    /// The exec's own mount namespace, held open (see [`drop_later`]).
+    mnt: Option<OwnedFd>,
+}
+
+/// Tearing down a mount namespace waits for an RCU grace period (namespace_unlock's
+/// synchronize_rcu_expedited), milliseconds on a busy node, and the last process to leave it
+/// pays that in its exit path, before it becomes a zombie. So the manager holds each exec's
+/// mount namespace by descriptor, and this thread closes it after the exec is reaped: the
+/// teardown still happens, but off both the exit and the spawn path.
+fn drop_later(fd: OwnedFd) {
+    static TX: OnceLock<Mutex<mpsc::Sender<OwnedFd>>> = OnceLock::new();
+    let tx = TX.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<OwnedFd>();
+        std::thread::Builder::new()
+            .name("namespace-teardown".into())
+            .spawn(move || {
+                for fd in rx {
+                    drop(fd);
+                }
+            })
+            .expect("spawning the namespace-teardown thread");
+        Mutex::new(tx)
+    });
+    let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(fd);
 }
 
 pub struct Manager {
@@ -283,6 +307,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                                 pidfd,
                                 status: None,
                                 release: Vec::new(),
+                                mnt: None,
                             },
                         );
                         Ok(rx)
@@ -338,6 +363,16 @@ fn spawn_one(
         what: "duplicating the exec's pidfd",
         source,
     })?;
+    // The init is alive (it waits for the command), so its pid is still this exec's.
+    let mnt = if s.init
+        && prepared.view.exec_view().proc != crate::sandbox::namespaces::ProcMount::None
+    {
+        std::fs::File::open(format!("/proc/{}/ns/mnt", s.pid))
+            .ok()
+            .map(OwnedFd::from)
+    } else {
+        None
+    };
     let (tx, rx) = oneshot::channel();
     reaper::registry().insert(s.pid);
     entries.insert(
@@ -347,6 +382,7 @@ fn spawn_one(
             pidfd: s.pidfd,
             status: s.status,
             release: Vec::new(),
+            mnt,
         },
     );
     Ok(Started {
@@ -400,6 +436,9 @@ fn reap(entries: &mut HashMap<libc::pid_t, Entry>) {
                 }
             }
             let _ = e.tx.send(Reaped { status, rusage });
+            if let Some(m) = e.mnt {
+                drop_later(m);
+            }
             // Every process of the exec is gone (an init is reaped only once its namespace is
             // empty), so its cgroup can go too.
             drop(e.release);

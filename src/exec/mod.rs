@@ -46,6 +46,13 @@ pub enum RunError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("choosing the run's uid (pass --uid to name one): {0}")]
+    Identity(crate::sandbox::identity::LeaseError),
+    #[error("--report-json {path}: {source}")]
+    ReportJson {
+        path: PathBuf,
+        source: Box<crate::policy::walk::WalkError>,
+    },
 }
 
 impl RunError {
@@ -55,7 +62,7 @@ impl RunError {
         match self {
             RunError::NotFound(_) => 127,
             RunError::NotExecutable { .. } => 126,
-            RunError::Policy(_) | RunError::Usage(_) => 2,
+            RunError::Policy(_) | RunError::Usage(_) | RunError::ReportJson { .. } => 2,
             _ => 125,
         }
     }
@@ -192,7 +199,6 @@ impl Sandbox {
         let Some(argv0) = spec.argv.first() else {
             return Err(RunError::Usage("empty command".into()));
         };
-        let program = resolve_program(argv0, &spec.env)?;
         let cwd = spec
             .cwd
             .clone()
@@ -203,6 +209,7 @@ impl Sandbox {
                 cwd.display()
             )));
         }
+        let program = resolve_program(argv0, &spec.env, &cwd)?;
         let mut env = spec.env;
         // The view's /tmp is the child's own, writable temp space.
         if self.inner.prepared.view.private_tmp() && !env.iter().any(|(k, _)| k == "TMPDIR") {
@@ -306,14 +313,21 @@ fn spawn_error(e: manager::ManagerError, program: &Path) -> RunError {
 }
 
 /// Find the program as the shell would: a name with a `/` is used as is, anything else is
-/// searched in the child's PATH. Resolving here, before fork, gives a clear 127.
-pub fn resolve_program(argv0: &OsStr, env: &[(OsString, OsString)]) -> Result<PathBuf, RunError> {
+/// searched in the child's PATH. Resolving here, before fork, gives a clear 127. A relative
+/// name or PATH entry is relative to `cwd`, the directory the child will run in, not to ours:
+/// `run --workdir W -- ./x.sh` means `W/x.sh` wherever `run` was started.
+pub fn resolve_program(
+    argv0: &OsStr,
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+) -> Result<PathBuf, RunError> {
     let name = argv0.as_bytes();
     if name.is_empty() {
         return Err(RunError::NotFound(String::new()));
     }
     if name.contains(&b'/') {
-        let p = PathBuf::from(argv0);
+        // join keeps an absolute name as it is.
+        let p = cwd.join(argv0);
         return match std::fs::metadata(&p) {
             Ok(m) if m.is_file() => Ok(p),
             Ok(_) => Err(RunError::NotExecutable {
@@ -330,11 +344,8 @@ pub fn resolve_program(argv0: &OsStr, env: &[(OsString, OsString)]) -> Result<Pa
         .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
     let mut found_not_exec = None;
     for dir in path.as_bytes().split(|&b| b == b':') {
-        let dir = if dir.is_empty() {
-            Path::new(".")
-        } else {
-            Path::new(OsStr::from_bytes(dir))
-        };
+        // An empty entry is the current directory, as in every shell.
+        let dir = cwd.join(OsStr::from_bytes(dir));
         let cand = dir.join(argv0);
         if let Ok(m) = std::fs::metadata(&cand)
             && m.is_file()

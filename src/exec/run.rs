@@ -2,7 +2,8 @@
 //! code that mirrors the child's, and an exit report.
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use super::stream::{StreamStats, pump};
 use super::{RunError, Sandbox, SpawnSpec, Stdio};
 use crate::cli::RunArgs;
 use crate::policy::{Identity, Policy};
+use crate::sandbox::identity::{self, SandboxOwners, UidLease};
 
 /// Exit code when the wall-clock limit fired, as coreutils' `timeout` uses.
 pub const TIMEOUT_EXIT: i32 = 124;
@@ -101,7 +103,8 @@ impl Scratch {
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
                         .map_err(|e| io("setting scratch dir permissions", e))?;
                     if let Some(id) = owner {
-                        std::os::unix::fs::chown(&path, Some(id.uid), Some(id.gid))
+                        // Never follows a link: the directory is ours, fresh, in a sticky dir.
+                        std::os::unix::fs::lchown(&path, Some(id.uid), Some(id.gid))
                             .map_err(|e| io("giving the scratch dir to the sandbox uid", e))?;
                     }
                     return Ok(Scratch { path });
@@ -125,14 +128,155 @@ impl Drop for Scratch {
     }
 }
 
-fn dup_stdin() -> Result<OwnedFd, RunError> {
-    std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|source| RunError::Io {
-            what: "duplicating stdin",
-            source,
-        })
+/// The child's stdin: the read end of a pipe that a thread of ours fills from our own stdin.
+///
+/// The child never gets our fd 0 itself. When that is a terminal, the open file description
+/// and the tty behind it are shared with the caller: echo off, `TIOCSETD`, `TIOCEXCL` and
+/// O_NONBLOCK would outlive the run, and writes to fd 0 would bypass `--max-output`. A pipe's
+/// read end carries none of that (a write to it is EBADF). The thread's blocking write is the
+/// backpressure; its end of the pipe closes at our EOF (or when the child is gone, EPIPE), so
+/// EOF reaches the child. It is a plain thread, not a runtime task: a read of a terminal
+/// cannot be cancelled, and process exit ends the thread wherever it blocks.
+fn feed_stdin() -> Result<OwnedFd, RunError> {
+    let io = |what, source| RunError::Io { what, source };
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io(
+            "creating the stdin pipe",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    std::thread::Builder::new()
+        .name("stdin-feeder".into())
+        .spawn(move || copy_stdin(w))
+        .map_err(|e| io("starting the stdin thread", e))?;
+    Ok(r)
+}
+
+/// Block in poll(2) until `fd` is ready for `events`.
+fn wait_ready(fd: i32, events: libc::c_short) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd on our stack.
+    unsafe { libc::poll(&mut pfd, 1, -1) };
+}
+
+/// Copy our stdin to `w` until EOF on either side. `w` may be non-blocking (a pty master).
+fn copy_stdin(w: OwnedFd) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: read into our buffer from fd 0.
+        let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+        if n == 0 {
+            return;
+        }
+        if n < 0 {
+            match crate::sandbox::errno() {
+                libc::EINTR => continue,
+                // The caller's stdin may be non-blocking (the flag belongs to its open file
+                // description, which we must not change): wait for it instead.
+                libc::EAGAIN => {
+                    wait_ready(0, libc::POLLIN);
+                    continue;
+                }
+                // EBADF (no stdin at all), EIO (a hung-up terminal): the child sees EOF.
+                _ => return,
+            }
+        }
+        let mut data = &buf[..n as usize];
+        while !data.is_empty() {
+            // SAFETY: write from our buffer to our pipe end.
+            let m = unsafe { libc::write(w.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+            if m < 0 {
+                match crate::sandbox::errno() {
+                    libc::EINTR => continue,
+                    libc::EAGAIN => {
+                        wait_ready(w.as_raw_fd(), libc::POLLOUT);
+                        continue;
+                    }
+                    _ => return, // EPIPE, EIO: nobody reads any more
+                }
+            }
+            data = &data[m as usize..];
+        }
+    }
+}
+
+/// Our terminal's settings while `--tty` runs; put back on drop, so every way out of `run`
+/// (the child's exit, a signal, the timeout, an error) restores them.
+struct RawTerminal {
+    saved: libc::termios,
+}
+
+impl RawTerminal {
+    /// Raw mode on our stdin when it is a terminal, so that keys (^C, ^Z, ^\\) reach the
+    /// child's pty instead of signalling us; `None` when stdin is no terminal.
+    fn enter() -> Result<Option<RawTerminal>, RunError> {
+        // SAFETY: isatty/tcgetattr/tcsetattr on fd 0 with termios values on our stack.
+        unsafe {
+            if libc::isatty(0) != 1 {
+                return Ok(None);
+            }
+            let mut saved: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut saved) != 0 {
+                return Err(RunError::Io {
+                    what: "reading the terminal's settings",
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            let mut raw = saved;
+            libc::cfmakeraw(&mut raw);
+            if libc::tcsetattr(0, libc::TCSANOW, &raw) != 0 {
+                return Err(RunError::Io {
+                    what: "putting the terminal in raw mode",
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            Ok(Some(RawTerminal { saved }))
+        }
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        // SAFETY: tcsetattr on fd 0 with the settings read in `enter`.
+        if unsafe { libc::tcsetattr(0, libc::TCSADRAIN, &self.saved) } != 0 {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "could not restore the terminal");
+        }
+    }
+}
+
+/// Our terminal's size, for the child's pty (80x24 when we have none).
+fn our_winsize() -> (u32, u32) {
+    for fd in [0, 1, 2] {
+        // SAFETY: TIOCGWINSZ fills a winsize on our stack.
+        unsafe {
+            let mut ws: libc::winsize = std::mem::zeroed();
+            if libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) == 0 && ws.ws_col > 0 {
+                return (u32::from(ws.ws_col), u32::from(ws.ws_row));
+            }
+        }
+    }
+    (80, 24)
+}
+
+/// Whether our stdout and stderr are the same file (a terminal, say): then the child's
+/// unterminated stdout line would also be glued onto the summary.
+fn stdout_is_stderr() -> bool {
+    let st = |fd| {
+        // SAFETY: fstat into a zeroed stack struct.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+        }
+    };
+    matches!((st(1), st(2)), (Some(a), Some(b)) if a == b)
 }
 
 async fn run(args: RunArgs) -> Result<i32, RunError> {
@@ -142,6 +286,23 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         source,
     })?;
     let mut policy = Policy::from_args(&args.policy, &cwd, Vec::new())?;
+    // Root with no --uid (or OPENSHELL_SANDBOX_UID): a uid of our own for this run. Per-uid
+    // kernel budgets (inotify instances, fanotify groups, queued signals, POSIX timers,
+    // RLIMIT_NPROC) are shared by every process of a uid, so with one fixed uid a run could
+    // drain them for every concurrent run. Held until we return, after the last kill sweep.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let lease = if root && args.policy.uid.is_none() && args.policy.gid.is_none() {
+        let lease =
+            UidLease::take(args.uid_range.start, args.uid_range.end).map_err(RunError::Identity)?;
+        policy.set_identity(Identity {
+            uid: lease.uid,
+            gid: lease.uid,
+        });
+        Some(lease)
+    } else {
+        None
+    };
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
     } else {
@@ -157,29 +318,109 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     )?;
     let limits = policy.limits.clone();
     let sandbox = Sandbox::new(policy)?;
+    // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
+    // workdir has passed the filesystem policy's checks.
+    if let Some(lease) = &lease {
+        let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
+        let workdir = &sandbox.policy().fs.workdir;
+        let handed = identity::hand_over_dir(workdir, lease.uid, lease.uid, &owners)
+            .map_err(RunError::Identity)?;
+        if !handed {
+            tracing::info!(
+                workdir = %workdir.display(),
+                "the workdir belongs to neither nobody nor a uid of --uid-range: it keeps its owner"
+            );
+        }
+    }
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
     }
 
-    let mut child = sandbox
-        .spawn(SpawnSpec {
-            argv: args.command.clone(),
-            env,
-            cwd: None,
-            stdin: Stdio::Fd(dup_stdin()?),
-            stdout: Stdio::Piped,
-            stderr: Stdio::Piped,
-            controlling_tty: false,
-        })
-        .await?;
+    // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
+    // the end could by then be the child's symlink (root overwrites what it points to) or its
+    // FIFO (the supervisor blocks forever). See `Walker::open_output`.
+    let report_file = match &args.report_json {
+        Some(p) => Some(
+            sandbox
+                .policy()
+                .fs
+                .walker()
+                .open_output(p)
+                .map_err(|source| RunError::ReportJson {
+                    path: p.clone(),
+                    source: Box::new(source),
+                })?,
+        ),
+        None => None,
+    };
 
     let cap = args.max_output;
-    let out_r = child.stdout.take().expect("stdout is piped");
-    let err_r = child.stderr.take().expect("stderr is piped");
-    let out_task =
-        tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), cap, "stdout").await });
-    let err_task =
-        tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), cap, "stderr").await });
+    let (mut child, out_task, err_task, raw_terminal) = if args.tty {
+        let (cols, rows) = our_winsize();
+        let (master, slave) =
+            crate::gateway::ssh::pty::open(cols, rows).map_err(|source| RunError::Io {
+                what: "allocating a pty",
+                source,
+            })?;
+        let child = sandbox
+            .spawn(SpawnSpec {
+                argv: args.command.clone(),
+                env,
+                cwd: None,
+                stdin: Stdio::Fd(slave.stdin),
+                stdout: Stdio::Fd(slave.stdout),
+                stderr: Stdio::Fd(slave.stderr),
+                controlling_tty: true,
+            })
+            .await?;
+        // Raw mode only once the child runs, and undone by drop on every way out.
+        let raw = RawTerminal::enter()?;
+        let writer = master.dup_fd().map_err(|source| RunError::Io {
+            what: "duplicating the pty master",
+            source,
+        })?;
+        std::thread::Builder::new()
+            .name("stdin-feeder".into())
+            .spawn(move || copy_stdin(writer))
+            .map_err(|source| RunError::Io {
+                what: "starting the stdin thread",
+                source,
+            })?;
+        // The pty carries stdout and stderr together: one stream, capped as stdout.
+        let (mut w, r) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n @ 1..) = master.read(&mut buf).await {
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let out_task =
+            tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), cap, "stdout").await });
+        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
+        (child, out_task, err_task, raw)
+    } else {
+        let mut child = sandbox
+            .spawn(SpawnSpec {
+                argv: args.command.clone(),
+                env,
+                cwd: None,
+                stdin: Stdio::Fd(feed_stdin()?),
+                stdout: Stdio::Piped,
+                stderr: Stdio::Piped,
+                controlling_tty: false,
+            })
+            .await?;
+        let out_r = child.stdout.take().expect("stdout is piped");
+        let err_r = child.stderr.take().expect("stderr is piped");
+        let out_task =
+            tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), cap, "stdout").await });
+        let err_task =
+            tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), cap, "stderr").await });
+        (child, out_task, err_task, None)
+    };
 
     let grace = Duration::from_secs_f64(args.kill_grace);
     let timeout = args.timeout.map(Duration::from_secs_f64);
@@ -189,6 +430,17 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     })?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(|source| RunError::Io {
         what: "installing the SIGINT handler",
+        source,
+    })?;
+    // A closed terminal (SIGHUP) or a quit key (SIGQUIT) must not kill us with the default
+    // action: the tree would outlive us (only the leader has a parent-death signal) and no
+    // report would be written. Both end the run as SIGTERM does.
+    let mut sighup = signal(SignalKind::hangup()).map_err(|source| RunError::Io {
+        what: "installing the SIGHUP handler",
+        source,
+    })?;
+    let mut sigquit = signal(SignalKind::quit()).map_err(|source| RunError::Io {
+        what: "installing the SIGQUIT handler",
         source,
     })?;
     let deadline = async {
@@ -213,6 +465,14 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
             forwarded_signal = Some(libc::SIGINT);
             child.terminate_tree(grace).await
         }
+        _ = sighup.recv() => {
+            forwarded_signal = Some(libc::SIGHUP);
+            child.terminate_tree(grace).await
+        }
+        _ = sigquit.recv() => {
+            forwarded_signal = Some(libc::SIGQUIT);
+            child.terminate_tree(grace).await
+        }
     };
     // Whatever the command left behind dies with it; that also closes pipes held by
     // descendants, so the pumps below reach EOF.
@@ -225,18 +485,24 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     let join = |r: Result<std::io::Result<StreamStats>, tokio::task::JoinError>| {
         r.ok().and_then(|r| r.ok()).unwrap_or_default()
     };
-    let (out, err) = match drained {
-        Ok((o, e)) => (join(o), join(e)),
+    let (out, err, summary_needs_newline) = match drained {
+        Ok((o, e)) => {
+            let (o, e) = (join(o), join(e));
+            let open = e.open_line || (o.open_line && stdout_is_stderr());
+            (o, e, open)
+        }
         Err(_) => {
             survivors.extend(child.kill_tree().await);
             if survivors.is_empty() {
                 survivors.push(-1); // unknown holder of the pipes
             }
-            (StreamStats::default(), StreamStats::default())
+            // We stopped reading mid-stream: we cannot know where the last line ended.
+            (StreamStats::default(), StreamStats::default(), true)
         }
     };
     drop(child);
-    drop(scratch);
+    // Our terminal is itself again before we print anything of our own.
+    drop(raw_terminal);
 
     let cx = Context {
         timed_out,
@@ -271,14 +537,28 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         layers: sandbox.layers().to_vec(),
     };
     if !args.quiet {
-        eprintln!("{}", report.summary());
+        // The summary starts a line of its own, so that a child's unterminated last line
+        // cannot pass for (part of) it. --report-json remains the machine-readable truth.
+        // Not eprintln!: after SIGHUP our stderr may be a hung-up terminal, and a failed
+        // write must not turn into a panic.
+        let nl = if summary_needs_newline { "\n" } else { "" };
+        let _ = writeln!(std::io::stderr(), "{nl}{}", report.summary());
     }
-    if let Some(path) = &args.report_json {
+    if let Some(file) = &report_file {
+        use std::os::unix::fs::FileExt;
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
-        std::fs::write(path, json).map_err(|source| RunError::Io {
-            what: "writing --report-json",
-            source,
-        })?;
+        file.set_len(0)
+            .and_then(|()| file.write_all_at(&json, 0))
+            .map_err(|source| RunError::Io {
+                what: "writing --report-json",
+                source,
+            })?;
     }
+    // Only now, with the report out, remove the scratch tree: on a deep or wide tree that can
+    // take far longer than the run's --timeout (37 s was seen), and nothing of the run's
+    // outcome may wait for it. std's remove_dir_all walks by fd and never follows a symlink.
+    crate::pause::point("scratch-remove");
+    drop(scratch);
+    drop(lease);
     Ok(exit_code)
 }

@@ -13,6 +13,10 @@ pub struct StreamStats {
     /// Bytes passed on.
     pub forwarded: u64,
     pub truncated: bool,
+    /// The last byte passed on was not a newline: whatever we print next on the same stream
+    /// would be glued onto the child's unterminated line.
+    #[serde(skip)]
+    pub open_line: bool,
 }
 
 const CHUNK: usize = 64 * 1024;
@@ -52,6 +56,7 @@ where
                 writer_ok = false;
             } else {
                 st.forwarded += room as u64;
+                st.open_line = buf[room - 1] != b'\n';
             }
         }
     }
@@ -60,7 +65,9 @@ where
             "\n[openshell-sandbox: {name} truncated: {} of {} bytes shown (--max-output)]\n",
             st.forwarded, st.bytes
         );
-        let _ = w.write_all(marker.as_bytes()).await;
+        if w.write_all(marker.as_bytes()).await.is_ok() {
+            st.open_line = false;
+        }
     }
     if writer_ok {
         let _ = w.flush().await;
@@ -96,5 +103,26 @@ mod tests {
         let st = pump(&data[..], &mut out, None, "stdout").await.unwrap();
         assert_eq!(out, data);
         assert!(!st.truncated);
+        assert!(
+            st.open_line,
+            "the data ends in byte {}",
+            data[data.len() - 1]
+        );
+    }
+
+    #[tokio::test]
+    async fn tracks_the_last_line() {
+        let mut out = Vec::new();
+        let st = pump(&b"a\nb\n"[..], &mut out, None, "stderr")
+            .await
+            .unwrap();
+        assert!(!st.open_line);
+        let st = pump(&b""[..], &mut out, None, "stderr").await.unwrap();
+        assert!(!st.open_line);
+        // Truncated mid-line: the marker ends the line.
+        let st = pump(&b"abcdef"[..], &mut out, Some(3), "stderr")
+            .await
+            .unwrap();
+        assert!(!st.open_line);
     }
 }

@@ -112,6 +112,10 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
 
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    // SIGHUP and SIGQUIT stop us as SIGTERM does: their default action would kill the
+    // supervisor and leave every exec's tree running (only leaders have a parent-death signal).
+    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let mut sigquit = signal(SignalKind::quit()).context("installing the SIGQUIT handler")?;
 
     let mut main_task = match &cfg.main {
         Some(m) => Some(start_main(&ctx, m, cfg.main_timeout, stop_rx.clone()).await?),
@@ -154,6 +158,8 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
     let stop = tokio::select! {
         _ = sigterm.recv() => Stop::Signal("SIGTERM"),
         _ = sigint.recv() => Stop::Signal("SIGINT"),
+        _ = sighup.recv() => Stop::Signal("SIGHUP"),
+        _ = sigquit.recv() => Stop::Signal("SIGQUIT"),
         Some(info) = async {
             match main_task.as_mut() {
                 Some(t) => t.await.ok(),

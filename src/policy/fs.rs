@@ -5,9 +5,12 @@
 
 use std::collections::BTreeSet;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::PolicyError;
+use super::walk::{self, Resolved, Walker};
+use super::{Identity, PolicyError};
 
 /// What a rule lets the child do below a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -21,11 +24,39 @@ pub enum PathAccess {
     Device,
 }
 
-/// One expanded rule, ready to be turned into a Landlock `path_beneath` rule.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// One expanded rule, ready to be turned into a Landlock `path_beneath` rule. Rules compare
+/// by path and access only.
+#[derive(Debug, Clone)]
 pub struct FsRule {
+    /// The symlink-free path that reached `fd`; for messages and for comparing with denied
+    /// paths.
     pub path: PathBuf,
     pub access: PathAccess,
+    /// Whether `fd` is a directory (file rules may only carry file rights).
+    pub is_dir: bool,
+    /// An `O_PATH` descriptor of the file the rule was decided on. Landlock gets this one,
+    /// never the path, so the file cannot be swapped between the decision and the rule.
+    pub fd: Arc<OwnedFd>,
+}
+
+impl PartialEq for FsRule {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.path, self.access) == (&other.path, other.access)
+    }
+}
+
+impl Eq for FsRule {}
+
+impl PartialOrd for FsRule {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for FsRule {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (&self.path, self.access).cmp(&(&other.path, other.access))
+    }
 }
 
 /// The filesystem part of a policy. Paths are absolute.
@@ -46,6 +77,9 @@ pub struct FsPolicy {
     pub proc_read: bool,
     /// Paths that must never be readable, even below a granted directory.
     pub deny: Vec<PathBuf>,
+    /// Who the child runs as (`None`: the supervisor's own euid and egid). A symlink in a
+    /// grant root is followed only when this identity cannot have made or changed it.
+    pub sandbox_identity: Option<Identity>,
 }
 
 /// Directories a normal image needs to run programs.
@@ -90,68 +124,94 @@ impl FsPolicy {
             devices: DEVICES.iter().map(PathBuf::from).collect(),
             proc_read: true,
             deny: default_secret_paths(),
+            sandbox_identity: None,
         }
     }
 
+    /// Resolves paths for the uid and gid the child runs as.
+    pub fn walker(&self) -> Walker {
+        let id = self.sandbox_identity.unwrap_or_else(|| Identity {
+            // SAFETY: geteuid and getegid have no preconditions.
+            uid: unsafe { libc::geteuid() },
+            // SAFETY: as above.
+            gid: unsafe { libc::getegid() },
+        });
+        Walker::new(id.uid, id.gid)
+    }
+
+    /// Resolve every user-given root (workdir, `--ro`, `--rw`) through the symlink-safe walk
+    /// and refuse: a root reached through a link the sandbox could have planted; a root at or
+    /// below a denied path; and, as a read-write root, `/`, a system directory or an ancestor
+    /// of one (read-write there is the whole system, and a `--uid 0` child would own it).
     pub(super) fn validate(&self) -> Result<(), PolicyError> {
-        let meta = std::fs::metadata(&self.workdir).map_err(|source| PolicyError::Workdir {
-            path: self.workdir.clone(),
-            source,
-        })?;
-        if !meta.is_dir() {
-            return Err(PolicyError::WorkdirNotDir(self.workdir.clone()));
-        }
+        let walker = self.walker();
+        let resolve = |flag: &'static str, p: &PathBuf| {
+            walker.resolve(p).map_err(|source| PolicyError::GrantRoot {
+                flag,
+                path: p.clone(),
+                source: Box::new(source),
+            })
+        };
         let deny = canonical_set(&self.deny);
-        for (flag, paths) in [("ro", &self.read_only), ("rw", &self.read_write)] {
-            for p in paths {
-                let c = p.canonicalize().map_err(|source| PolicyError::ExtraPath {
+        // The system directories as written and as resolved (`/lib` is `/usr/lib` here).
+        let mut system: Vec<PathBuf> = SYSTEM_DIRS.iter().map(PathBuf::from).collect();
+        system.extend(
+            SYSTEM_DIRS
+                .iter()
+                .filter_map(|s| walker.resolve(Path::new(s)).ok().map(|r| r.path)),
+        );
+        let check = |flag: &'static str, p: &PathBuf, real: &Path, write: bool| {
+            if deny.iter().any(|d| real.starts_with(d)) {
+                return Err(PolicyError::GrantedSecret {
                     flag,
                     path: p.clone(),
-                    source,
-                })?;
-                if deny.iter().any(|d| c.starts_with(d)) {
-                    return Err(PolicyError::GrantedSecret {
-                        flag,
-                        path: p.clone(),
-                    });
-                }
+                });
             }
+            if write && let Some(s) = system.iter().find(|s| s.starts_with(real)) {
+                return Err(PolicyError::SystemWrite {
+                    flag,
+                    path: p.clone(),
+                    resolved: real.to_path_buf(),
+                    system: s.clone(),
+                });
+            }
+            Ok(())
+        };
+        let wd = resolve("workdir", &self.workdir)?;
+        if !wd.meta.is_dir() {
+            return Err(PolicyError::WorkdirNotDir(self.workdir.clone()));
         }
-        let wd = self
-            .workdir
-            .canonicalize()
-            .unwrap_or_else(|_| self.workdir.clone());
-        if deny.iter().any(|d| wd.starts_with(d)) {
-            return Err(PolicyError::GrantedSecret {
-                flag: "workdir",
-                path: self.workdir.clone(),
-            });
+        check("workdir", &self.workdir, &wd.path, true)?;
+        for (flag, paths, write) in [
+            ("ro", &self.read_only, false),
+            ("rw", &self.read_write, true),
+        ] {
+            for p in paths {
+                let r = resolve(flag, p)?;
+                check(flag, p, &r.path, write)?;
+            }
         }
         Ok(())
     }
 
-    /// All grants, before splitting around denied paths.
-    fn grants(&self) -> Vec<(PathBuf, PathAccess)> {
+    /// All grants, before splitting around denied paths, each with whether the user named it
+    /// (workdir, `--ro`, `--rw`) rather than the built-in defaults.
+    fn grants(&self) -> Vec<(PathBuf, PathAccess, bool)> {
         let mut g = Vec::new();
-        g.extend(
-            self.system
-                .iter()
-                .map(|p| (p.clone(), PathAccess::ReadExec)),
+        let mut add = |paths: &[PathBuf], access, user| {
+            g.extend(paths.iter().map(|p| (p.clone(), access, user)));
+        };
+        add(&self.system, PathAccess::ReadExec, false);
+        add(&self.read_only, PathAccess::ReadExec, true);
+        add(
+            std::slice::from_ref(&self.workdir),
+            PathAccess::ReadWrite,
+            true,
         );
-        g.extend(
-            self.read_only
-                .iter()
-                .map(|p| (p.clone(), PathAccess::ReadExec)),
-        );
-        g.push((self.workdir.clone(), PathAccess::ReadWrite));
-        g.extend(
-            self.read_write
-                .iter()
-                .map(|p| (p.clone(), PathAccess::ReadWrite)),
-        );
-        g.extend(self.devices.iter().map(|p| (p.clone(), PathAccess::Device)));
+        add(&self.read_write, PathAccess::ReadWrite, true);
+        add(&self.devices, PathAccess::Device, false);
         if self.proc_read {
-            g.push((PathBuf::from("/proc"), PathAccess::ReadExec));
+            add(&[PathBuf::from("/proc")], PathAccess::ReadExec, false);
         }
         g
     }
@@ -176,37 +236,52 @@ fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
 }
 
 /// Expand the policy into concrete rules, splitting any grant that contains a denied path into
-/// grants on its other entries (recursively). Entries that resolve (through symlinks) into a
-/// denied path are dropped. Grants on paths that do not exist are dropped.
+/// grants on its other entries (recursively). Roots are resolved through the symlink-safe walk
+/// ([`Walker::resolve`]); entries of a split directory are opened once, `O_PATH|O_NOFOLLOW`,
+/// relative to their parent's descriptor, decided from fstat of that descriptor, and that same
+/// descriptor is the rule's (Landlock never looks the path up again). Links in a split
+/// directory are skipped. Grants on paths that do not exist are dropped. A user-given root that
+/// resolves only through an untrusted link is an error; a built-in one (system directories,
+/// devices) is dropped with a warning, as a missing one is.
 pub fn expand_grants(policy: &FsPolicy) -> io::Result<Vec<FsRule>> {
+    let walker = policy.walker();
     let deny = canonical_set(&policy.deny);
     let mut rules = BTreeSet::new();
-    for (path, access) in policy.grants() {
-        let Ok(canon) = path.canonicalize() else {
-            continue;
+    for (path, access, user) in policy.grants() {
+        let root = match walker.resolve(&path) {
+            Ok(r) => r,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) if !user => {
+                tracing::warn!(path = %path.display(), error = %e, "built-in grant skipped");
+                continue;
+            }
+            Err(e) => return Err(io::Error::other(e)),
         };
-        expand_one(&canon, access, &deny, &mut rules, 0)?;
+        expand_one(root, access, &deny, &mut rules, 0)?;
     }
     Ok(rules.into_iter().collect())
 }
 
 fn expand_one(
-    path: &Path,
+    node: Resolved,
     access: PathAccess,
     deny: &BTreeSet<PathBuf>,
     out: &mut BTreeSet<FsRule>,
     depth: usize,
 ) -> io::Result<()> {
     // A grant at or below a denied path is never emitted.
-    if deny.iter().any(|d| path.starts_with(d)) {
+    if deny.iter().any(|d| node.path.starts_with(d)) {
         return Ok(());
     }
     // No denied path below this one (or it is not a directory, so nothing can be below it):
     // grant the whole subtree.
-    if !deny.iter().any(|d| d.starts_with(path)) || !path.is_dir() {
+    let is_dir = node.meta.is_dir();
+    if !is_dir || !deny.iter().any(|d| d.starts_with(&node.path)) {
         out.insert(FsRule {
-            path: path.to_path_buf(),
+            path: node.path,
             access,
+            is_dir,
+            fd: Arc::new(node.fd),
         });
         return Ok(());
     }
@@ -215,21 +290,25 @@ fn expand_one(
     if depth > 16 {
         return Ok(());
     }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for entry in entries {
+    let names = walk::list_dir(node.fd.as_fd(), &node.path).map_err(io::Error::other)?;
+    for name in names {
+        let entry = match walk::open_entry(node.fd.as_fd(), &node.path, &name) {
+            Ok(e) => e,
+            // Removed since it was listed: nothing to grant.
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(io::Error::other(e)),
+        };
         // Symlinks are skipped, never followed. A rule on this directory would not have
         // granted a link's target (Landlock checks the resolved path), and whoever can write
         // here (the sandbox itself, in a workdir) would choose that target: `escape -> /`
         // would grant the whole filesystem, and `a -> .` loops make the walk exponential. A
-        // target inside this directory is granted through its own entry.
-        match std::fs::symlink_metadata(&entry) {
-            Ok(m) if m.file_type().is_symlink() => continue,
-            Ok(_) => expand_one(&entry, access, deny, out, depth + 1)?,
-            Err(_) => continue,
+        // target inside this directory is granted through its own entry. The decision is
+        // made on the descriptor that becomes the rule, so exchanging the entry for a link
+        // after this check changes nothing.
+        if entry.meta.is_symlink() {
+            continue;
         }
+        expand_one(entry, access, deny, out, depth + 1)?;
     }
     Ok(())
 }

@@ -2,12 +2,16 @@
 //! state; turning a policy into kernel objects is `sandbox::prepare`, and enforcing them is the
 //! last step, in the child (see `sandbox/mod.rs`).
 
+mod flags;
 mod fs;
+pub mod openshell;
 mod size;
+pub mod walk;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use flags::PolicyFlags;
 pub use fs::{FsPolicy, FsRule, PathAccess, default_secret_paths, expand_grants};
 pub use size::{ParseSizeError, parse_size};
 
@@ -112,11 +116,20 @@ pub enum PolicyError {
     },
     #[error("workdir {0} is not a directory")]
     WorkdirNotDir(PathBuf),
-    #[error("path {path} given with --{flag}: {source}")]
-    ExtraPath {
+    #[error("--{flag} {path}: {source}")]
+    GrantRoot {
         flag: &'static str,
         path: PathBuf,
-        source: std::io::Error,
+        source: Box<walk::WalkError>,
+    },
+    #[error(
+        "--{flag} {path}: read-write on {resolved} would cover the system directory {system}; refused"
+    )]
+    SystemWrite {
+        flag: &'static str,
+        path: PathBuf,
+        resolved: PathBuf,
+        system: PathBuf,
     },
     #[error("path {path} is both granted (--{flag}) and denied; a denied path cannot be granted")]
     GrantedSecret { flag: &'static str, path: PathBuf },
@@ -133,6 +146,14 @@ pub enum PolicyError {
 }
 
 impl Policy {
+    /// Change the sandbox identity after construction (e.g. `run`'s per-run uid). The
+    /// filesystem policy keeps its own copy, for the symlink rule of the grant walk, so the two
+    /// must always be set together.
+    pub fn set_identity(&mut self, id: Identity) {
+        self.identity = Some(id);
+        self.fs.sandbox_identity = Some(id);
+    }
+
     /// Check the policy for contradictions before anything is prepared.
     pub fn validate(&self) -> Result<(), PolicyError> {
         // RLIM_INFINITY is u64::MAX; a "limit" that large would silently mean "unlimited".
@@ -176,13 +197,15 @@ impl Policy {
 }
 
 impl Policy {
-    /// Build the policy from command-line flags. `default_workdir` applies when `--workdir` is
-    /// absent; `extra_deny` adds paths (TLS, tokens) that must never be readable.
+    /// Build the policy from command-line flags alone (no policy file). `default_workdir`
+    /// applies when `--workdir` is absent; `extra_deny` adds paths (TLS, tokens) that must
+    /// never be readable. `cli::PolicyArgs` converts into [`PolicyFlags`].
     pub fn from_args(
-        args: &crate::cli::PolicyArgs,
+        args: impl Into<PolicyFlags>,
         default_workdir: &std::path::Path,
         extra_deny: Vec<PathBuf>,
     ) -> Result<Policy, PolicyError> {
+        let args: PolicyFlags = args.into();
         let workdir = args
             .workdir
             .clone()
@@ -210,23 +233,15 @@ impl Policy {
             }),
             (None, None) => None,
         };
+        // A non-root supervisor cannot switch: its child keeps our own uid and gid.
+        fs.sandbox_identity = if root { identity } else { None };
         let policy = Policy {
             fs,
-            network: args.network.into(),
-            limits: Limits {
-                cpu_secs: args.cpu,
-                memory_bytes: args.memory,
-                pids: args.pids,
-                file_size_bytes: args.file_size,
-                open_files: args.open_files,
-            },
+            network: args.network.unwrap_or(NetworkMode::None),
+            limits: args.limits(),
             identity,
             allow_degraded: args.allow_degraded,
-            namespaces: NamespacePolicy {
-                tmp_size: args.tmp_size,
-                shm_size: args.shm_size,
-                hostname: args.hostname.clone(),
-            },
+            namespaces: args.namespaces(),
         };
         policy.validate()?;
         Ok(policy)

@@ -161,3 +161,322 @@ pub fn current_caps() -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// Supplementary groups of the calling process other than its own gids, each with its name
+/// from /etc/group when it has one. A non-root process cannot drop these (setgroups needs
+/// CAP_SETGID), so every child of a non-root supervisor inherits them.
+pub fn supplementary_groups() -> Vec<(libc::gid_t, Option<String>)> {
+    // SAFETY: getgroups with size 0 only counts; the second call fills a buffer of that size.
+    let mut gids = unsafe {
+        let n = libc::getgroups(0, std::ptr::null_mut());
+        if n <= 0 {
+            return Vec::new();
+        }
+        let mut v = vec![0 as libc::gid_t; n as usize];
+        let n = libc::getgroups(n, v.as_mut_ptr());
+        v.truncate(n.max(0) as usize);
+        v
+    };
+    // SAFETY: getgid/getegid have no preconditions.
+    let (gid, egid) = unsafe { (libc::getgid(), libc::getegid()) };
+    gids.retain(|&g| g != gid && g != egid);
+    gids.sort_unstable();
+    gids.dedup();
+    // Plain /etc/group, no NSS: the names only make the error readable.
+    let table = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    gids.into_iter()
+        .map(|g| {
+            let name = table.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                let id: libc::gid_t = f.nth(1)?.parse().ok()?;
+                (id == g).then(|| name.to_owned())
+            });
+            (g, name)
+        })
+        .collect()
+}
+
+/// `4 (adm), 6 (disk)`.
+pub fn describe_groups(groups: &[(libc::gid_t, Option<String>)]) -> String {
+    groups
+        .iter()
+        .map(|(g, n)| match n {
+            Some(n) => format!("{g} ({n})"),
+            None => g.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Where the per-uid lock files of [`UidLease`] live: root-only (0700), outside every grant,
+/// and on tmpfs so a reboot frees every lease.
+pub const UID_LOCK_DIR: &str = "/run/openshell-sandbox-uids";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("preparing the uid lock directory {UID_LOCK_DIR}: {0}")]
+    LockDir(std::io::Error),
+    #[error(
+        "{UID_LOCK_DIR} is not a root-owned directory of mode 0700; refusing to trust its locks"
+    )]
+    UntrustedLockDir,
+    #[error("locking uid {uid}: {source}")]
+    Lock { uid: u32, source: std::io::Error },
+    #[error("every uid of --uid-range {start}-{end} is held by a running run")]
+    Exhausted { start: u32, end: u32 },
+    #[error("handing {path} to uid {uid}: {source}")]
+    Chown {
+        path: std::path::PathBuf,
+        uid: u32,
+        source: std::io::Error,
+    },
+}
+
+/// One uid of a range, held for as long as this value lives: an exclusive flock on
+/// `UID_LOCK_DIR/<uid>`. The kernel drops the lock when the holder dies, however it dies, so a
+/// crashed run never leaks its uid, and two live runs never share one.
+#[derive(Debug)]
+pub struct UidLease {
+    pub uid: u32,
+    _lock: std::os::fd::OwnedFd,
+}
+
+fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let path = c"/run/openshell-sandbox-uids";
+    // SAFETY: mkdir with a NUL-terminated constant path.
+    if unsafe { libc::mkdir(path.as_ptr(), 0o700) } != 0 && crate::sandbox::errno() != libc::EEXIST
+    {
+        return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+    }
+    // SAFETY: open with a constant path; O_NOFOLLOW so a planted link is never our lock dir.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd was just opened and is ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fstat into a zeroed stack struct.
+    let st = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+        }
+        st
+    };
+    // Anyone else able to write here could hold our locks (or swap the files under us).
+    if st.st_uid != 0 || st.st_mode & 0o7777 != 0o700 {
+        return Err(LeaseError::UntrustedLockDir);
+    }
+    Ok(fd)
+}
+
+impl UidLease {
+    /// Take a free uid of `start..=end`, trying from a random point so that concurrent
+    /// supervisors rarely contend for the same file.
+    pub fn take(start: u32, end: u32) -> Result<UidLease, LeaseError> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let dir = lock_dir()?;
+        let n = u64::from(end - start) + 1;
+        let first = rand::random::<u64>() % n;
+        for i in 0..n {
+            let uid = start + ((first + i) % n) as u32;
+            let name = std::ffi::CString::new(uid.to_string()).expect("digits have no NUL");
+            // SAFETY: openat relative to our directory fd with a NUL-terminated name.
+            let fd = unsafe {
+                libc::openat(
+                    dir.as_raw_fd(),
+                    name.as_ptr(),
+                    libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    0o600,
+                )
+            };
+            if fd < 0 {
+                let source = std::io::Error::last_os_error();
+                return Err(LeaseError::Lock { uid, source });
+            }
+            // SAFETY: fd was just opened and is ours.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: flock on our fd.
+            if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(UidLease { uid, _lock: fd });
+            }
+            match crate::sandbox::errno() {
+                libc::EWOULDBLOCK => continue,
+                e => {
+                    let source = std::io::Error::from_raw_os_error(e);
+                    return Err(LeaseError::Lock { uid, source });
+                }
+            }
+        }
+        Err(LeaseError::Exhausted { start, end })
+    }
+}
+
+/// Which owners count as "the sandbox's": the uids of the range and 65534, the fixed uid that
+/// runs used before uid ranges and that `serve` still uses.
+#[derive(Debug, Clone)]
+pub struct SandboxOwners(pub std::ops::RangeInclusive<u32>);
+
+impl SandboxOwners {
+    fn contains(&self, uid: u32) -> bool {
+        uid == crate::policy::NOBODY || self.0.contains(&uid)
+    }
+}
+
+/// Hand the directory `path` to `uid:gid` when it belongs to the sandbox already (see
+/// [`SandboxOwners`]); returns whether it did. A directory of anyone else (root, a real user)
+/// keeps its owner: root never silently gives away a user's or the system's directory, and
+/// the run can write there only what the mode allows, as before.
+///
+/// Below a handed-over directory, every entry the sandbox owns is handed over too, so a run
+/// can go on with what an earlier run under another uid left; entries of anyone else keep
+/// their owner. Never follows a symlink: the root is opened O_NOFOLLOW, entries are re-owned
+/// with AT_SYMLINK_NOFOLLOW (a link is re-owned as a link), a directory is entered only
+/// through an O_NOFOLLOW|O_DIRECTORY open relative to its parent's fd, and a regular file with
+/// more than one link is left alone, since its other names may lie outside the tree.
+pub fn hand_over_dir(
+    path: &std::path::Path,
+    uid: u32,
+    gid: u32,
+    owners: &SandboxOwners,
+) -> Result<bool, LeaseError> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let err = |source| LeaseError::Chown {
+        path: path.to_path_buf(),
+        uid,
+        source,
+    };
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+    // SAFETY: open with a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        // ELOOP: the workdir's last component is a symlink. Nothing is handed over through a
+        // link; whether such a workdir may be granted at all is the filesystem policy's call.
+        return match crate::sandbox::errno() {
+            libc::ELOOP => Ok(false),
+            e => Err(err(std::io::Error::from_raw_os_error(e))),
+        };
+    }
+    // SAFETY: fd was just opened and is ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let st = fstat(fd.as_raw_fd()).map_err(err)?;
+    if !owners.contains(st.st_uid) {
+        return Ok(false);
+    }
+    // SAFETY: fchown on our fd.
+    if unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) } != 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    hand_over_below(fd, uid, gid, owners, 0).map_err(err)?;
+    Ok(true)
+}
+
+fn fstat(fd: i32) -> std::io::Result<libc::stat> {
+    // SAFETY: fstat into a zeroed stack struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+}
+
+/// Deeper than this, a tree is not a workdir but an attack on our stack.
+const MAX_DEPTH: u32 = 256;
+
+fn hand_over_below(
+    dir: std::os::fd::OwnedFd,
+    uid: u32,
+    gid: u32,
+    owners: &SandboxOwners,
+    depth: u32,
+) -> std::io::Result<()> {
+    use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+    if depth > MAX_DEPTH {
+        return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    // SAFETY: fdopendir takes ownership of the fd; closedir below releases both.
+    let dp = unsafe { libc::fdopendir(dir.into_raw_fd()) };
+    if dp.is_null() {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: dp is an open directory stream.
+    let dfd = unsafe { libc::dirfd(dp) };
+    let mut result = Ok(());
+    loop {
+        // SAFETY: readdir on our open stream; the entry is valid until the next readdir.
+        let ent = unsafe { libc::readdir(dp) };
+        if ent.is_null() {
+            break;
+        }
+        // SAFETY: d_name is NUL-terminated within the entry.
+        let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
+        if name == c"." || name == c".." {
+            continue;
+        }
+        // SAFETY: fstatat relative to the directory's fd, not following a final symlink.
+        let st = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstatat(dfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) != 0 {
+                continue; // gone meanwhile
+            }
+            st
+        };
+        if !owners.contains(st.st_uid) {
+            continue;
+        }
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind == libc::S_IFREG && st.st_nlink > 1 {
+            continue;
+        }
+        let ours = st.st_uid == uid && st.st_gid == gid;
+        let rc = if ours {
+            0
+        } else {
+            // SAFETY: fchownat relative to the directory's fd, never following a symlink.
+            unsafe { libc::fchownat(dfd, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
+        };
+        if rc != 0 {
+            result = Err(std::io::Error::last_os_error());
+            break;
+        }
+        if kind == libc::S_IFDIR {
+            // SAFETY: openat relative to the directory's fd; O_NOFOLLOW refuses an entry
+            // swapped for a symlink since the fstatat.
+            let sub = unsafe {
+                libc::openat(
+                    dfd,
+                    name.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            if sub < 0 {
+                continue;
+            }
+            // SAFETY: sub was just opened and is ours.
+            let sub = unsafe { OwnedFd::from_raw_fd(sub) };
+            if let Err(e) = hand_over_below(sub, uid, gid, owners, depth + 1) {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    // SAFETY: closing the stream we opened (and its fd).
+    unsafe { libc::closedir(dp) };
+    result
+}

@@ -146,6 +146,14 @@ pub fn fork_exec(
     if init {
         flags |= libc::CLONE_NEWPID as libc::c_ulong;
     }
+    let area = args_area();
+    // The command's stack when an init clones it (see init_main). Allocated here, before any
+    // fork; the init's copy of it is the one used.
+    let stack = if init {
+        vec![0u8; 256 << 10]
+    } else {
+        Vec::new()
+    };
     let mut pidfd: libc::c_int = -1;
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork (x86_64 order:
     // flags, stack, parent_tid, child_tid, tls; CLONE_PIDFD returns the pidfd in parent_tid).
@@ -168,7 +176,17 @@ pub fn fork_exec(
         // SAFETY: we are the forked, single-threaded child.
         unsafe {
             match &st_w {
-                Some(st) => init_main(p, plan, cg, &view, err, st.as_raw_fd(), supervisor_pidfd),
+                Some(st) => {
+                    scrub_identity(area);
+                    let a = InitArgs {
+                        view: &view,
+                        err_w: err,
+                        status_w: st.as_raw_fd(),
+                        supervisor_pidfd,
+                        stack: &stack,
+                    };
+                    init_main(p, plan, cg, a)
+                }
                 None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err),
             }
         }
@@ -210,6 +228,51 @@ pub fn fork_exec(
         status: st_r,
         init,
     })
+}
+
+/// The supervisor's argv and environment areas (arg_start, arg_end, env_start, env_end of
+/// /proc/self/stat), read once before any fork.
+fn args_area() -> [usize; 4] {
+    static AREA: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
+    *AREA.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // Fields after the command name (which may hold spaces): state is field 3, so
+        // arg_start (48) is index 45 of the rest.
+        let rest = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+        let f: Vec<usize> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        match f.get(45..49) {
+            Some(&[a, b, c, d]) if a < b && c <= d => [a, b, c, d],
+            _ => [0; 4],
+        }
+    })
+}
+
+/// In the init: our argv and environment are the supervisor's (the init is a fork of it, and
+/// never execs). /proc/1/cmdline is readable by every process of the namespace, and the
+/// supervisor's command line can hold a token (`--sandbox-token`): overwrite both areas in our
+/// copy of the memory, and the thread name too. Async-signal-safe: plain stores.
+///
+/// # Safety
+/// Only in the forked init; `area` is from [`args_area`] of the process it was forked from.
+unsafe fn scrub_identity(area: [usize; 4]) {
+    const NAME: &[u8] = b"openshell-init\0";
+    // SAFETY: the areas are mapped, writable stack memory of this process (our private copy
+    // after fork); nothing reads them again in the init.
+    unsafe {
+        let [a, b, c, d] = area;
+        if a != 0 && b > a {
+            std::ptr::write_bytes(a as *mut u8, 0, b - a);
+            let n = NAME.len().min(b - a);
+            std::ptr::copy_nonoverlapping(NAME.as_ptr(), a as *mut u8, n);
+        }
+        if c != 0 && d > c {
+            std::ptr::write_bytes(c as *mut u8, 0, d - c);
+        }
+        libc::prctl(libc::PR_SET_NAME, NAME.as_ptr(), 0, 0, 0);
+    }
 }
 
 fn fail(e: ChildError, err_w: RawFd) -> ! {
@@ -257,19 +320,27 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
+/// The init's descriptors and the command's stack.
+struct InitArgs<'a> {
+    view: &'a ExecView,
+    err_w: RawFd,
+    status_w: RawFd,
+    supervisor_pidfd: RawFd,
+    stack: &'a [u8],
+}
+
 const FORWARDED: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// # Safety
 /// Only in the child forked by [`fork_exec`] into a new PID namespace.
-unsafe fn init_main(
-    p: &Prepared,
-    plan: &ExecPlan,
-    cg: Option<&ExecCgroup>,
-    view: &ExecView,
-    err_w: RawFd,
-    status_w: RawFd,
-    supervisor_pidfd: RawFd,
-) -> ! {
+unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: InitArgs<'_>) -> ! {
+    let InitArgs {
+        view,
+        err_w,
+        status_w,
+        supervisor_pidfd,
+        stack,
+    } = a;
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
         if libc::prctl(
@@ -317,14 +388,21 @@ unsafe fn init_main(
                 fail(ChildError::last(Step::InitSignals), err_w);
             }
         }
-        let cmd = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        // The command shares our memory until it execs (CLONE_VM|CLONE_VFORK, as posix_spawn
+        // does): copying the page tables of a second copy of the supervisor was the largest
+        // single cost of the spawn. It runs on its own stack, prepared before the first fork;
+        // we are suspended until its execve (or _exit) releases the memory.
+        let args = CommandArgs { p, plan, err_w };
+        let top = (stack.as_ptr() as usize + stack.len()) & !15;
+        let cmd = libc::clone(
+            command_entry,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&args as *const CommandArgs).cast_mut().cast(),
+        );
         if cmd < 0 {
             fail(ChildError::last(Step::ForkCommand), err_w);
         }
-        if cmd == 0 {
-            command_main(p, plan, None, None, 1, err_w);
-        }
-        let cmd = cmd as libc::pid_t;
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
         libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);
@@ -347,6 +425,22 @@ unsafe fn init_main(
                 libc::_exit(255);
             }
         }
+    }
+}
+
+struct CommandArgs<'a> {
+    p: &'a Prepared,
+    plan: &'a ExecPlan,
+    err_w: RawFd,
+}
+
+/// The command's entry point from the init's clone.
+extern "C" fn command_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points at the init's CommandArgs, alive while the init is suspended in
+    // vfork; we are the single-threaded command child.
+    unsafe {
+        let a = &*(arg as *const CommandArgs<'_>);
+        command_main(a.p, a.plan, None, None, 1, a.err_w)
     }
 }
 

@@ -5,11 +5,11 @@
 //! exactly what the policy asks for. The child then only calls `landlock_restrict_self` on that
 //! file descriptor: one raw syscall, safe between fork and exec.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
 use crate::policy::{FsRule, NetworkMode, PathAccess};
@@ -20,11 +20,6 @@ pub enum LandlockError {
     Unsupported(std::io::Error),
     #[error("creating the Landlock ruleset: {0}")]
     Ruleset(#[from] landlock::RulesetError),
-    #[error("opening {path} for a Landlock rule: {source}")]
-    PathFd {
-        path: std::path::PathBuf,
-        source: landlock::PathFdError,
-    },
     #[error("the Landlock ruleset has no file descriptor (kernel without Landlock)")]
     NoFd,
 }
@@ -121,25 +116,24 @@ pub fn prepare(
         ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal)?;
     }
     let mut created = ruleset.create()?;
+    // Race tests hold the supervisor here: the rules were decided, Landlock has not seen them.
+    crate::pause::point("landlock-rules");
     for r in rules {
         let access: BitFlags<AccessFs> = match r.access {
             PathAccess::ReadExec => read_exec,
             PathAccess::ReadWrite => all,
             PathAccess::Device => device,
         };
-        let fd = PathFd::new(&r.path).map_err(|source| LandlockError::PathFd {
-            path: r.path.clone(),
-            source,
-        })?;
         // A rule on a non-directory may only carry file rights; the kernel answers EINVAL
         // otherwise. Directory-only rights are dropped for files here.
-        let is_dir = r.path.is_dir();
-        let access = if is_dir {
+        let access = if r.is_dir {
             access
         } else {
             access & AccessFs::from_file(abi)
         };
-        created = created.add_rule(PathBeneath::new(fd, access))?;
+        // The descriptor the expansion decided on, never the path again: a path looked up
+        // now would follow whatever link was swapped in since (finding: exchange race).
+        created = created.add_rule(PathBeneath::new(r.fd.as_fd(), access))?;
     }
     let fd: Option<OwnedFd> = created.into();
     let fd = fd.ok_or(LandlockError::NoFd)?;

@@ -35,8 +35,6 @@ pub mod seccomp;
 
 use seccompiler::BpfProgram;
 
-use std::os::fd::AsRawFd;
-
 use crate::policy::{FsRule, NetworkMode, PathAccess, Policy, expand_grants};
 
 /// errno of the last failed libc call on this thread. Async-signal-safe.
@@ -145,11 +143,14 @@ pub fn prepare_with(k: &dyn kernel::Kernel, policy: &Policy) -> Result<Prepared,
             landlock_abi = support.abi;
             let mut rules = expand_grants(&policy.fs).map_err(PrepareError::FsRules)?;
             // The view's tmpfs roots are other inodes than the supervisor's /tmp: grant them
-            // by descriptor (the magic link resolves to the root of the private tmpfs).
-            for (_, fd) in &view.tmpfs {
+            // by the descriptor the view opened on each root.
+            for (path, fd) in &view.tmpfs {
+                let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
                 rules.push(FsRule {
-                    path: format!("/proc/self/fd/{}", fd.as_raw_fd()).into(),
+                    path: path.clone(),
                     access: PathAccess::ReadWrite,
+                    is_dir: true,
+                    fd: std::sync::Arc::new(fd),
                 });
             }
             let p = landlock::prepare(&rules, policy.network, support)?;
@@ -233,19 +234,40 @@ pub fn prepare_with(k: &dyn kernel::Kernel, policy: &Policy) -> Result<Prepared,
                 id.uid, id.gid
             ),
         }),
-        (0, None) => degrade("identity", "running as root with no target uid".into(), &mut layers)?,
+        (0, None) => degrade(
+            "identity",
+            "running as root with no target uid".into(),
+            &mut layers,
+        )?,
         (uid, Some(id)) if id.uid != uid => degrade(
             "identity",
             format!("not root (uid {uid}): cannot switch to uid {}", id.uid),
             &mut layers,
         )?,
-        (uid, _) => layers.push(LayerStatus {
-            layer: "identity",
-            status: Enforcement::Enforced,
-            detail: format!(
-                "not root: child keeps uid {uid} (files of this uid are guarded by Landlock only); capabilities cleared, no_new_privs"
-            ),
-        }),
+        (uid, _) => {
+            // Not root: setgroups needs CAP_SETGID, so the child inherits every supplementary
+            // group we hold. Pathname unix sockets are not checked by Landlock ABI 7, so a
+            // member of e.g. `docker` reaches /var/run/docker.sock: that is not "enforced".
+            let groups = identity::supplementary_groups();
+            if groups.is_empty() {
+                layers.push(LayerStatus {
+                    layer: "identity",
+                    status: Enforcement::Enforced,
+                    detail: format!(
+                        "not root: child keeps uid {uid} (files of this uid are guarded by Landlock only), no supplementary groups; capabilities cleared, no_new_privs"
+                    ),
+                })
+            } else {
+                degrade(
+                    "identity",
+                    format!(
+                        "not root (uid {uid}): the child would keep the supplementary groups {}, which only root can drop",
+                        identity::describe_groups(&groups)
+                    ),
+                    &mut layers,
+                )?
+            }
+        }
     }
 
     // cgroup (pids, memory, tree kill).
@@ -788,3 +810,6 @@ mod step_tests {
         assert!(r.to_string().starts_with("setrlimit(nofile): "), "{r}");
     }
 }
+
+#[cfg(test)]
+mod prepare_tests;

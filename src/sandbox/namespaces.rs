@@ -357,7 +357,13 @@ impl View {
             uts: raw(&self.uts),
             net: raw(&self.net),
             pid: self.pid,
-            proc: self.proc,
+            // A fresh /proc only inside the view's private mount namespace: in a shared one
+            // the mount would propagate back to the host's /proc.
+            proc: if self.mnt.is_some() {
+                self.proc
+            } else {
+                ProcMount::None
+            },
         }
     }
 
@@ -607,7 +613,18 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             })();
             rep.set(Kind::Net, net);
         }
-        let (pid, proc) = probe_pid();
+        let (pid, proc) = match mount {
+            // Mounting /proc in a mount namespace whose propagation is not private would
+            // reach the host's /proc: do not even try.
+            _ if rep.mnt_usable == 0 => {
+                let errno = match mount {
+                    Err(e) => e.errno,
+                    Ok(()) => libc::EPERM,
+                };
+                (Err(ChildError::new(Step::MountProc, errno)), 0)
+            }
+            _ => probe_pid(),
+        };
         rep.set(Kind::Pid, pid);
         rep.proc = proc;
         let size = std::mem::size_of::<HelperReport>();

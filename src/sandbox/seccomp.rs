@@ -3,9 +3,14 @@
 //!
 //! The program is one filter, so installing it costs one `seccomp(2)` call:
 //!
-//! 1. a hand-written prefix of six instructions for the three cases seccompiler cannot express
-//!    (a foreign architecture, the x32 syscall bit, and clone3 answered with ENOSYS), then
-//! 2. seccompiler's compiled rule chain, which returns EPERM for every matching rule and
+//! 1. a hand-written prefix of 17 instructions for the cases seccompiler cannot express in a
+//!    few instructions (a foreign architecture, the x32 table, clone3 answered with ENOSYS, the
+//!    CLONE_NEW* flags of clone and unshare), then
+//! 2. a hand-written binary search over the syscall numbers that have rules: EPERM at once for
+//!    the syscalls denied outright, allow for every number without a rule, otherwise a jump to
+//! 3. the hand-written argument checks (`Block`) that several syscalls share (socket families;
+//!    scheduling, I/O priority and prlimit64 only on the caller), or, for ioctl and personality,
+//! 4. seccompiler's compiled rule chain, which returns EPERM for every matching rule and
 //!    allows everything else.
 //!
 //! Default-allow is deliberate: the filter removes kernel attack surface and escape routes;
@@ -32,6 +37,8 @@ pub enum SeccompError {
     Compile(seccompiler::BackendError),
     #[error("the seccomp dispatch tree needs a jump longer than BPF allows")]
     TooFar,
+    #[error("a hand-written seccomp check jumps backwards, which BPF cannot")]
+    BadBlockOrder,
     #[error("seccomp is only built for x86_64 here")]
     UnsupportedArch,
 }
@@ -50,6 +57,11 @@ const SECCOMP_DATA_ARG0_LO: u32 = 16;
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// Syscall numbers at or above this have the x32 ABI bit set.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+/// The end of the x32 table. The kernel runs `nr` as x32 only when `nr - X32_SYSCALL_BIT` is
+/// below the length of its x32 table (548 entries in Linux 6.18: the shared numbers, then the
+/// x32-only 512..547); every other number with bit 30 set, -1 (0xffffffff) among them, is no
+/// syscall on any ABI and gets ENOSYS. 1024 leaves room for the table to grow.
+const X32_SYSCALL_END: u32 = X32_SYSCALL_BIT + 1024;
 
 const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
@@ -90,17 +102,20 @@ fn prefix() -> Vec<sock_filter> {
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
         jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
         stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-        // 3-5: x32 syscalls share AUDIT_ARCH_X86_64 but set bit 30 of the number; the rule
-        // chain compares exact numbers and would allow them: kill.
+        // 3-6: x32 syscalls share AUDIT_ARCH_X86_64 but set bit 30 of the number; the rule
+        // chain compares exact numbers and would allow them: kill the x32 table's range.
+        // Above it (syscall(-1) is 0xffffffff) nothing runs on any ABI: on to the tree, which
+        // allows it, so the kernel itself answers ENOSYS, as it does without the filter.
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
-        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
+        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 2),
+        jump(BPF_JMP_JGE_K, X32_SYSCALL_END, 1, 0),
         stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-        // 6-7: clone3 passes its flags in memory, which seccomp cannot read, so the CLONE_NEW*
+        // 7-8: clone3 passes its flags in memory, which seccomp cannot read, so the CLONE_NEW*
         // check on clone() below could be dodged through it. ENOSYS (not EPERM) makes glibc
         // and musl fall back to clone(), whose flags we can check.
         jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1),
         stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-        // 8-15: clone/unshare with any CLONE_NEW* bit: EPERM, as the kernel itself answers an
+        // 9-16: clone/unshare with any CLONE_NEW* bit: EPERM, as the kernel itself answers an
         // unprivileged caller. A new user namespace would bring a full capability set, a new
         // mount namespace could remount around Landlock. seccompiler compares
         // `arg & mask == value`, which needs one rule per flag; a single JSET tests them all.
@@ -114,7 +129,7 @@ fn prefix() -> Vec<sock_filter> {
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0_LO),
         jump(BPF_JMP_JSET_K, UNSHARE_NEW_MASK, 0, 1),
         stmt(BPF_RET_K, eperm),
-        // 16: seccompiler's chain follows; it reloads the syscall number itself.
+        // 17: the dispatch tree follows; it reloads the syscall number itself.
     ]
 }
 
@@ -177,9 +192,19 @@ const DENY_ALWAYS: &[(i64, &str)] = &[
     ),
     (libc::SYS_iopl, "raw I/O port access"),
     (libc::SYS_ioperm, "raw I/O port access"),
+    // Landlock does not restrict fanotify marks, so a group (unprivileged since Linux 5.13)
+    // could watch a denied directory; and groups count against a per-uid budget that
+    // concurrent runs of one uid share. EPERM is what older kernels answer any unprivileged
+    // caller; inotify stays (file watchers need it).
+    (
+        libc::SYS_fanotify_init,
+        "fanotify (watches Landlock cannot restrict; a per-uid budget)",
+    ),
 ];
 
 const TIOCSTI: u64 = 0x5412;
+/// include/uapi/linux/ioprio.h
+const IOPRIO_WHO_PROCESS: u32 = 1;
 const TIOCLINUX: u64 = 0x541C;
 const PER_LINUX: u64 = 0;
 const PERSONALITY_QUERY: u64 = 0xffff_ffff;
@@ -192,10 +217,13 @@ fn rule(nr: i64, conds: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompErr
     SeccompRule::new(conds).map_err(|source| SeccompError::Rule { nr, source })
 }
 
-/// The rule map for the syscalls denied only under conditions on their arguments. (The
-/// syscalls of `DENY_ALWAYS` need no rule chain: the dispatch tree returns EPERM for them
-/// directly, which keeps the program, and so its verification and JIT at install, short.)
-fn rules(network: NetworkMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+/// The rule map for seccompiler: the syscalls denied under conditions on their arguments that
+/// no other syscall shares. (The syscalls of `DENY_ALWAYS` need no rule chain: the dispatch
+/// tree returns EPERM for them directly; and the argument checks of [`Block`] are hand-written,
+/// because seccompiler spends about seven instructions on a single comparison and cannot share
+/// one check between syscalls. Both keep the program, and so its verification and JIT at
+/// install, short.)
+fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
 
     // Terminal injection: TIOCSTI pushes bytes into the input of whoever reads the terminal
@@ -223,37 +251,133 @@ fn rules(network: NetworkMode) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Seccom
             ],
         )?],
     );
+    Ok(map)
+}
 
+/// Hand-written argument checks that the dispatch tree jumps to. Each ends in allow or EPERM
+/// (or jumps to a block further down, never back: classic BPF only jumps forward).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    /// socket(2) and socketpair(2): the family allow-list of the network mode.
+    Socket,
+    /// setpriority(2): which must be PRIO_PROCESS, then [`Block::WhoZero`].
+    Setpriority,
+    /// ioprio_set(2): which must be IOPRIO_WHO_PROCESS, then [`Block::WhoZero`].
+    IoprioSet,
+    /// args[1] (who) must be 0.
+    WhoZero,
+    /// args[0] (pid) must be 0.
+    PidZero,
+    /// prlimit64(2): pid 0, or a pure read (new limit NULL).
+    Prlimit,
+}
+
+/// Offset in `seccomp_data` of the low (`hi` false) or high 32 bits of args[i].
+const fn arg(i: u32, hi: bool) -> u32 {
+    16 + 8 * i + if hi { 4 } else { 0 }
+}
+
+fn ld(k: u32) -> Insn {
+    Insn {
+        code: BPF_LD_W_ABS,
+        k,
+        jt: Target::Rel(0),
+        jf: Target::Rel(0),
+    }
+}
+
+fn jeq(k: u32, jt: Target, jf: Target) -> Insn {
+    Insn {
+        code: BPF_JMP_JEQ_K,
+        k,
+        jt,
+        jf,
+    }
+}
+
+/// The blocks, in program order, with the syscalls that enter each. pids, `which` and `who`
+/// are ints and socket families and protocols are ints: the kernel reads the low 32 bits.
+fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
+    use Target::{Allow, Deny, Rel};
+    let next = Rel(0);
     // Sockets. EPERM is what socket(2) returns when a security module refuses the family, so
     // programs report "Operation not permitted" instead of misreading EAFNOSUPPORT.
-    let nr = libc::SYS_socket;
-    let af = |f: i32| cond(0, Len::Dword, Op::Eq, f as u64, nr);
-    let socket_rules = match network {
+    // socketpair(2) creates its sockets through the same per-family code, with the family and
+    // protocol in the same argument slots, so it gets the same check.
+    let socket = match network {
         // Only AF_UNIX: no IP, no netlink, no packet, no vsock.
-        NetworkMode::None => {
-            vec![rule(
-                nr,
-                vec![cond(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64, nr)?],
-            )?]
-        }
+        NetworkMode::None => vec![ld(arg(0, false)), jeq(libc::AF_UNIX as u32, Allow, Deny)],
+        // AF_UNIX, IP and route netlink (what getaddrinfo and `ip addr` need); every other
+        // family is kernel code an ordinary build or test never needs, and several have a
+        // history of exploits (AF_ALG, TIPC, RDS, KCM, CAN, Bluetooth, XDP); packet sockets
+        // sniff and forge the pod's traffic, vsock reaches the hypervisor host, the other
+        // netlink families (audit, xfrm, netfilter, uevents) are more surface; and socket()
+        // would autoload the module of a family not yet loaded.
         NetworkMode::All => vec![
-            // Raw link-layer access sniffs and forges traffic of the whole pod.
-            rule(nr, vec![af(libc::AF_PACKET)?])?,
-            // vsock reaches the hypervisor host directly.
-            rule(nr, vec![af(libc::AF_VSOCK)?])?,
-            // Netlink beyond NETLINK_ROUTE (audit, xfrm, netfilter, uevents) is kernel
-            // attack surface; route is what getaddrinfo and `ip addr` need.
-            rule(
-                nr,
-                vec![
-                    af(libc::AF_NETLINK)?,
-                    cond(2, Len::Dword, Op::Ne, libc::NETLINK_ROUTE as u64, nr)?,
-                ],
-            )?,
+            ld(arg(0, false)),
+            jeq(libc::AF_UNIX as u32, Allow, next),
+            jeq(libc::AF_INET as u32, Allow, next),
+            jeq(libc::AF_INET6 as u32, Allow, next),
+            jeq(libc::AF_NETLINK as u32, next, Deny),
+            ld(arg(2, false)),
+            jeq(libc::NETLINK_ROUTE as u32, Allow, Deny),
         ],
     };
-    map.insert(nr, socket_rules);
-    Ok(map)
+    // Other processes' scheduling, I/O priority and limits (issue 10, items 4 and 5). The
+    // kernel lets a process change these for any process of its own uid: a run could renice,
+    // pin, idle or rlimit another run and, when it shares the supervisor's uid (a non-root
+    // supervisor, or `--uid 0`), lower the supervisor's RLIMIT_NOFILE (the kill sweep could
+    // then no longer open /proc) or RLIMIT_CPU (the supervisor would die). The filter is built
+    // before fork and cannot know the caller's pid, so only 0, "the caller", is allowed. This
+    // breaks aiming these calls at another thread or process: `pthread_setaffinity_np` and
+    // `pthread_setschedparam` on another thread, `renice -p`, `taskset -p`, `chrt -p`,
+    // `ionice -p` and `prlimit --pid` writes all get EPERM, which they already handle (it is
+    // the kernel's answer for another uid's process).
+    //
+    // setpriority and ioprio_set also need the single process as `which`: who = 0 with
+    // PRIO_USER or IOPRIO_WHO_USER is every process of the caller's uid, with PRIO_PGRP or
+    // IOPRIO_WHO_PGRP its process group.
+    let setpriority = vec![
+        ld(arg(0, false)),
+        jeq(libc::PRIO_PROCESS, Target::Block(Block::WhoZero), Deny),
+    ];
+    let ioprio_set = vec![
+        ld(arg(0, false)),
+        jeq(IOPRIO_WHO_PROCESS, Target::Block(Block::WhoZero), Deny),
+    ];
+    let who_zero = vec![ld(arg(1, false)), jeq(0, Allow, Deny)];
+    let pid_zero = vec![ld(arg(0, false)), jeq(0, Allow, Deny)];
+    // prlimit64(pid, resource, new, old): setting needs pid 0; a pure read (new NULL) may name
+    // any pid, as `prlimit --pid` and ps-like tools do. The pointer is 64 bits: both halves.
+    let prlimit = vec![
+        ld(arg(0, false)),
+        jeq(0, Allow, next),
+        ld(arg(2, false)),
+        jeq(0, next, Deny),
+        ld(arg(2, true)),
+        jeq(0, Allow, Deny),
+    ];
+    vec![
+        (
+            Block::Socket,
+            vec![libc::SYS_socket, libc::SYS_socketpair],
+            socket,
+        ),
+        (Block::Setpriority, vec![libc::SYS_setpriority], setpriority),
+        (Block::IoprioSet, vec![libc::SYS_ioprio_set], ioprio_set),
+        (Block::WhoZero, vec![], who_zero),
+        (
+            Block::PidZero,
+            vec![
+                libc::SYS_sched_setaffinity,
+                libc::SYS_sched_setscheduler,
+                libc::SYS_sched_setparam,
+                libc::SYS_sched_setattr,
+            ],
+            pid_zero,
+        ),
+        (Block::Prlimit, vec![libc::SYS_prlimit64], prlimit),
+    ]
 }
 
 /// Compile the whole program for one network mode.
@@ -263,11 +387,19 @@ pub fn build(network: NetworkMode) -> Result<BpfProgram, SeccompError> {
     if !matches!(arch, TargetArch::x86_64) {
         return Err(SeccompError::UnsupportedArch);
     }
-    let rules = rules(network)?;
+    let rules = rules()?;
+    let blocks = blocks(network);
     let mut numbers: Vec<(u32, Target)> =
         rules.keys().map(|&nr| (nr as u32, Target::Chain)).collect();
     numbers.extend(DENY_ALWAYS.iter().map(|&(nr, _)| (nr as u32, Target::Deny)));
+    for (b, nrs, _) in &blocks {
+        numbers.extend(nrs.iter().map(|&nr| (nr as u32, Target::Block(*b))));
+    }
     numbers.sort_by_key(|&(nr, _)| nr);
+    debug_assert!(
+        numbers.windows(2).all(|w| w[0].0 != w[1].0),
+        "a syscall has two entries"
+    );
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -281,13 +413,14 @@ pub fn build(network: NetworkMode) -> Result<BpfProgram, SeccompError> {
     debug_assert_eq!(compiled[0].k, SECCOMP_DATA_ARCH);
     debug_assert_eq!(compiled[2].k, SECCOMP_RET_KILL_PROCESS);
     let mut program = prefix();
-    program.extend(dispatch(&numbers, program.len())?);
+    let blocks: Vec<(Block, Vec<Insn>)> = blocks.into_iter().map(|(b, _, c)| (b, c)).collect();
+    program.extend(dispatch(&numbers, &blocks, program.len())?);
     program.extend_from_slice(&compiled[3..]);
     Ok(program)
 }
 
 /// A jump target while the dispatch tree is assembled.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Target {
     Rel(usize),
     Allow,
@@ -295,8 +428,11 @@ enum Target {
     Deny,
     /// Continue into seccompiler's rule chain.
     Chain,
+    /// A hand-written argument check.
+    Block(Block),
 }
 
+#[derive(Clone, Copy)]
 struct Insn {
     code: u16,
     k: u32,
@@ -313,12 +449,7 @@ fn tree(nrs: &[(u32, Target)]) -> Vec<Insn> {
     if nrs.len() <= 3 {
         let mut v: Vec<Insn> = nrs
             .iter()
-            .map(|&(n, to)| Insn {
-                code: BPF_JMP_JEQ_K,
-                k: n,
-                jt: to,
-                jf: Target::Rel(0),
-            })
+            .map(|&(n, to)| jeq(n, to, Target::Rel(0)))
             .collect();
         v.push(Insn {
             code: BPF_JMP_JA,
@@ -342,10 +473,19 @@ fn tree(nrs: &[(u32, Target)]) -> Vec<Insn> {
     v
 }
 
-/// `ld nr`, the tree, `ret ALLOW`, `ret EPERM`; the rule chain follows right after. `base`
-/// is the index of the first instruction emitted here.
-fn dispatch(nrs: &[(u32, Target)], base: usize) -> Result<Vec<sock_filter>, SeccompError> {
-    let body = tree(nrs);
+/// `ld nr`, the tree, the blocks, `ret ALLOW`, `ret EPERM`; the rule chain follows right after.
+/// `base` is the index of the first instruction emitted here.
+fn dispatch(
+    nrs: &[(u32, Target)],
+    blocks: &[(Block, Vec<Insn>)],
+    base: usize,
+) -> Result<Vec<sock_filter>, SeccompError> {
+    let mut body = tree(nrs);
+    let mut starts: Vec<(Block, usize)> = Vec::new();
+    for (b, code) in blocks {
+        starts.push((*b, body.len()));
+        body.extend(code.iter().copied());
+    }
     let first = base + 1;
     let allow = first + body.len();
     let deny = allow + 1;
@@ -353,21 +493,33 @@ fn dispatch(nrs: &[(u32, Target)], base: usize) -> Result<Vec<sock_filter>, Secc
     let mut out = vec![stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR)];
     for (i, ins) in body.iter().enumerate() {
         let at = first + i;
-        let resolve = |t: Target| match t {
-            Target::Rel(r) => r,
-            Target::Allow => allow - at - 1,
-            Target::Deny => deny - at - 1,
-            Target::Chain => chain - at - 1,
+        let resolve = |t: Target| -> Result<usize, SeccompError> {
+            Ok(match t {
+                Target::Rel(r) => r,
+                Target::Allow => allow - at - 1,
+                Target::Deny => deny - at - 1,
+                Target::Chain => chain - at - 1,
+                Target::Block(b) => {
+                    let start = starts.iter().find(|(s, _)| *s == b).map(|(_, i)| first + i);
+                    // Classic BPF has no backward jumps: a block may only enter a later one.
+                    match start {
+                        Some(s) if s > at => s - at - 1,
+                        _ => return Err(SeccompError::BadBlockOrder),
+                    }
+                }
+            })
         };
-        if ins.code == BPF_JMP_JA {
-            out.push(stmt(BPF_JMP_JA, resolve(ins.jt) as u32));
-            continue;
+        match ins.code {
+            BPF_LD_W_ABS => out.push(stmt(BPF_LD_W_ABS, ins.k)),
+            BPF_JMP_JA => out.push(stmt(BPF_JMP_JA, resolve(ins.jt)? as u32)),
+            _ => {
+                let (jt, jf) = (resolve(ins.jt)?, resolve(ins.jf)?);
+                let (Ok(jt), Ok(jf)) = (u8::try_from(jt), u8::try_from(jf)) else {
+                    return Err(SeccompError::TooFar);
+                };
+                out.push(jump(ins.code, ins.k, jt, jf));
+            }
         }
-        let (jt, jf) = (resolve(ins.jt), resolve(ins.jf));
-        let (Ok(jt), Ok(jf)) = (u8::try_from(jt), u8::try_from(jf)) else {
-            return Err(SeccompError::TooFar);
-        };
-        out.push(jump(ins.code, ins.k, jt, jf));
     }
     out.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
     out.push(stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32));
@@ -411,11 +563,28 @@ pub fn describe(network: NetworkMode) -> Vec<String> {
     v.push("ioctl TIOCSTI/TIOCLINUX (low 32 bits): EPERM".into());
     v.push("personality other than PER_LINUX: EPERM".into());
     v.push("clone3: ENOSYS (libc falls back to clone)".into());
-    v.push("x32 syscalls and foreign architectures: kill".into());
+    v.push(
+        "x32 syscalls (0x40000000..0x400003ff) and foreign architectures: kill; \
+         higher numbers (syscall(-1)): the kernel's own ENOSYS"
+            .into(),
+    );
     v.push(match network {
-        NetworkMode::None => "socket: every family except AF_UNIX: EPERM".into(),
-        NetworkMode::All => "socket: AF_PACKET, AF_VSOCK, AF_NETLINK except ROUTE: EPERM".into(),
+        NetworkMode::None => "socket, socketpair: every family except AF_UNIX: EPERM".into(),
+        NetworkMode::All => "socket, socketpair: every family except AF_UNIX, AF_INET, \
+                             AF_INET6 and NETLINK_ROUTE: EPERM"
+            .into(),
     });
+    v.push(
+        "sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr: pid other \
+         than 0 (another thread or process): EPERM"
+            .into(),
+    );
+    v.push(
+        "setpriority, ioprio_set: which other than the single process, or who other than 0: \
+         EPERM"
+            .into(),
+    );
+    v.push("prlimit64 setting a limit (new != NULL) of a pid other than 0: EPERM".into());
     v
 }
 
@@ -427,7 +596,8 @@ mod tests {
     fn program_is_small_and_starts_with_our_prefix() {
         for mode in [NetworkMode::None, NetworkMode::All] {
             let p = build(mode).unwrap();
-            assert_eq!(&p[..16], &prefix()[..]);
+            let pre = prefix();
+            assert_eq!(&p[..pre.len()], &pre[..]);
             // Installing costs roughly linear time in the length; keep an eye on it.
             assert!(p.len() < 160, "filter grew to {} instructions", p.len());
             // Every jump stays inside the program.
@@ -490,6 +660,30 @@ mod tests {
                     || crate::sandbox::errno() != libc::EPERM
                 {
                     libc::_exit(14);
+                }
+                // Not a syscall on any ABI: the kernel's ENOSYS, and we are still alive.
+                if libc::syscall(-1) != -1 || crate::sandbox::errno() != libc::ENOSYS {
+                    libc::_exit(17);
+                }
+                let mut sv = [0; 2];
+                if libc::socketpair(libc::AF_INET, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) != -1
+                    || crate::sandbox::errno() != libc::EPERM
+                {
+                    libc::_exit(18);
+                }
+                // Our parent's limits: readable, not writable; our own: both.
+                let mut lim: libc::rlimit64 = std::mem::zeroed();
+                let parent = libc::getppid();
+                if libc::prlimit64(parent, libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim) != 0 {
+                    libc::_exit(19);
+                }
+                if libc::prlimit64(parent, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) != -1
+                    || crate::sandbox::errno() != libc::EPERM
+                {
+                    libc::_exit(20);
+                }
+                if libc::prlimit64(0, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) != 0 {
+                    libc::_exit(21);
                 }
                 libc::_exit(0);
             }

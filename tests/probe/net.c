@@ -22,6 +22,12 @@
 #ifndef AF_VSOCK
 #define AF_VSOCK 40
 #endif
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+#ifndef AF_KCM
+#define AF_KCM 41
+#endif
 
 static void socket_result(struct result *r, int family, int type, int proto, const char *what)
 {
@@ -69,6 +75,78 @@ static void socket_packet(struct result *r)
 static void socket_vsock(struct result *r)
 {
     socket_result(r, AF_VSOCK, SOCK_STREAM, 0, "socket(AF_VSOCK)");
+}
+
+/* Families outside `--network all`'s allow-list (AF_UNIX, AF_INET, AF_INET6, route netlink):
+ * each is kernel code an ordinary build or test never needs, several with a history of
+ * exploits (AF_ALG, TIPC, RDS, KCM), and socket() would autoload the module of one not yet
+ * loaded. EPERM in both network modes; without the filter, EAFNOSUPPORT where the kernel lacks
+ * the family, so only the filter answers EPERM. */
+static void socket_alg(struct result *r)
+{
+    socket_result(r, AF_ALG, SOCK_SEQPACKET, 0, "socket(AF_ALG)");
+}
+
+static void socket_tipc(struct result *r)
+{
+    socket_result(r, AF_TIPC, SOCK_RDM, 0, "socket(AF_TIPC)");
+}
+
+static void socket_rds(struct result *r)
+{
+    socket_result(r, AF_RDS, SOCK_SEQPACKET, 0, "socket(AF_RDS)");
+}
+
+static void socket_xdp(struct result *r)
+{
+    socket_result(r, AF_XDP, SOCK_RAW, 0, "socket(AF_XDP)");
+}
+
+static void socket_kcm(struct result *r)
+{
+    socket_result(r, AF_KCM, SOCK_DGRAM, 0, "socket(AF_KCM)");
+}
+
+static void socket_can(struct result *r)
+{
+    socket_result(r, AF_CAN, SOCK_RAW, 1 /* CAN_RAW */, "socket(AF_CAN)");
+}
+
+static void socket_bluetooth(struct result *r)
+{
+    socket_result(r, AF_BLUETOOTH, SOCK_STREAM, 3 /* BTPROTO_RFCOMM */, "socket(AF_BLUETOOTH)");
+}
+
+/* socketpair(2) creates its sockets through the same per-family code as socket(2). */
+static void socketpair_result(struct result *r, int family, int type, int proto, const char *what)
+{
+    int sv[2];
+    int rc = socketpair(family, type | SOCK_CLOEXEC, proto, sv);
+    expect_fail(r, rc, what);
+    if (rc == 0) {
+        close(sv[0]);
+        close(sv[1]);
+    }
+}
+
+static void control_socketpair_unix(struct result *r)
+{
+    socketpair_result(r, AF_UNIX, SOCK_STREAM, 0, "socketpair(AF_UNIX)");
+}
+
+static void socketpair_inet(struct result *r)
+{
+    socketpair_result(r, AF_INET, SOCK_STREAM, 0, "socketpair(AF_INET)");
+}
+
+static void socketpair_alg(struct result *r)
+{
+    socketpair_result(r, AF_ALG, SOCK_SEQPACKET, 0, "socketpair(AF_ALG)");
+}
+
+static void socketpair_netlink_audit(struct result *r)
+{
+    socketpair_result(r, AF_NETLINK, SOCK_RAW, NETLINK_AUDIT, "socketpair(AF_NETLINK, AUDIT)");
 }
 
 static socklen_t abstract_addr(struct sockaddr_un *a, const char *name)
@@ -139,6 +217,17 @@ const struct attempt NET_ATTEMPTS[] = {
     ATTEMPT("net", socket_netlink_audit),
     ATTEMPT("net", socket_packet),
     ATTEMPT("net", socket_vsock),
+    ATTEMPT("net", socket_alg),
+    ATTEMPT("net", socket_tipc),
+    ATTEMPT("net", socket_rds),
+    ATTEMPT("net", socket_xdp),
+    ATTEMPT("net", socket_kcm),
+    ATTEMPT("net", socket_can),
+    ATTEMPT("net", socket_bluetooth),
+    ATTEMPT("net", control_socketpair_unix),
+    ATTEMPT("net", socketpair_inet),
+    ATTEMPT("net", socketpair_alg),
+    ATTEMPT("net", socketpair_netlink_audit),
     ATTEMPT("net", connect_abstract_outside),
     ATTEMPT("net", sendto_abstract_dgram_outside),
     ATTEMPT("net", connect_pathname_unix_outside),

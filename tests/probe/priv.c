@@ -177,6 +177,13 @@ static void x32_syscall(struct result *r)
     expect_fail(r, syscall(0x40000000L | SYS_getpid), "x32 getpid");
 }
 
+/* Number -1 (0xffffffff as seccomp sees it): not a syscall on any ABI, so the kernel answers
+ * ENOSYS. It has bit 30 set, but it is no x32 number: the process must survive it. */
+static void syscall_minus_one(struct result *r)
+{
+    expect_fail(r, syscall(-1L), "syscall(-1)");
+}
+
 /* The i386 ABI through int 0x80 (eax = 20 is i386 getpid). */
 static void int80_syscall(struct result *r)
 {
@@ -229,6 +236,7 @@ const struct attempt PRIV_ATTEMPTS[] = {
     ATTEMPT("privilege", exec_setuid_helper),
     ATTEMPT("abi", x32_syscall),
     ATTEMPT("abi", int80_syscall),
+    ATTEMPT("abi", syscall_minus_one),
     ATTEMPT("leaks", leak_inherited_fds),
     ATTEMPT("leaks", leak_environment),
     {0},

@@ -18,7 +18,8 @@
  * Usage: probe MODE [key=value ...]
  *   all       every attempt of the ATTEMPTS table (each takes milliseconds)
  *   NAME      one attempt of ATTEMPTS or BOMBS by name; the bombs need their own limits, so
- *             they only run this way
+ *             they only run this way (as do the attempts of SCHED_BY_NAME); several names may
+ *             be given, separated by commas
  *   witness   not a probe: a process outside the sandbox that counts the signals it receives
  *   killuid   not a probe: the test's cleanup, SIGKILL to every process of the calling uid
  */
@@ -192,6 +193,19 @@ static void run_attempt(const struct attempt *a)
 
 /* ---- main ------------------------------------------------------------------------------ */
 
+/* Is `name` one of the comma-separated names of `list`? */
+static int name_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchrnul(p, ',');
+        if ((size_t)(end - p) == n && strncmp(p, name, n) == 0)
+            return 1;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 pid_t probe_parent;
 
 int main(int argc, char **argv)
@@ -218,14 +232,14 @@ int main(int argc, char **argv)
         return witness_main();
     if (strcmp(mode, "killuid") == 0)
         return killuid_main();
-    const struct attempt *tables[] = {FS_ATTEMPTS,     PROC_ATTEMPTS, NET_ATTEMPTS,
-                                      KERNEL_ATTEMPTS, PRIV_ATTEMPTS, BOMBS};
+    const struct attempt *tables[] = {FS_ATTEMPTS,   PROC_ATTEMPTS,  NET_ATTEMPTS, KERNEL_ATTEMPTS,
+                                      PRIV_ATTEMPTS, SCHED_ATTEMPTS, BOMBS,        SCHED_BY_NAME};
     int all = strcmp(mode, "all") == 0;
     int ran = 0;
     for (unsigned t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         for (const struct attempt *a = tables[t]; a->name; a++) {
-            int bomb = tables[t] == BOMBS;
-            if ((all && !bomb) || strcmp(a->name, mode) == 0) {
+            int by_name_only = tables[t] == BOMBS || tables[t] == SCHED_BY_NAME;
+            if ((all && !by_name_only) || name_listed(mode, a->name)) {
                 run_attempt(a);
                 ran++;
             }

@@ -49,6 +49,9 @@ extern const struct attempt PROC_ATTEMPTS[];    /* procs.c */
 extern const struct attempt NET_ATTEMPTS[];     /* net.c */
 extern const struct attempt KERNEL_ATTEMPTS[];  /* kernel.c: namespaces, kernel surface */
 extern const struct attempt PRIV_ATTEMPTS[];    /* priv.c: privilege, syscall ABI, leaks */
+extern const struct attempt SCHED_ATTEMPTS[];   /* sched.c: other processes' priority, limits */
+/* Attempts on every process of the uid or group (sched.c): run only by name. */
+extern const struct attempt SCHED_BY_NAME[];
 /* Containment attempts (bombs.c): run only by name, each with its own limits. */
 extern const struct attempt BOMBS[];
 

@@ -7,7 +7,7 @@
 
 mod channel;
 pub mod command;
-mod pty;
+pub(crate) mod pty;
 
 use std::sync::Arc;
 use std::time::Duration;

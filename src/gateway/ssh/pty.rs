@@ -72,6 +72,11 @@ impl Master {
         Ok(())
     }
 
+    /// Another descriptor of the master (non-blocking, as this one), for a writer thread.
+    pub fn dup_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.get_ref().try_clone()
+    }
+
     pub fn resize(&self, cols: u32, rows: u32) -> io::Result<()> {
         let ws = winsize(cols, rows);
         // SAFETY: TIOCSWINSZ reads one `struct winsize` from the pointer, which points at a

@@ -1,0 +1,364 @@
+//! OpenShell's sandbox policy: one model, two sources.
+//!
+//! - [`SandboxPolicy`] is the model: the parts of OpenShell's `SandboxPolicy` tree
+//!   (`shared/spec/gateway-features.md` §11.3, §11.11) that a supervisor maps onto its own
+//!   policy. Its serde form is OpenShell's policy YAML.
+//! - [`from_yaml`] decodes a policy file (`run --policy FILE`, `/etc/openshell/policy.yaml`);
+//!   every level rejects unknown keys, naming the key.
+//! - [`decode_config_response`] / [`decode_policy`] decode the gateway's GetSandboxConfig
+//!   answer. prost drops unknown fields silently, which would fail open, so the bytes are first
+//!   walked against the field numbers of every message (`wire.rs`), and any field number we do
+//!   not know is an error that names it.
+//! - [`resolve`] maps the model, plus the command-line flags that were given explicitly, onto
+//!   our [`Policy`](super::Policy); [`check_live_change`] holds the §11.7 rules on what a live
+//!   sandbox may change; [`default_policy`] is the policy used when there is none.
+//!
+//! `docs/policy.md` describes the mapping key by key.
+
+mod live;
+mod map;
+mod wire;
+mod yaml;
+
+#[cfg(test)]
+mod map_tests;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use live::{LiveChangeError, check_live_change};
+pub use map::{
+    Compatibility, Host, MapError, MapWarning, NetworkOutcome, Resolved, resolve, resolve_identity,
+};
+pub use wire::{
+    ConfigResponse, FailureMode, PolicySourceKind, ProtoError, UnknownField,
+    decode_config_response, decode_policy, encode_policy,
+};
+pub use yaml::{YamlError, from_yaml, to_yaml};
+
+/// OpenShell's `SandboxPolicy` (proto `openshell.sandbox.v1.SandboxPolicy`; YAML top level).
+/// Omitted sections are `None`: "not set", which is not the same as an empty section.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxPolicy {
+    /// Required in YAML; proto field 1.
+    pub version: u32,
+    /// YAML `filesystem_policy`, proto field 2 `filesystem`.
+    #[serde(
+        default,
+        rename = "filesystem_policy",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub filesystem: Option<FilesystemPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock: Option<LandlockPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessPolicy>,
+    /// Rule key -> egress allow rule. We have no egress rules yet, so a non-empty map is never
+    /// enforced as written: [`resolve`] reports it as [`NetworkOutcome::EgressDenied`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub network_policies: BTreeMap<String, NetworkPolicyRule>,
+    /// HEAD-only middleware configs (proto field 6). Ignorable per §11.3; present only to
+    /// accept the key. Never encoded.
+    #[serde(default, skip_serializing)]
+    pub network_middlewares: Option<Opaque>,
+}
+
+/// Proto `FilesystemPolicy`, YAML `filesystem_policy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesystemPolicy {
+    /// Grant the workdir read-write.
+    #[serde(default)]
+    pub include_workdir: bool,
+    #[serde(default)]
+    pub read_only: Vec<String>,
+    #[serde(default)]
+    pub read_write: Vec<String>,
+}
+
+/// Proto `LandlockPolicy`. An empty `compatibility` is the same as an absent one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LandlockPolicy {
+    /// `best_effort` or `hard_requirement`; anything else is refused by [`resolve`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub compatibility: String,
+}
+
+/// Proto `ProcessPolicy`. Empty strings are omitted fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessPolicy {
+    /// `sandbox` or a number in 1 ..= 2^32-2.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run_as_user: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run_as_group: String,
+}
+
+/// One egress allow rule (proto `NetworkPolicyRule`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicyRule {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<NetworkEndpoint>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binaries: Vec<NetworkBinary>,
+}
+
+/// Proto `NetworkBinary`. YAML has only `path`; proto field 2 (`harness`) is deprecated and
+/// ignored by OpenShell itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkBinary {
+    pub path: String,
+}
+
+/// Proto `NetworkEndpoint`. The L4 keys are modelled; the L7 and credential keys are accepted
+/// (so a valid OpenShell file parses) but opaque: a rule is never enforced anyway, see
+/// [`NetworkOutcome`]. `port` 0 means unset; `port` and `ports` are exclusive in YAML.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkEndpoint {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub protocol: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tls: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub enforcement: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub access: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_ips: Vec<String>,
+    // The L7 and credential keys (proto fields 7, 10 and 11-26): accepted, never looked at.
+    #[serde(default, skip_serializing)]
+    pub path: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub rules: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub deny_rules: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub allow_encoded_slash: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub persisted_queries: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub graphql_persisted_queries: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub graphql_max_body_bytes: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub websocket_credential_rewrite: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub request_body_credential_rewrite: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub advisor_proposed: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub credential_signing: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub signing_service: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub signing_region: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub json_rpc_max_body_bytes: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub mcp: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub allow_uninspected_credentials: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub provider_credentialed: Option<Opaque>,
+}
+
+/// A value that was present and deliberately not looked at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Opaque;
+
+impl<'de> Deserialize<'de> for Opaque {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(Opaque)
+    }
+}
+
+fn is_zero(v: &u16) -> bool {
+    *v == 0
+}
+
+/// Where the supervisor looks for a policy when the gateway has none (§11.5 step 2), in order.
+pub const LOCAL_POLICY_PATHS: [&str; 2] =
+    ["/etc/openshell/policy.yaml", "/etc/navigator/policy.yaml"];
+
+/// Where a local policy came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalSource {
+    /// The first of the paths that exists, parsed.
+    File(PathBuf),
+    /// No file exists: [`default_policy`].
+    Default,
+}
+
+/// A local policy file exists and cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("local policy {}: {source}", path.display())]
+pub struct LocalPolicyError {
+    pub path: PathBuf,
+    pub source: YamlError,
+}
+
+/// The local fallback of §11.5: the first existing file of `paths` (normally
+/// [`LOCAL_POLICY_PATHS`]), else [`default_policy`].
+///
+/// OpenShell also falls back to the default when the file cannot be parsed; we refuse
+/// instead. The default may grant more than the file meant to (it lists /etc, /opt ...), and a
+/// policy that was asked for and cannot be read must not be silently replaced by a wider one.
+pub fn load_local(paths: &[&Path]) -> Result<(SandboxPolicy, LocalSource), LocalPolicyError> {
+    for path in paths {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(LocalPolicyError {
+                    path: path.to_path_buf(),
+                    source: YamlError::Read(e),
+                });
+            }
+        };
+        return from_yaml(&text)
+            .map(|p| (p, LocalSource::File(path.to_path_buf())))
+            .map_err(|source| LocalPolicyError {
+                path: path.to_path_buf(),
+                source,
+            });
+    }
+    Ok((default_policy(), LocalSource::Default))
+}
+
+/// Read-only paths of OpenShell's restrictive default (§11.6), in its order.
+pub const OPENSHELL_DEFAULT_READ_ONLY: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/proc",
+    "/dev/urandom",
+    "/app",
+    "/etc",
+    "/var/log",
+];
+/// Read-write paths of OpenShell's restrictive default (§11.6).
+pub const OPENSHELL_DEFAULT_READ_WRITE: &[&str] = &["/tmp", "/dev/null"];
+
+/// What we add to OpenShell's default, and why (docs/policy.md says the same):
+/// - `/bin`, `/sbin`, `/lib32`, `/lib64`, `/libx32`: on images that are not usr-merged
+///   (Alpine, busybox) the shell and the loader live there; OpenShell hit the same (§16, #3147).
+/// - `/opt`: where images install runtimes; `/opt/openshell` (us) stays denied.
+const EXTRA_READ_ONLY: &[&str] = &["/bin", "/sbin", "/lib32", "/lib64", "/libx32", "/opt"];
+/// The character devices programs expect to open read-write, as in our flag-only default.
+/// `/dev/urandom` moves here from OpenShell's read-only list: writing to it only mixes in
+/// entropy.
+const EXTRA_DEVICES: &[&str] = &[
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The policy used when neither the gateway nor a local file gives one: OpenShell's restrictive
+/// default (§11.6) plus [`EXTRA_READ_ONLY`] and the devices of our own default; a writable
+/// `/tmp` (private when the namespace layer gives one), the workdir, `best_effort`, the
+/// `sandbox` identity, no network rules (all egress denied). Missing paths are skipped
+/// (`best_effort`).
+pub fn default_policy() -> SandboxPolicy {
+    let read_only = OPENSHELL_DEFAULT_READ_ONLY
+        .iter()
+        .filter(|p| **p != "/dev/urandom")
+        .chain(EXTRA_READ_ONLY)
+        .map(|s| s.to_string())
+        .collect();
+    let read_write = OPENSHELL_DEFAULT_READ_WRITE
+        .iter()
+        .chain(EXTRA_DEVICES)
+        .map(|s| s.to_string())
+        .collect();
+    SandboxPolicy {
+        version: 1,
+        filesystem: Some(FilesystemPolicy {
+            include_workdir: true,
+            read_only,
+            read_write,
+        }),
+        landlock: Some(LandlockPolicy {
+            compatibility: "best_effort".into(),
+        }),
+        process: None,
+        network_policies: BTreeMap::new(),
+        network_middlewares: None,
+    }
+}
+
+/// OpenShell's proxy baseline (§11.6): added to a policy that has at least one network rule.
+pub const PROXY_BASELINE_READ_ONLY: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/etc",
+    "/app",
+    "/var/log",
+    "/proc",
+    "/dev/urandom",
+];
+/// The read-write part of the proxy baseline.
+pub const PROXY_BASELINE_READ_WRITE: &[&str] = &["/tmp"];
+
+/// Add the missing proxy-baseline paths, as the supervisor does before it loads a policy and
+/// syncs it back (§11.5 steps 2 and 3). Only when the policy has a network rule; only paths
+/// for which `exists` says yes; a path already in either list is left where it is (user paths
+/// are never removed or moved). Returns whether the policy changed, i.e. whether to sync it.
+///
+/// The GPU baseline is not applied: this sandbox grants no GPU devices (docs/policy.md).
+pub fn enrich_with_baseline(policy: &mut SandboxPolicy, exists: &dyn Fn(&Path) -> bool) -> bool {
+    if policy.network_policies.is_empty() {
+        return false;
+    }
+    let fs = policy
+        .filesystem
+        .get_or_insert_with(FilesystemPolicy::default);
+    let mut changed = false;
+    for (paths, write) in [
+        (PROXY_BASELINE_READ_ONLY, false),
+        (PROXY_BASELINE_READ_WRITE, true),
+    ] {
+        for p in paths {
+            let listed = fs.read_only.iter().chain(&fs.read_write).any(|l| l == p);
+            if listed || !exists(Path::new(p)) {
+                continue;
+            }
+            if write {
+                fs.read_write.push(p.to_string());
+            } else {
+                fs.read_only.push(p.to_string());
+            }
+            changed = true;
+        }
+    }
+    changed
+}
+
+/// Remove the gateway-composed `_provider_` rules, as the supervisor does before it syncs a
+/// local policy back with `UpdateConfig` (§11.5 step 2). Returns whether anything was removed.
+pub fn strip_provider_rules(policy: &mut SandboxPolicy) -> bool {
+    let before = policy.network_policies.len();
+    policy
+        .network_policies
+        .retain(|k, _| !k.starts_with("_provider_"));
+    before != policy.network_policies.len()
+}

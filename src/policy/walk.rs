@@ -1,0 +1,500 @@
+//! Resolving paths by walking file descriptors, never by name twice.
+//!
+//! A grant root (`--workdir`, `--ro`, `--rw`, the system directories) used to be canonicalised,
+//! which follows every symlink: a run that left `W/project -> /` made the next run with
+//! `--workdir W/project` read-write on `/`. And an entry checked with lstat but opened later by
+//! path could be exchanged for a link in between. So here every component is opened once,
+//! `O_PATH|O_NOFOLLOW`, relative to the descriptor of its parent; what we decide is decided
+//! from `fstat` of that descriptor, and the same descriptor is what the caller uses (Landlock
+//! takes it as the rule's parent fd).
+//!
+//! A symlink met on the way is followed only when nothing the sandbox can run as could have
+//! made or changed it: the link and every directory above it are root-owned and not writable
+//! by the sandbox uid or gid ([`Walker::distrust`]). That keeps `/lib -> usr/lib` and
+//! `/var/run -> /run` working. Any other link is refused with an error that names it. We chose
+//! an `O_PATH` walk over `openat2(RESOLVE_NO_SYMLINKS)` because the trusted system links must
+//! still be followed, one decision per link, which `openat2` cannot express.
+
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::fs::SYSTEM_DIRS;
+
+/// As many links as the kernel follows in one lookup (MAXSYMLINKS).
+const MAX_LINKS: usize = 40;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError {
+    #[error("{0} is not an absolute path")]
+    NotAbsolute(PathBuf),
+    #[error("opening {path}: {source}")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("fstat of {path}: {source}")]
+    Stat { path: PathBuf, source: io::Error },
+    #[error("reading the symlink {path}: {source}")]
+    ReadLink { path: PathBuf, source: io::Error },
+    #[error("listing {path}: {source}")]
+    List { path: PathBuf, source: io::Error },
+    #[error(
+        "refusing to follow the symlink {link} (-> {target}): {why}; name the real directory instead"
+    )]
+    UntrustedLink {
+        link: PathBuf,
+        target: PathBuf,
+        why: String,
+    },
+    #[error("{0}: more than {MAX_LINKS} symlinks")]
+    TooManyLinks(PathBuf),
+    #[error("{0} is not a directory")]
+    NotDir(PathBuf),
+    #[error("{0} does not name a file")]
+    NoFileName(PathBuf),
+    #[error("{path} exists and is not a regular file with one link (mode {mode:o}, {nlink} links)")]
+    NotPlainFile {
+        path: PathBuf,
+        mode: u32,
+        nlink: u64,
+    },
+    #[error("{0} was replaced while it was being opened")]
+    Replaced(PathBuf),
+}
+
+impl WalkError {
+    /// The path (or a directory on it) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, WalkError::Open { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)))
+    }
+}
+
+/// What `fstat` said about a descriptor.
+#[derive(Debug, Clone, Copy)]
+pub struct Meta {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u64,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl Meta {
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFLNK
+    }
+    pub fn is_file(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFREG
+    }
+}
+
+/// One resolved file: an `O_PATH` descriptor, the symlink-free absolute path that reached it,
+/// and its metadata, all of the same inode.
+#[derive(Debug)]
+pub struct Resolved {
+    pub fd: OwnedFd,
+    pub path: PathBuf,
+    pub meta: Meta,
+}
+
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Meta> {
+    let mut st = MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a whole struct stat to the pointer on success; the fd is borrowed.
+    let rc = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: rc == 0, so the kernel filled the struct.
+    let st = unsafe { st.assume_init() };
+    Ok(Meta {
+        mode: st.st_mode,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        nlink: st.st_nlink,
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+fn openat(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    let c =
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated name relative to a live directory fd; the result is checked.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, mode) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Open one entry of `dir` (at `dir_path`) without following it, and fstat it.
+pub fn open_entry(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &OsStr,
+) -> Result<Resolved, WalkError> {
+    let path = dir_path.join(name);
+    let fd = openat(
+        dir,
+        name,
+        libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(|source| WalkError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    let meta = fstat(fd.as_fd()).map_err(|source| WalkError::Stat {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(Resolved { fd, path, meta })
+}
+
+fn readlink(fd: BorrowedFd<'_>, path: &Path) -> Result<PathBuf, WalkError> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: an empty name with an O_PATH|O_NOFOLLOW fd of the link reads the link itself
+    // (Linux ≥ 2.6.39); the buffer is valid for its length.
+    let n = unsafe {
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(WalkError::ReadLink {
+            path: path.to_path_buf(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    buf.truncate(n as usize);
+    Ok(PathBuf::from(
+        <OsString as std::os::unix::ffi::OsStringExt>::from_vec(buf),
+    ))
+}
+
+/// The names in a directory, sorted, without `.` and `..`.
+pub fn list_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>, WalkError> {
+    let err = |source| WalkError::List {
+        path: path.to_path_buf(),
+        source,
+    };
+    // An O_PATH descriptor cannot be listed; "." reopened relative to it is the same directory,
+    // with no lookup by name that a rename could redirect.
+    let rd = openat(
+        dir,
+        OsStr::new("."),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(err)?;
+    // SAFETY: fdopendir takes ownership of the descriptor only on success.
+    let dirp = unsafe { libc::fdopendir(rd.as_raw_fd()) };
+    if dirp.is_null() {
+        return Err(err(io::Error::last_os_error()));
+    }
+    let _ = rd.into_raw_fd(); // owned by dirp now, closed by closedir
+    let mut names = Vec::new();
+    let result = loop {
+        // SAFETY: errno is thread-local; readdir reports errors only through it.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: dirp is a live DIR stream owned by this function.
+        let ent = unsafe { libc::readdir64(dirp) };
+        if ent.is_null() {
+            let e = crate::sandbox::errno();
+            break if e == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::from_raw_os_error(e))
+            };
+        }
+        // SAFETY: d_name is a NUL-terminated name inside the entry readdir returned.
+        let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+        if name != b"." && name != b".." {
+            names.push(OsStr::from_bytes(name).to_owned());
+        }
+    };
+    // SAFETY: closes the stream (and its descriptor) exactly once.
+    unsafe { libc::closedir(dirp) };
+    result.map_err(err)?;
+    names.sort();
+    Ok(names)
+}
+
+/// Resolves paths for a sandbox that runs as `uid`/`gid`.
+#[derive(Debug, Clone, Copy)]
+pub struct Walker {
+    uid: u32,
+    gid: u32,
+}
+
+/// One real directory on the way down.
+struct Step {
+    fd: OwnedFd,
+    path: PathBuf,
+    meta: Meta,
+}
+
+impl Walker {
+    pub fn new(uid: u32, gid: u32) -> Walker {
+        Walker { uid, gid }
+    }
+
+    /// Resolve an absolute path without following any symlink the sandbox could have planted.
+    /// `..` goes up the directories actually walked, as the kernel's lookup would.
+    pub fn resolve(&self, path: &Path) -> Result<Resolved, WalkError> {
+        if !path.is_absolute() {
+            return Err(WalkError::NotAbsolute(path.to_path_buf()));
+        }
+        // Components still to walk, last first. "/" restarts at the root (an absolute target).
+        let mut pending: Vec<OsString> = Vec::new();
+        push_components(&mut pending, path);
+        let root_path = PathBuf::from("/");
+        let c = c"/";
+        // SAFETY: a NUL-terminated absolute path; the result is checked.
+        let raw = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return Err(WalkError::Open {
+                path: root_path,
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let root = unsafe { OwnedFd::from_raw_fd(raw) };
+        let meta = fstat(root.as_fd()).map_err(|source| WalkError::Stat {
+            path: root_path.clone(),
+            source,
+        })?;
+        let mut stack = vec![Step {
+            fd: root,
+            path: root_path,
+            meta,
+        }];
+        let mut links = 0;
+        while let Some(c) = pending.pop() {
+            let top = stack.last().expect("the root stays on the stack");
+            if c == "/" {
+                stack.truncate(1);
+                continue;
+            }
+            if !top.meta.is_dir() {
+                return Err(WalkError::NotDir(top.path.clone()));
+            }
+            if c == ".." {
+                if stack.len() > 1 {
+                    stack.pop();
+                }
+                continue;
+            }
+            let e = open_entry(top.fd.as_fd(), &top.path, &c)?;
+            if e.meta.is_symlink() {
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(WalkError::TooManyLinks(path.to_path_buf()));
+                }
+                let target = readlink(e.fd.as_fd(), &e.path)?;
+                if let Some(why) = self.distrust(&e.meta, &stack) {
+                    return Err(WalkError::UntrustedLink {
+                        link: e.path,
+                        target,
+                        why,
+                    });
+                }
+                push_components(&mut pending, &target);
+                continue;
+            }
+            stack.push(Step {
+                fd: e.fd,
+                path: e.path,
+                meta: e.meta,
+            });
+        }
+        let top = stack.pop().expect("the root stays on the stack");
+        Ok(Resolved {
+            fd: top.fd,
+            path: top.path,
+            meta: top.meta,
+        })
+    }
+
+    /// Why a link (with metadata `link`, below the directories `above`) must not be followed,
+    /// or `None` when it may be: the link and every directory above it are root-owned and
+    /// none of those directories is writable by the sandbox.
+    fn distrust(&self, link: &Meta, above: &[Step]) -> Option<String> {
+        if link.uid != 0 {
+            return Some(format!("the link is owned by uid {}, not root", link.uid));
+        }
+        for d in above {
+            if d.meta.uid != 0 {
+                return Some(format!(
+                    "{} above it is owned by uid {}, not root",
+                    d.path.display(),
+                    d.meta.uid
+                ));
+            }
+            let m = d.meta.mode;
+            let by_other = m & libc::S_IWOTH != 0;
+            let by_group = m & libc::S_IWGRP != 0 && d.meta.gid == self.gid;
+            // The owner is root. A `--uid 0` child is that owner: file modes do not stop it,
+            // only Landlock does. The directories no policy can grant write to (`/`, the system
+            // directories and their ancestors: `FsPolicy::validate` refuses them as read-write
+            // roots) stay trusted, so `/lib -> usr/lib` still works under `--uid 0`.
+            let by_owner = self.uid == 0 && m & libc::S_IWUSR != 0 && !never_writable(&d.path);
+            if by_other || by_group || by_owner {
+                return Some(format!(
+                    "{} above it is writable by the sandbox uid {} / gid {} (mode {:o}, group {})",
+                    d.path.display(),
+                    self.uid,
+                    self.gid,
+                    m & 0o7777,
+                    d.meta.gid
+                ));
+            }
+        }
+        None
+    }
+
+    /// Open `path` to write a result into at the end of a run, before any sandboxed code runs:
+    /// the directories through this walk, the file itself `O_NOFOLLOW|O_NONBLOCK` (a FIFO put
+    /// there can neither block the open nor the write). A new file is created `O_EXCL`; an
+    /// existing one must be a regular file with a single link, checked by fstat of the very
+    /// descriptor returned. Nothing is truncated here.
+    pub fn open_output(&self, path: &Path) -> Result<File, WalkError> {
+        let abs = std::path::absolute(path).map_err(|source| WalkError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = match abs.components().next_back() {
+            Some(Component::Normal(n)) => n.to_owned(),
+            _ => return Err(WalkError::NoFileName(abs)),
+        };
+        let parent = abs
+            .parent()
+            .ok_or_else(|| WalkError::NoFileName(abs.clone()))?;
+        let dir = self.resolve(parent)?;
+        if !dir.meta.is_dir() {
+            return Err(WalkError::NotDir(dir.path));
+        }
+        let path = dir.path.join(&name);
+        let open_err = |source| WalkError::Open {
+            path: path.clone(),
+            source,
+        };
+        let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+        match openat(
+            dir.fd.as_fd(),
+            &name,
+            flags | libc::O_CREAT | libc::O_EXCL,
+            0o666,
+        ) {
+            Ok(fd) => return Ok(File::from(fd)),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(open_err(e)),
+        }
+        // It exists: look before opening for write, since opening a device or FIFO for write
+        // can itself have effects; then check that the descriptor is of the same inode.
+        let seen = open_entry(dir.fd.as_fd(), &dir.path, &name)?;
+        let plain = |m: &Meta| m.is_file() && m.nlink == 1;
+        if !plain(&seen.meta) {
+            return Err(WalkError::NotPlainFile {
+                path,
+                mode: seen.meta.mode,
+                nlink: seen.meta.nlink,
+            });
+        }
+        let fd = openat(dir.fd.as_fd(), &name, flags, 0).map_err(open_err)?;
+        let meta = fstat(fd.as_fd()).map_err(|source| WalkError::Stat {
+            path: path.clone(),
+            source,
+        })?;
+        if (meta.dev, meta.ino) != (seen.meta.dev, seen.meta.ino) || !plain(&meta) {
+            return Err(WalkError::Replaced(path));
+        }
+        Ok(File::from(fd))
+    }
+}
+
+/// `/`, a system directory, or an ancestor of one: never a read-write root, so never below a
+/// write grant of any run.
+pub fn never_writable(dir: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|s| Path::new(s).starts_with(dir))
+}
+
+fn push_components(pending: &mut Vec<OsString>, path: &Path) {
+    let mut comps = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => comps.push(OsString::from("/")),
+            Component::ParentDir => comps.push(OsString::from("..")),
+            Component::Normal(n) => comps.push(n.to_owned()),
+            Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    pending.extend(comps.into_iter().rev());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn walker() -> Walker {
+        Walker::new(65534, 65534)
+    }
+
+    #[test]
+    fn a_real_path_resolves_to_itself() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        let r = walker().resolve(&root.join("a/./b/../b")).unwrap();
+        assert_eq!(r.path, root.join("a/b"));
+        assert!(r.meta.is_dir());
+    }
+
+    #[test]
+    fn a_link_in_a_writable_directory_is_refused_by_name() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        symlink("/", root.join("l")).unwrap();
+        let e = walker().resolve(&root.join("l/etc")).unwrap_err();
+        match e {
+            WalkError::UntrustedLink { link, target, .. } => {
+                assert_eq!(link, root.join("l"));
+                assert_eq!(target, PathBuf::from("/"));
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn a_missing_path_is_not_found() {
+        let e = walker()
+            .resolve(Path::new("/nonexistent-osb/x"))
+            .unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+    }
+
+    #[test]
+    fn system_roots_are_never_writable_and_others_may_be() {
+        assert!(never_writable(Path::new("/")));
+        assert!(never_writable(Path::new("/usr")));
+        assert!(!never_writable(Path::new("/usr/local")));
+        assert!(!never_writable(Path::new("/var")));
+    }
+}

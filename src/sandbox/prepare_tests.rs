@@ -1,0 +1,240 @@
+//! The fail-closed matrix of [`super::prepare_with`], against a fake kernel: which layer is
+//! refused, which is degraded with what reason, without root or any particular kernel.
+
+use super::kernel::Kernel;
+use super::landlock::Support;
+use super::namespaces::{Kind, Outcome, Probe, ProcMount, UserNs, View, ViewError, ViewPlan};
+use super::{ChildError, Enforcement, PrepareError, Step, cgroup, prepare_with};
+use crate::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
+
+struct Fake {
+    euid: u32,
+    landlock_abi: i32,
+    seccomp: bool,
+    user_ns: UserNs,
+    /// Per kind, in `Kind::ALL` order.
+    view: [Outcome; 6],
+    proc: ProcMount,
+}
+
+impl Default for Fake {
+    fn default() -> Self {
+        Fake {
+            euid: 0,
+            landlock_abi: 6,
+            seccomp: true,
+            user_ns: UserNs::Root,
+            view: [
+                Outcome::NotRequested,
+                Outcome::Made,
+                Outcome::Made,
+                Outcome::Made,
+                Outcome::Made,
+                Outcome::Made,
+            ],
+            proc: ProcMount::Full,
+        }
+    }
+}
+
+impl Kernel for Fake {
+    fn euid(&self) -> u32 {
+        self.euid
+    }
+    fn landlock(&self) -> Result<Support, String> {
+        let abi = self.landlock_abi;
+        if abi == 0 {
+            return Err("landlock_create_ruleset: ENOSYS".into());
+        }
+        Ok(Support {
+            abi,
+            filesystem: abi >= 1,
+            network: abi >= 4,
+            scopes: abi >= 6,
+        })
+    }
+    fn seccomp_available(&self) -> bool {
+        self.seccomp
+    }
+    fn cgroups(&self) -> Option<cgroup::Root> {
+        None
+    }
+    fn user_ns(&self) -> UserNs {
+        self.user_ns
+    }
+    fn make_view(&self, _plan: &ViewPlan) -> Result<Probe, ViewError> {
+        let pid = self.view[Kind::Pid as usize];
+        Ok(Probe {
+            outcomes: self.view,
+            view: View {
+                pid: matches!(pid, Outcome::Made)
+                    || matches!(pid, Outcome::Failed(e) if e.step == Step::MountProc),
+                proc: self.proc,
+                ..View::default()
+            },
+        })
+    }
+}
+
+fn policy(allow_degraded: bool, network: NetworkMode, root: bool) -> (Policy, tempfile::TempDir) {
+    let wd = tempfile::tempdir().unwrap();
+    let p = Policy {
+        fs: FsPolicy::with_defaults(wd.path().to_path_buf()),
+        network,
+        limits: Limits::default(),
+        identity: root.then_some(Identity {
+            uid: NOBODY,
+            gid: NOBODY,
+        }),
+        allow_degraded,
+        namespaces: Default::default(),
+    };
+    (p, wd)
+}
+
+fn status(p: &super::Prepared, layer: &str) -> (Enforcement, String) {
+    let l = p
+        .layers
+        .iter()
+        .find(|l| l.layer == layer)
+        .unwrap_or_else(|| panic!("no row {layer}: {:?}", p.layers));
+    (l.status, l.detail.clone())
+}
+
+fn refused(k: &Fake, network: NetworkMode, root: bool) -> (&'static str, String) {
+    let (pol, _wd) = policy(false, network, root);
+    match prepare_with(k, &pol) {
+        Err(PrepareError::NotEnforceable { layer, reason }) => (layer, reason),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(p) => panic!("not refused: {:?}", p.layers),
+    }
+}
+
+#[test]
+fn everything_available_as_root_is_enforced_with_one_row_per_namespace() {
+    let k = Fake::default();
+    let (pol, _wd) = policy(false, NetworkMode::None, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    for kind in [Kind::Pid, Kind::Mount, Kind::Ipc, Kind::Uts, Kind::Net] {
+        assert_eq!(
+            status(&p, kind.layer()).0,
+            Enforcement::Enforced,
+            "{kind:?}"
+        );
+    }
+    assert_eq!(status(&p, "namespace-user").0, Enforcement::NotRequested);
+    assert_eq!(status(&p, "namespace-uts").1, "hostname sandbox");
+    assert!(p.view.pid);
+}
+
+#[test]
+fn network_all_does_not_ask_for_a_network_namespace() {
+    let mut k = Fake::default();
+    k.view[Kind::Net as usize] = Outcome::NotRequested;
+    let (pol, _wd) = policy(false, NetworkMode::All, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "namespace-net").0, Enforcement::NotRequested);
+}
+
+#[test]
+fn a_mount_refused_by_apparmor_is_refused_then_degraded_with_its_reason() {
+    let mut k = Fake::default();
+    let e = ChildError::new(Step::MountTmpfs, libc::EACCES);
+    k.view[Kind::Mount as usize] = Outcome::Failed(e);
+    let (layer, reason) = refused(&k, NetworkMode::None, true);
+    assert_eq!(layer, "namespace-mount");
+    assert_eq!(
+        reason,
+        "mount a private tmpfs: Permission denied (os error 13)"
+    );
+    let (pol, _wd) = policy(true, NetworkMode::None, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "namespace-mount").0, Enforcement::Degraded);
+    // The other kinds are unaffected.
+    assert_eq!(status(&p, "namespace-ipc").0, Enforcement::Enforced);
+}
+
+#[test]
+fn proc_that_cannot_be_mounted_degrades_the_pid_namespace_but_keeps_it() {
+    let mut k = Fake::default();
+    k.view[Kind::Pid as usize] = Outcome::Failed(ChildError::new(Step::MountProc, libc::EPERM));
+    k.proc = ProcMount::None;
+    assert_eq!(refused(&k, NetworkMode::None, true).0, "namespace-pid");
+    let (pol, _wd) = policy(true, NetworkMode::None, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "namespace-pid").0, Enforcement::Degraded);
+    assert!(
+        p.view.pid,
+        "the PID namespace itself still contains the tree"
+    );
+}
+
+#[test]
+fn non_root_without_a_user_namespace_refuses_and_names_the_layer() {
+    let k = Fake {
+        euid: 1000,
+        user_ns: UserNs::Unavailable(ChildError::new(Step::UnshareUser, libc::EPERM)),
+        ..Fake::default()
+    };
+    let (layer, reason) = refused(&k, NetworkMode::None, false);
+    assert_eq!(layer, "namespace-user");
+    assert!(
+        reason.contains("unshare the user namespace: Operation not permitted"),
+        "{reason}"
+    );
+    let (pol, _wd) = policy(true, NetworkMode::None, false);
+    let p = prepare_with(&k, &pol).unwrap();
+    for kind in Kind::ALL {
+        assert_eq!(
+            status(&p, kind.layer()).0,
+            Enforcement::Degraded,
+            "{kind:?}"
+        );
+    }
+    assert!(!p.view.pid && p.view.mnt.is_none());
+}
+
+#[test]
+fn non_root_in_its_own_user_namespace_is_enforced_with_subset_pid() {
+    let k = Fake {
+        euid: 1000,
+        user_ns: UserNs::Entered,
+        proc: ProcMount::SubsetPid,
+        ..Fake::default()
+    };
+    let (pol, _wd) = policy(false, NetworkMode::None, false);
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "namespace-user").0, Enforcement::Enforced);
+    assert!(status(&p, "namespace-pid").1.contains("subset=pid"));
+}
+
+#[test]
+fn the_other_layers_still_fail_closed() {
+    // No seccomp.
+    let k = Fake {
+        seccomp: false,
+        ..Fake::default()
+    };
+    assert_eq!(refused(&k, NetworkMode::None, true).0, "seccomp");
+    // Landlock too old for TCP rules under --network none, but fine with --network all.
+    let k = Fake {
+        landlock_abi: 3,
+        ..Fake::default()
+    };
+    assert_eq!(refused(&k, NetworkMode::None, true).0, "landlock-net");
+    // No Landlock at all.
+    let k = Fake {
+        landlock_abi: 0,
+        ..Fake::default()
+    };
+    assert_eq!(refused(&k, NetworkMode::None, true).0, "landlock-fs");
+    // Root with target uid 0 and no pids cgroup (the fake has none): RLIMIT_NPROC would not
+    // hold.
+    let k = Fake::default();
+    let (mut pol, _wd) = policy(false, NetworkMode::None, true);
+    pol.identity = Some(Identity { uid: 0, gid: 0 });
+    match prepare_with(&k, &pol) {
+        Err(PrepareError::NotEnforceable { layer, .. }) => assert_eq!(layer, "cgroup"),
+        other => panic!("{:?}", other.map(|p| p.layers)),
+    }
+}

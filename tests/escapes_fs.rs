@@ -1,0 +1,524 @@
+//! Filesystem escapes of issue 10 (items 1, 2, 3, 21), each driven through the real binary:
+//! symlinked grant roots, the check-then-use race in grant expansion, `--report-json` written
+//! by path, and relative program paths resolved in the wrong directory.
+//!
+//! As root, the sandbox uid is 65534 unless `--uid` says otherwise.
+
+mod common;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BIN, PauseDir, Workdir, require_pause_points, require_root};
+
+/// Exit code of a refused policy (RunError::Policy): invalid input.
+const POLICY_REFUSED: i32 = 2;
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A directory outside every grant that the sandbox uid could write if Landlock let it.
+fn open_outside_dir() -> tempfile::TempDir {
+    // Not below /tmp: the run's /tmp is its own tmpfs, where this directory would not exist
+    // at all, and the Landlock answer these tests are about would never be asked.
+    let d = tempfile::Builder::new()
+        .prefix("osb-outside-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    chmod(d.path(), 0o777);
+    d
+}
+
+fn sandbox(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("run").args(args).stdin(Stdio::null());
+    c
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Wait for `child` at most `secs`; `None` if it is still running then (it is killed).
+fn wait_bounded(mut child: Child, secs: u64) -> Option<Output> {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+// ---- item 1: symlinked grant roots ----
+
+/// Run 1 leaves `W/project -> /`; run 2 names `W/project` as its workdir. Before the fix the
+/// workdir was canonicalised to `/` and run 2 wrote outside every grant.
+#[test]
+fn symlinked_workdir_left_by_a_run_is_refused_naming_the_link() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let r1 = common::run(&wd, &[], &["ln", "-s", "/", "project"]);
+    assert_eq!(r1.code(), 0, "run 1: {}", r1.stderr());
+    let outside = open_outside_dir();
+    let pwned = outside.path().join("pwned");
+    let link = wd.path().join("project");
+    let out = sandbox(&["--workdir", link.to_str().unwrap(), "--"])
+        .args(["sh", "-c", &format!("echo x > {}", pwned.display())])
+        .output()
+        .unwrap();
+    assert!(
+        !pwned.exists(),
+        "run 2 wrote outside its grants through the link"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(POLICY_REFUSED),
+        "{}",
+        text(&out.stderr)
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("symlink {}", link.display())),
+        "the error must name the link: {err}"
+    );
+}
+
+#[test]
+fn symlinked_ro_and_rw_roots_are_refused_naming_the_link() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let outside = open_outside_dir();
+    let link = wd.path().join("elsewhere");
+    symlink(outside.path(), &link).unwrap();
+    // Below the link too: a link in any component is refused, not only the last one.
+    std::fs::create_dir(outside.path().join("sub")).unwrap();
+    let below = link.join("sub");
+    for (flag, p) in [("--ro", &link), ("--rw", &link), ("--rw", &below)] {
+        let out = sandbox(&["--workdir", wd.path().to_str().unwrap(), flag])
+            .arg(p)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(POLICY_REFUSED),
+            "{flag} {p:?}: {err}"
+        );
+        assert!(
+            err.contains(&format!("symlink {}", link.display())),
+            "{flag} {p:?}: the error must name the link: {err}"
+        );
+    }
+}
+
+/// serve (`openshell-sandbox --workdir DIR [MAIN...]`, here without a gateway: the main
+/// process only) builds its policy the same way: a symlinked workdir is refused before the main
+/// process starts.
+#[test]
+fn serve_symlinked_workdir_is_refused_naming_the_link() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let outside = open_outside_dir();
+    let link = wd.path().join("project");
+    symlink(outside.path(), &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    let pwned = outside.path().join("pwned");
+    let child = Command::new(BIN)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .arg("--workdir")
+        .arg(&link)
+        .args(["sh", "-c", &format!("echo x > {}", pwned.display())])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(child, 30).expect("serve did not exit");
+    assert!(
+        !pwned.exists(),
+        "serve's main process wrote through the link"
+    );
+    let err = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("symlink {}", link.display())),
+        "{err}"
+    );
+    assert!(err.contains("owned by uid 65534"), "{err}");
+}
+
+/// With `--uid 0` the child owns every root-owned directory it is granted: a link it leaves in
+/// a root-owned workdir is root-owned too. Before the fix run 2 followed it and wrote a
+/// root-owned file in the root-owned 0755 directory it pointed to.
+#[test]
+fn uid0_symlinked_workdir_in_a_root_owned_tree_is_refused() {
+    if !require_root() {
+        return;
+    }
+    // target/tmp: every directory above it is root-owned and not group or other writable, so
+    // only the uid-0 rule can refuse the link.
+    let base = tempfile::Builder::new()
+        .prefix("osb-uid0-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    chmod(base.path(), 0o755);
+    let trusted_chain = base.path().ancestors().all(|d| {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(d).unwrap();
+        m.uid() == 0 && m.mode() & 0o022 == 0
+    });
+    if !common::require(
+        trusted_chain,
+        "CARGO_TARGET_TMPDIR below root-owned directories without group or other write",
+    ) {
+        return;
+    }
+    let work = base.path().join("work");
+    let victim = base.path().join("victim");
+    for d in [&work, &victim] {
+        std::fs::create_dir(d).unwrap();
+        chmod(d, 0o755);
+    }
+    let w = work.to_str().unwrap();
+    let r1 = sandbox(&["--uid", "0", "--workdir", w, "--", "ln", "-s"])
+        .arg(&victim)
+        .arg("project")
+        .output()
+        .unwrap();
+    assert_eq!(r1.status.code(), Some(0), "run 1: {}", text(&r1.stderr));
+    let link = work.join("project");
+    let pwned = victim.join("pwned");
+    let out = sandbox(&["--uid", "0", "--workdir", link.to_str().unwrap(), "--"])
+        .args(["touch", pwned.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!pwned.exists(), "uid-0 run 2 wrote through the link");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(POLICY_REFUSED), "{err}");
+    assert!(
+        err.contains(&format!("symlink {}", link.display())),
+        "{err}"
+    );
+    // Refused for the owner-write rule alone: for uid 65534 the same link would be trusted.
+    assert!(err.contains("writable by the sandbox uid 0"), "{err}");
+}
+
+/// Root-owned links in root-owned, non-writable directories are still followed: `/lib ->
+/// usr/lib`, `/var/run -> /run`. Under `--uid 0`, links directly in `/` still are (no run can
+/// ever be granted write on `/`).
+#[test]
+fn system_links_still_work() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let w = wd.path().to_str().unwrap();
+    for extra in [
+        &["--ro", "/lib"][..],
+        &["--ro", "/var/run"],
+        &["--uid", "0", "--ro", "/lib"],
+        &["--ro", "/lib/../lib64"],
+    ] {
+        let out = sandbox(&["--workdir", w])
+            .args(extra)
+            .args(["--", "ls", "/lib/"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{extra:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn rw_grant_on_root_or_a_system_ancestor_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let w = wd.path().to_str().unwrap();
+    let outside = open_outside_dir();
+    let pwned = outside.path().join("pwned");
+    let write = format!("echo x > {}", pwned.display());
+    for extra in [
+        &["--workdir", w, "--rw", "/"][..],
+        &["--workdir", "/"],
+        &["--workdir", w, "--rw", "/usr"],
+        &["--workdir", w, "--rw", "/lib"],
+    ] {
+        let out = sandbox(extra)
+            .args(["--", "sh", "-c", &write])
+            .output()
+            .unwrap();
+        assert!(!pwned.exists(), "{extra:?}: wrote outside");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(POLICY_REFUSED), "{extra:?}: {err}");
+        assert!(err.contains("system directory"), "{extra:?}: {err}");
+    }
+}
+
+// ---- item 2: the check-then-use race in grant expansion ----
+
+fn exchange(a: &Path, b: &Path) {
+    let ca = CString::new(a.as_os_str().as_bytes()).unwrap();
+    let cb = CString::new(b.as_os_str().as_bytes()).unwrap();
+    // SAFETY: two NUL-terminated paths; renameat2 only reads them.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
+}
+
+/// The workdir is split around a denied entry, so each other entry becomes its own rule. The
+/// supervisor is held after the entries were checked and before Landlock gets them; the
+/// attacker then exchanges the subdirectory `sub` with a link to `/`. Before the fix the rule
+/// for `sub` was opened by path, through the link: read-write on `/`.
+#[test]
+fn grant_expansion_exchange_race_never_widens_a_grant() {
+    if !require_root() || !require_pause_points() {
+        return;
+    }
+    let wd = Workdir::new();
+    let sub = wd.path().join("sub");
+    let lnk = wd.path().join("lnk");
+    std::fs::create_dir(wd.path().join("private")).unwrap();
+    std::fs::create_dir(&sub).unwrap();
+    std::os::unix::fs::chown(&sub, Some(65534), Some(65534)).unwrap();
+    symlink("/", &lnk).unwrap();
+    let outside = open_outside_dir();
+    let pwned = outside.path().join("pwned");
+    let pause = PauseDir::new();
+    let point = "landlock-rules";
+    let script = format!(
+        "echo ok > {}/lnk/ok && echo in-grant; echo x > {} && echo ESCAPED",
+        wd.path().display(),
+        pwned.display()
+    );
+    let child = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--deny"])
+        .arg(wd.path().join("private"))
+        .args(["--", "sh", "-c", &script])
+        .envs(pause.env(point))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        pause.wait_reached(point, 60),
+        "the supervisor never reached {point}"
+    );
+    exchange(&sub, &lnk);
+    pause.release(point);
+    let out = wait_bounded(child, 60).expect("the run did not finish");
+    let (so, se) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        !pwned.exists(),
+        "the swapped link widened the grant to /: {so}{se}"
+    );
+    assert!(!so.contains("ESCAPED"), "{so}{se}");
+    assert!(se.contains("Permission denied"), "{se}");
+    // The directory that was checked is still granted, under its new name.
+    assert!(so.contains("in-grant"), "{so}{se}");
+    assert!(wd.path().join("lnk/ok").exists());
+}
+
+// ---- item 3: --report-json written by path ----
+
+/// A root-owned 0600 file in a root-only directory: what the child must not overwrite.
+fn precious() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::Builder::new()
+        .prefix("osb-precious-")
+        .tempdir()
+        .unwrap();
+    chmod(d.path(), 0o700);
+    let f = d.path().join("secret");
+    std::fs::write(&f, "precious").unwrap();
+    chmod(&f, 0o600);
+    (d, f)
+}
+
+#[test]
+fn report_json_swapped_for_a_symlink_leaves_the_target_intact() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let (_keep, secret) = precious();
+    let report = wd.path().join("report.json");
+    let script = format!(
+        "mv report.json moved.json 2>/dev/null; ln -s {} report.json",
+        secret.display()
+    );
+    let out = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
+        .arg(&report)
+        .args(["--", "sh", "-c", &script])
+        .current_dir(wd.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        "precious",
+        "the supervisor wrote its report through the child's link"
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The report went to the file opened before the spawn, now under the child's new name.
+    let moved = std::fs::read(wd.path().join("moved.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&moved).unwrap();
+    assert_eq!(v["exit_code"], 0);
+}
+
+#[test]
+fn report_json_existing_link_or_hard_link_is_refused() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let (_keep, secret) = precious();
+    let link = wd.path().join("link.json");
+    symlink(&secret, &link).unwrap();
+    let hard = wd.path().join("hard.json");
+    std::fs::write(wd.path().join("orig"), "x").unwrap();
+    std::fs::hard_link(wd.path().join("orig"), &hard).unwrap();
+    for p in [&link, &hard] {
+        let out = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
+            .arg(p)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(POLICY_REFUSED),
+            "{p:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "precious");
+    assert_eq!(
+        std::fs::read_to_string(wd.path().join("orig")).unwrap(),
+        "x"
+    );
+}
+
+/// The child replaces the report path with a FIFO and exits. Before the fix the supervisor
+/// opened the FIFO for writing at the end and blocked forever.
+#[test]
+fn report_json_swapped_for_a_fifo_does_not_block() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let report = wd.path().join("report.json");
+    let child = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
+        .arg(&report)
+        .args(["--", "sh", "-c", "rm -f report.json; mkfifo report.json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(child, 20).expect("the supervisor blocked on the FIFO");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        std::fs::symlink_metadata(&report)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+}
+
+/// The same FIFO while the run is ended by SIGTERM: the supervisor must still exit (143).
+#[test]
+fn report_json_fifo_then_sigterm_still_ends_the_run() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let report = wd.path().join("report.json");
+    let child = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
+        .arg(&report)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "rm -f report.json; mkfifo report.json; sleep 60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !std::fs::symlink_metadata(&report).is_ok_and(|m| m.file_type().is_fifo()) {
+        assert!(Instant::now() < end, "the child never made the FIFO");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill on the pid of our own child process.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let out = wait_bounded(child, 20).expect("SIGTERM did not end the run (blocked on the FIFO)");
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+// ---- item 21: relative program paths ----
+
+/// `run --workdir W -- ./x.sh` started from another directory: the child runs in W, so `./x.sh`
+/// means W/x.sh. Before the fix it was looked up in the supervisor's cwd: a false 127. Relative
+/// PATH entries likewise.
+#[test]
+fn relative_program_is_resolved_in_the_childs_cwd() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    std::fs::create_dir(wd.path().join("tools")).unwrap();
+    for (p, word) in [("x.sh", "relative-ok"), ("tools/y", "path-entry-ok")] {
+        let f = wd.path().join(p);
+        std::fs::write(&f, format!("#!/bin/sh\necho {word}\n")).unwrap();
+        chmod(&f, 0o755);
+    }
+    let w = wd.path().to_str().unwrap();
+    for (cmd, extra, word) in [
+        ("./x.sh", &[][..], "relative-ok"),
+        (
+            "y",
+            &["--env", "PATH=tools:/usr/bin:/bin"][..],
+            "path-entry-ok",
+        ),
+    ] {
+        let out = sandbox(&["--workdir", w])
+            .args(extra)
+            .args(["--", cmd])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), word);
+    }
+}

@@ -1,0 +1,767 @@
+//! Issue 10, the `run` side: signals that end the supervisor, the caller's stdin, the forged
+//! summary line, supplementary groups of a non-root supervisor, scratch removal after the
+//! report, and a uid per concurrent run. Every test drives the real binary.
+
+mod common;
+mod support;
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The default `--uid-range` of `run` (see README).
+const RANGE: std::ops::RangeInclusive<u32> = 1_900_000_000..=1_900_000_999;
+
+fn wait_for_file(p: &Path, secs: u64) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if p.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn wait_exit(c: &mut Child, secs: u64) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if let Some(st) = c.try_wait().unwrap() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    None
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is dead for our purpose; its parent (init, once we are gone) reaps it.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn report_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("osb-escapes-{tag}-{}.json", std::process::id()))
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    std::fs::read(p)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 6: SIGHUP and SIGQUIT end the run like SIGTERM.
+
+fn signal_ends_tree_and_reports(sig: i32) {
+    let wd = Workdir::new();
+    let report = report_path(&format!("sig{sig}"));
+    let _ = std::fs::remove_file(&report);
+    let mut c = Command::new(BIN)
+        .args(["run", "-q", "--workdir"])
+        .arg(wd.path())
+        .arg("--report-json")
+        .arg(&report)
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            // A background process that only the tree kill can end (it has no PDEATHSIG).
+            "sleep 300 & echo $! > bg.tmp && mv bg.tmp bg; wait",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_file(&wd.path().join("bg"), 20),
+        "the child never started"
+    );
+    let bg: i32 = std::fs::read_to_string(wd.path().join("bg"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(bg));
+    // SAFETY: kill with a pid we spawned and a valid signal number.
+    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+    let st = wait_exit(&mut c, 20).expect("the supervisor did not exit after the signal");
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        (st.code(), st.signal()),
+        (Some(128 + sig), None),
+        "signal {sig}: the supervisor must exit 128+{sig} as it does for SIGTERM; stderr: {err}"
+    );
+    let r = read_json(&report);
+    let _ = std::fs::remove_file(&report);
+    assert_eq!(r["contained"], true, "report: {r}; stderr: {err}");
+    assert_eq!(r["exit_code"], 128 + sig, "report: {r}");
+    let end = Instant::now() + Duration::from_secs(5);
+    while alive(bg) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !alive(bg),
+        "the background process {bg} outlived the run after signal {sig}"
+    );
+}
+
+#[test]
+fn sighup_to_the_supervisor_ends_the_tree_and_reports() {
+    signal_ends_tree_and_reports(libc::SIGHUP);
+}
+
+#[test]
+fn sigquit_to_the_supervisor_ends_the_tree_and_reports() {
+    signal_ends_tree_and_reports(libc::SIGQUIT);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 8: the summary always starts on a line of its own.
+
+#[test]
+fn an_unterminated_stderr_line_cannot_forge_the_summary() {
+    let wd = Workdir::new();
+    let forged = "openshell-sandbox: exited 0 (reason exited, code 0) in 1 ms; all layers enforced";
+    let r = run(
+        &wd,
+        &[],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!("printf '%s' '{forged}' >&2; exit 3"),
+        ],
+    );
+    assert_eq!(r.code(), 3, "{}", r.stderr());
+    let err = r.stderr();
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.len() >= 2,
+        "expected the child's line, then the summary: {err:?}"
+    );
+    assert_eq!(lines[lines.len() - 2], forged, "{err:?}");
+    assert!(
+        lines[lines.len() - 1].starts_with("openshell-sandbox: exited 3 (reason exited, code 3)"),
+        "the summary must start its own line: {err:?}"
+    );
+
+    // A terminated last line gets no extra blank line; no output at all, none either.
+    let r = run(&wd, &[], &["/bin/sh", "-c", "echo done >&2"]);
+    assert!(
+        r.stderr().starts_with("done\nopenshell-sandbox: exited 0"),
+        "{:?}",
+        r.stderr()
+    );
+    let r = run(&wd, &[], &["/bin/true"]);
+    assert!(
+        r.stderr().starts_with("openshell-sandbox: exited 0"),
+        "{:?}",
+        r.stderr()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 12: a non-root supervisor holding supplementary groups hands them to the child.
+
+/// Run the binary as uid/gid `id` with supplementary `groups` (the test is root and switches
+/// in the forked child, before exec).
+fn run_as(id: u32, groups: &'static [libc::gid_t], wd: &Path, extra: &[&str]) -> Run {
+    let report = report_path(&format!("as{id}-{}", groups.len()));
+    let _ = std::fs::remove_file(&report);
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "--workdir"])
+        .arg(wd)
+        .arg("--report-json")
+        .arg(&report)
+        .args(extra)
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "grep -E '^(Uid|Groups):' /proc/self/status",
+        ])
+        .current_dir(wd)
+        .stdin(Stdio::null());
+    // SAFETY: only raw syscalls on a static array and integers between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setresgid(id, id, id) != 0
+                || libc::setresuid(id, id, id) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let out = cmd.output().unwrap();
+    // The report file was created by the non-root supervisor in the shared temp dir.
+    let r = read_json(&report);
+    let _ = std::fs::remove_file(&report);
+    Run { out, report: r }
+}
+
+#[test]
+fn supplementary_groups_of_a_non_root_supervisor_are_refused() {
+    if !require_root() {
+        return;
+    }
+    let uid = 64230;
+    let wd = tempfile::Builder::new()
+        .prefix("osb-groups-")
+        .tempdir()
+        .unwrap();
+    std::os::unix::fs::chown(wd.path(), Some(uid), Some(uid)).unwrap();
+    static ADM_DISK: [libc::gid_t; 2] = [4, 6];
+    static NONE: [libc::gid_t; 0] = [];
+
+    let r = run_as(uid, &ADM_DISK, wd.path(), &[]);
+    assert_eq!(
+        r.code(),
+        125,
+        "stdout: {} stderr: {}",
+        r.stdout(),
+        r.stderr()
+    );
+    assert!(
+        r.stderr().contains("identity") && r.stderr().contains("4 (adm)"),
+        "the refusal must name the layer and the groups: {}",
+        r.stderr()
+    );
+    assert!(r.stderr().contains("6 (disk)"), "{}", r.stderr());
+    assert!(r.stdout().is_empty(), "the child ran: {}", r.stdout());
+
+    // --allow-degraded runs, and says so.
+    let r = run_as(uid, &ADM_DISK, wd.path(), &["--allow-degraded"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(r.stdout().contains("Groups:\t4 6"), "{}", r.stdout());
+    let id = r.report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "identity")
+        .cloned()
+        .unwrap();
+    assert_eq!(id["status"], "degraded", "{id}");
+    assert!(id["detail"].as_str().unwrap().contains("4 (adm)"), "{id}");
+    assert!(r.stderr().contains("DEGRADED: identity"), "{}", r.stderr());
+
+    // Without supplementary groups the same supervisor runs fully enforced.
+    let r = run_as(uid, &NONE, wd.path(), &[]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert!(r.stderr().contains("all layers enforced"), "{}", r.stderr());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 24: the report is out before the scratch directory is removed.
+
+#[test]
+fn the_report_is_written_before_scratch_removal() {
+    if !require_pause_points() {
+        return;
+    }
+    let wd = Workdir::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("keep"), b"precious").unwrap();
+    let report = report_path("scratch");
+    let _ = std::fs::remove_file(&report);
+    let pause = PauseDir::new();
+    let mut c = Command::new(BIN)
+        .args(["run", "-q", "--scratch", "--workdir"])
+        .arg(wd.path())
+        .arg("--report-json")
+        .arg(&report)
+        .args(["--", "/bin/sh", "-c"])
+        .arg(format!(
+            "mkdir -p \"$TMPDIR/a/b/c\" && touch \"$TMPDIR/a/b/c/f\" && ln -s {} \"$TMPDIR/link\" && echo \"$TMPDIR\"",
+            outside.path().display()
+        ))
+        .envs(pause.env("scratch-remove"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reached = pause.wait_reached("scratch-remove", 30);
+    let r = read_json(&report);
+    pause.release("scratch-remove");
+    let st = wait_exit(&mut c, 30).expect("run did not exit");
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let _ = std::fs::remove_file(&report);
+    assert!(reached, "the supervisor never reached scratch removal");
+    assert_eq!(
+        r["reason"], "exited",
+        "the report must be out while the scratch removal is held: {r}"
+    );
+    assert_eq!(st.code(), Some(0));
+    let scratch = PathBuf::from(out.trim());
+    assert!(
+        scratch.starts_with(std::env::temp_dir()),
+        "scratch path {scratch:?}"
+    );
+    assert!(!scratch.exists(), "the scratch dir {scratch:?} was left");
+    assert_eq!(
+        std::fs::read(outside.path().join("keep")).unwrap(),
+        b"precious",
+        "the removal followed the symlink"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 7: the caller's terminal never reaches the child.
+
+struct TtyState {
+    termios: libc::termios,
+    ldisc: libc::c_int,
+    excl: libc::c_int,
+    flags: libc::c_int,
+}
+
+fn tty_state(fd: i32) -> TtyState {
+    // SAFETY: ioctls and fcntl on an fd we own, writing into stack values.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        assert_eq!(libc::tcgetattr(fd, &mut t), 0);
+        let mut ldisc = -1;
+        assert_eq!(libc::ioctl(fd, libc::TIOCGETD, &mut ldisc), 0);
+        let mut excl = -1;
+        assert_eq!(libc::ioctl(fd, libc::TIOCGEXCL, &mut excl), 0);
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        TtyState {
+            termios: t,
+            ldisc,
+            excl,
+            flags,
+        }
+    }
+}
+
+fn same_termios(a: &libc::termios, b: &libc::termios) -> bool {
+    a.c_iflag == b.c_iflag
+        && a.c_oflag == b.c_oflag
+        && a.c_cflag == b.c_cflag
+        && a.c_lflag == b.c_lflag
+        && a.c_cc == b.c_cc
+}
+
+const HOSTILE_TTY: &str = r#"
+import errno, fcntl, json, os, struct, termios
+res = {"isatty": os.isatty(0)}
+try:
+    a = termios.tcgetattr(0); a[3] &= ~termios.ECHO; termios.tcsetattr(0, termios.TCSANOW, a)
+    res["echo_off"] = 0
+except OSError as e:
+    res["echo_off"] = e.errno
+except termios.error as e:
+    res["echo_off"] = e.args[0]
+try:
+    fcntl.ioctl(0, termios.TIOCEXCL); res["excl"] = 0
+except OSError as e:
+    res["excl"] = e.errno
+try:
+    fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", 27)); res["setd"] = 0
+except OSError as e:
+    res["setd"] = e.errno
+fcntl.fcntl(0, fcntl.F_SETFL, fcntl.fcntl(0, fcntl.F_GETFL) | os.O_NONBLOCK)
+try:
+    os.write(0, b"x" * 100000); res["write"] = 0
+except OSError as e:
+    res["write"] = e.errno
+print(json.dumps(res))
+"#;
+
+#[test]
+fn a_hostile_child_cannot_change_the_callers_terminal() {
+    let wd = Workdir::new();
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let master: OwnedFd = pty.master;
+    let before = tty_state(slave.as_raw_fd());
+    let out = Command::new(BIN)
+        .args(["run", "-q", "--workdir"])
+        .arg(wd.path())
+        .args(["--", "/usr/bin/python3", "-c", HOSTILE_TTY])
+        .current_dir(wd.path())
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout} {stderr}");
+    let res: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let after = tty_state(slave.as_raw_fd());
+    assert!(
+        same_termios(&before.termios, &after.termios),
+        "termios of the caller's terminal changed (child: {res})"
+    );
+    assert_eq!(after.ldisc, before.ldisc, "line discipline changed: {res}");
+    assert_eq!(after.excl, 0, "TIOCEXCL left set: {res}");
+    assert_eq!(
+        after.flags & libc::O_NONBLOCK,
+        before.flags & libc::O_NONBLOCK,
+        "O_NONBLOCK left set: {res}"
+    );
+    assert_eq!(res["isatty"], false, "{res}");
+    assert_eq!(
+        res["write"],
+        libc::EBADF,
+        "fd 0 must be the read end of a pipe: {res}"
+    );
+    // Nothing reached the terminal behind our back.
+    let mut pfd = libc::pollfd {
+        fd: master.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    assert_eq!(n, 0, "the child wrote to the caller's terminal");
+}
+
+#[test]
+fn stdin_is_fed_through_a_pipe_with_eof() {
+    let wd = Workdir::new();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let mut c = Command::new(BIN)
+        .args(["run", "-q", "--workdir"])
+        .arg(wd.path())
+        .args([
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import os,sys,hashlib; d=sys.stdin.buffer.read(); print(len(d), hashlib.sha256(d).hexdigest(), os.fstat(0).st_mode >> 12)",
+        ])
+        .current_dir(wd.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = c.stdin.take().unwrap();
+    let feeder = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            w.write_all(&data).unwrap();
+        })
+    };
+    let out = c.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    use sha2::Digest;
+    let want = format!(
+        "{} {} 1", // S_IFIFO >> 12
+        data.len(),
+        hex::encode(sha2::Sha256::digest(&data))
+    );
+    assert_eq!(
+        stdout.trim(),
+        want,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 26: a uid per concurrent run.
+
+const HOG: &str = r#"
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while True:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    fds.append(fd)
+print(os.getuid(), len(fds), ctypes.get_errno(), flush=True)
+open("ready", "w").close()
+for _ in range(3000):
+    if os.path.exists("release"):
+        break
+    time.sleep(0.01)
+"#;
+
+const VICTIM: &str = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+print(os.getuid(), fd >= 0, 0 if fd >= 0 else ctypes.get_errno())
+"#;
+
+#[test]
+fn concurrent_runs_get_their_own_uid_and_kernel_budgets() {
+    if !require_root() {
+        return;
+    }
+    let (wa, wb) = (Workdir::new(), Workdir::new());
+    let a = Command::new(BIN)
+        .args(["run", "-q", "--workdir"])
+        .arg(wa.path())
+        .args(["--", "/usr/bin/python3", "-c", HOG])
+        .current_dir(wa.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = wait_for_file(&wa.path().join("ready"), 30);
+    let b = run(&wb, &[], &["/usr/bin/python3", "-c", VICTIM]);
+    std::fs::write(wa.path().join("release"), b"").unwrap();
+    let a = a.wait_with_output().unwrap();
+    let a_out = String::from_utf8_lossy(&a.stdout).into_owned();
+    assert!(
+        ready,
+        "run A never exhausted its inotify instances: {a_out} {}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    let a_fields: Vec<&str> = a_out.split_whitespace().collect();
+    let b_out = b.stdout();
+    let b_fields: Vec<&str> = b_out.split_whitespace().collect();
+    assert_eq!(a_fields.len(), 3, "{a_out}");
+    assert_eq!(a_fields[2], libc::EMFILE.to_string(), "A: {a_out}");
+    assert_eq!(b_fields.len(), 3, "B: {b_out} {}", b.stderr());
+    let (ua, ub): (u32, u32) = (a_fields[0].parse().unwrap(), b_fields[0].parse().unwrap());
+    assert_ne!(ua, ub, "two concurrent runs shared uid {ua}");
+    assert!(RANGE.contains(&ua) && RANGE.contains(&ub), "uids {ua} {ub}");
+    assert_eq!(
+        (b_fields[1], b_fields[2]),
+        ("True", "0"),
+        "run B's inotify_init1 failed while run A held its budget: {b_out}"
+    );
+    // The workdir was handed to the run's uid; the report names it.
+    let b_uid_in_report = b.report["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "identity")
+        .and_then(|l| {
+            l["detail"]
+                .as_str()
+                .map(|s| s.contains(&format!("uid {ub} ")))
+        });
+    assert_eq!(b_uid_in_report, Some(true), "{}", b.report);
+}
+
+#[test]
+fn an_explicit_uid_keeps_its_identity() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let r = run(&wd, &["--uid", "65534"], &["/usr/bin/id", "-u"]);
+    assert_eq!(r.stdout().trim(), "65534", "{}", r.stderr());
+}
+
+#[test]
+fn a_bad_uid_range_is_a_usage_error() {
+    let wd = Workdir::new();
+    for bad in ["5-3", "x-9", "0-10", "100"] {
+        let r = run(&wd, &["--uid-range", bad], &["/bin/true"]);
+        assert_eq!(r.code(), 2, "--uid-range {bad}: {}", r.stderr());
+    }
+}
+
+/// `run --tty` with the test's own pty as the caller's terminal; `end` ends the run once the
+/// child has started: returns the exit code, and whether the caller's terminal was raw during
+/// the run and is as before afterwards.
+fn tty_run(extra: &[&str], script: &str, end: impl FnOnce(&Child, &Path)) -> (Option<i32>, String) {
+    let wd = Workdir::new();
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let _master = pty.master;
+    let before = tty_state(slave.as_raw_fd());
+    let mut c = Command::new(BIN)
+        .args(["run", "-q", "--tty", "--workdir"])
+        .arg(wd.path())
+        .args(extra)
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(wd.path())
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_file(&wd.path().join("ready"), 20),
+        "the child never started"
+    );
+    let during = tty_state(slave.as_raw_fd());
+    assert_eq!(
+        during.termios.c_lflag & (libc::ICANON | libc::ECHO | libc::ISIG),
+        0,
+        "the caller's terminal is not raw while --tty runs"
+    );
+    end(&c, wd.path());
+    let st = wait_exit(&mut c, 20).expect("run --tty did not exit");
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let after = tty_state(slave.as_raw_fd());
+    assert!(
+        same_termios(&before.termios, &after.termios),
+        "the caller's termios were not restored (exit {st:?}, output {out:?})"
+    );
+    assert_eq!(after.ldisc, before.ldisc);
+    assert_eq!(after.excl, 0);
+    assert_eq!(
+        after.flags & libc::O_NONBLOCK,
+        before.flags & libc::O_NONBLOCK
+    );
+    (st.code(), out)
+}
+
+#[test]
+fn tty_gives_a_fresh_pty_and_restores_the_callers_terminal() {
+    // The child wrecks its own terminal: none of it reaches the caller's.
+    let script = "python3 -c 'import os,sys; print(\"tty\", os.isatty(0), os.isatty(1), os.isatty(2))'; \
+                  stty -echo raw; touch ready; while [ ! -e release ]; do sleep 0.01; done; echo bye";
+    let (code, out) = tty_run(&[], script, |_, wd| {
+        std::fs::write(wd.join("release"), b"").unwrap()
+    });
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("tty True True True"), "{out:?}");
+    assert!(out.contains("bye"), "{out:?}");
+}
+
+#[test]
+fn tty_restores_the_callers_terminal_after_a_timeout() {
+    let (code, out) = tty_run(&["--timeout", "1"], "touch ready; exec sleep 30", |_, _| {});
+    assert_eq!(code, Some(124), "{out}");
+}
+
+#[test]
+fn tty_restores_the_callers_terminal_after_a_signal() {
+    let (code, out) = tty_run(&[], "touch ready; exec sleep 30", |c, _| {
+        // SAFETY: kill with the pid of our child and a valid signal number.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGTERM) }, 0);
+    });
+    assert_eq!(code, Some(128 + libc::SIGTERM), "{out}");
+}
+
+#[test]
+fn a_later_run_takes_over_what_an_earlier_run_left_and_nothing_else() {
+    if !require_root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let wd = Workdir::new();
+    // Root's own directory, reachable from the workdir only through a link the run plants.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("f"), b"root's").unwrap();
+    let r = run(
+        &wd,
+        &[],
+        &[
+            "/bin/sh",
+            "-c",
+            &format!(
+                "mkdir -p sub/deeper && echo one > sub/deeper/f && ln -s {} link",
+                outside.path().display()
+            ),
+        ],
+    );
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    // A file of someone else in the workdir keeps its owner.
+    std::fs::write(wd.path().join("users"), b"x").unwrap();
+    std::os::unix::fs::chown(wd.path().join("users"), Some(4242), Some(4242)).unwrap();
+
+    let r = run(
+        &wd,
+        &[],
+        &["/bin/sh", "-c", "echo two >> sub/deeper/f && id -u"],
+    );
+    assert_eq!(
+        r.code(),
+        0,
+        "the second run could not write the first run's file: {}",
+        r.stderr()
+    );
+    let uid: u32 = r.stdout().trim().parse().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(wd.path().join("sub/deeper/f")).unwrap(),
+        "one\ntwo\n"
+    );
+    for p in ["", "sub", "sub/deeper", "sub/deeper/f"] {
+        let m = std::fs::symlink_metadata(wd.path().join(p)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, uid), "{p:?}");
+    }
+    let m = std::fs::metadata(outside.path()).unwrap();
+    assert_eq!(
+        m.uid(),
+        0,
+        "the hand-over followed the link to a root-owned directory"
+    );
+    assert_eq!(
+        std::fs::metadata(outside.path().join("f")).unwrap().uid(),
+        0
+    );
+    assert_eq!(
+        std::fs::metadata(wd.path().join("users")).unwrap().uid(),
+        4242
+    );
+
+    // A directory that belongs to a real user is never given away.
+    let users = Workdir {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    std::os::unix::fs::chown(users.path(), Some(4242), Some(4242)).unwrap();
+    let r = run(&users, &[], &["/bin/true"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    assert_eq!(std::fs::metadata(users.path()).unwrap().uid(), 4242);
+}
+
+/// `serve`: SIGHUP stops the supervisor as SIGTERM does (terminate the exec, report its
+/// status, exit 0), instead of killing it with the exec's tree left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_handles_sighup_like_sigterm() {
+    use support::{AuthMode, SupOpts, Supervisor, TestGateway, exec_collect};
+    let long = Duration::from_secs(60);
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec!["--shutdown-grace".into(), "2".into()],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let marker = sup.workdir.join("started");
+    let st = gw.state.clone();
+    let req = gw.request(&[
+        "sh",
+        "-c",
+        &format!("touch {}; sleep 1000", marker.display()),
+    ]);
+    let running = tokio::spawn(async move { exec_collect(st, req).await });
+    let deadline = Instant::now() + long;
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "exec never started:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sup.signal(libc::SIGHUP);
+    let r = running.await.unwrap();
+    assert_eq!(r.exit, Some(143), "{r:?}\n{}", sup.log());
+    let status = sup.wait_exit(long).await;
+    assert_eq!(status.code(), Some(0), "{}", sup.log());
+    assert!(sup.log().contains("SIGHUP: shutting down"), "{}", sup.log());
+}
