@@ -342,7 +342,9 @@ print("others", [p for p in pids if p not in (1, me)])
 print("me>=2", me >= 2, "ppid", os.getppid())
 argv0 = open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode()
 comm = open("/proc/1/comm").read().strip()
-print("init-is-ours", os.path.basename(argv0) == "openshell-sandbox" or comm.startswith("openshell-sandb"))
+# Our init: a clone of the supervisor, which names itself openshell-init (a fork that kept the
+# supervisor's name and command line would show openshell-sandbox).
+print("init-is-ours", os.path.basename(argv0) in ("openshell-init", "openshell-sandbox") and comm in ("openshell-init", "openshell-sandb"))
 "#,
         );
         expect_out(&r, "others []\nme>=2 True ppid 1\ninit-is-ours True\n");

@@ -1,4 +1,5 @@
-//! Generated-code workloads, as uid 65534 with the default policy: what failed without a
+//! Generated-code workloads, as the unprivileged sandbox uid (65534, or the per-run uid) with the
+//! default policy: what failed without a
 //! writable /tmp and /dev/shm.
 
 use std::path::Path;
@@ -19,14 +20,14 @@ fn python_multiprocessing_pool_and_process_pool_executor_work() {
 import multiprocessing, concurrent.futures
 def sq(x):
     return x * x
-print("uid", os.getuid())
+print("root", os.getuid() == 0)
 with multiprocessing.Pool(2) as p:
     print("pool", sum(p.map(sq, range(10))))
 with concurrent.futures.ProcessPoolExecutor(2) as ex:
     print("executor", sum(ex.map(sq, range(10))))
 "#,
     );
-    expect_out(&r, "uid 65534\npool 285\nexecutor 285\n");
+    expect_out(&r, "root False\npool 285\nexecutor 285\n");
 }
 
 const HELLO_C: &str =
@@ -42,9 +43,13 @@ fn gcc_and_make_work_without_scratch() {
     let r = run(
         &wd,
         &[],
-        &["sh", "-c", "gcc -o hello hello.c && ./hello && id -u"],
+        &[
+            "sh",
+            "-c",
+            "gcc -o hello hello.c && ./hello && [ $(id -u) -ne 0 ] && echo unprivileged",
+        ],
     );
-    expect_out(&r, "hello from gcc\n65534\n");
+    expect_out(&r, "hello from gcc\nunprivileged\n");
     std::fs::write(
         wd.path().join("Makefile"),
         "hello2: hello.c\n\tgcc -O1 -o $@ $<\n",
