@@ -459,13 +459,13 @@ async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
     check_exec(&sc, "sh -c 'echo err >&2; exit 3'", &r, |r| {
         r.exit == Some(3) && r.err() == "err\n" && r.stdout.is_empty()
     });
-    // The pod as the exec sees it: PID 1 is the supervisor's init (a fork of it, so the same
-    // command line), the hostname is the sandbox view's, and the command runs as the
+    // The pod as the exec sees it: PID 1 is the supervisor's init (a clone of it that names
+    // itself openshell-init), the hostname is the sandbox view's, and the command runs as the
     // unprivileged sandbox uid.
     let r = a
-        .sh("tr '\\0' ' ' < /proc/1/cmdline; echo; hostname; id -u")
+        .sh("tr -d '\\0' < /proc/1/cmdline; echo; hostname; id -u")
         .await;
-    let want = format!("{SUPERVISOR} \nsandbox\n65534\n");
+    let want = format!("{}\nsandbox\n65534\n", checks::INIT_NAME);
     check_exec(&sc, "the view from inside the pod", &r, |r| {
         r.exit == Some(0) && r.out() == want
     });
