@@ -413,6 +413,13 @@ impl Drop for Container {
             let _ = self.child.wait();
         }
         destroy(&self.id);
+        // The runtime removes the container's cgroups but not their common parent; remove it
+        // when no other container of any run is in it (rmdir of a non-empty one fails).
+        for d in self.cgroup_dirs() {
+            if let Some(parent) = d.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
     }
 }
 
