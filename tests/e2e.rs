@@ -3,16 +3,21 @@
 //!
 //! The static release build (`make static`, path in OSB_STATIC_BIN) is what runs: the node
 //! installer copies it onto the node's hostPath from the installer image, and sandbox pods run
-//! it from there, read-only, inside a foreign root filesystem with no libc, as PID 1 of their
-//! own mount, PID, UTS and network namespaces. Each pod dials the test gateway by DNS name over
-//! mTLS across its own veth link; every exec goes through the gateway's ExecSandbox.
+//! it from there, read-only, inside a foreign root filesystem with no libc, as PID 1 of a container
+//! that a real OCI runtime (runc; crun with OSB_E2E_RUNTIME=crun) starts the way containerd
+//! starts the pod's `agent` container: its own mount, PID, IPC, UTS and cgroup namespaces, the
+//! pod's network namespace, the capabilities of protocol sheet §5.2, containerd's masked and
+//! read-only paths, a read-only /sys/fs/cgroup, and no seccomp profile or a RuntimeDefault-like
+//! one. Each pod dials the test gateway by DNS name over mTLS across its own veth link; every
+//! exec goes through the gateway's ExecSandbox.
 //!
-//! Needs root, util-linux (unshare, nsenter), iproute2, Debian's busybox-static and, for the
-//! python pod, the distribution's python3. Without them the tests skip loudly; with CI=true a
-//! skip is a failure.
+//! Needs root, runc, util-linux, iproute2, Debian's busybox-static and, for the python pod, the
+//! distribution's python3. Without them the tests skip loudly; with CI=true a skip is a failure.
 
 mod support;
 
+#[path = "e2e/checks.rs"]
+mod checks;
 #[path = "e2e/cluster.rs"]
 mod cluster;
 #[path = "e2e/container.rs"]
@@ -23,6 +28,8 @@ mod images;
 mod pod;
 #[path = "e2e/scenario.rs"]
 mod scenario;
+#[path = "e2e/seccomp.rs"]
+mod seccomp;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,7 +37,9 @@ use std::time::Duration;
 use openshell_sandbox::proto::v1::exec_sandbox_event::Payload;
 
 use cluster::{Cluster, GATEWAY_DNS, GATEWAY_PORT};
-use container::{Container, Spec, Volume, describe, ns_pid, processes_in_ns, tool};
+use container::{
+    Container, Seccomp, Spec, Volume, describe, ns_pid, processes_in_ns, runtime_name, tool,
+};
 use images::{INSTALLER_MOUNT, Node, sha256_file};
 use pod::{Pod, PodNamespaces, PodOptions, SUPERVISOR, TLS_DIR};
 use scenario::{Scenario, wait_for};
@@ -55,13 +64,17 @@ fn preconditions() -> Option<PathBuf> {
     ) {
         return None;
     }
-    for t in ["unshare", "nsenter", "mount", "chroot", "env", "ip", "ldd"] {
-        if !support::require(
-            tool(t).is_some(),
-            &format!("`{t}` (util-linux, coreutils, iproute2, libc-bin)"),
-        ) {
+    for t in ["ip", "ldd"] {
+        if !support::require(tool(t).is_some(), &format!("`{t}` (iproute2, libc-bin)")) {
             return None;
         }
+    }
+    let rt = runtime_name();
+    if !support::require(
+        tool(&rt).is_some(),
+        &format!("the OCI runtime `{rt}` (apt-get install {rt})"),
+    ) {
+        return None;
     }
     if !support::require(
         Path::new(images::BUSYBOX).is_file(),
@@ -110,6 +123,9 @@ fn installer_spec(node: &Node, image: &Path, args: &[&str], log: PathBuf) -> Spe
         )],
         argv,
         log,
+        add_caps: Vec::new(),
+        // The DaemonSet's pod-level seccompProfile.
+        seccomp: Seccomp::RuntimeDefault,
     }
 }
 
@@ -174,12 +190,17 @@ async fn start_pod(
     dir: &Path,
     name: &str,
     image: &dyn Fn(&Path) -> anyhow::Result<()>,
+    seccomp: Seccomp,
 ) -> Pod {
     let pod = Pod::start(
         cluster,
         node,
         &dir.join("pods"),
-        PodOptions { name, image },
+        PodOptions {
+            name,
+            image,
+            seccomp,
+        },
         |log| sc.watch_log(&format!("pod {name} (the supervisor)"), log),
     )
     .await;
@@ -216,6 +237,7 @@ fn check_pod_shape(sc: &Scenario, pod: &Pod) -> PodNamespaces {
             format!("pod {} shares the test's {kind} namespace", pod.name)
         });
     }
+    checks::runtime_shape(sc, pod);
     ns
 }
 
@@ -265,6 +287,15 @@ async fn terminate(sc: &Scenario, pod: &mut Pod, ns: PodNamespaces, already_sign
             format!("processes left in the pod's {kind} namespace: {left:?}")
         });
     }
+    let cgroups: Vec<_> = pod
+        .container
+        .cgroup_dirs()
+        .into_iter()
+        .filter(|d| d.exists())
+        .collect();
+    sc.check(cgroups.is_empty(), || {
+        format!("the pod's cgroups are left: {cgroups:?}")
+    });
     sc.ok(pod.net.ns.delete());
     let left = processes_in_ns("net", ns.net);
     sc.check(left.is_empty(), || {
@@ -351,10 +382,19 @@ fn busybox_image(root: &Path) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busybox_pod_from_installer_to_streamed_output() {
+    busybox_scenario("busybox", Seccomp::Unconfined).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busybox_pod_under_runtime_default_seccomp() {
+    busybox_scenario("busybox-runtime-default", Seccomp::RuntimeDefault).await;
+}
+
+async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
     let Some(bin) = preconditions() else {
         return;
     };
-    let sc = Scenario::new("busybox");
+    let sc = Scenario::new(name);
     let tmp = tempdir();
     let dir = tmp.path();
     let sha1 = sc.ok(sha256_file(&bin));
@@ -370,9 +410,20 @@ async fn busybox_pod_from_installer_to_streamed_output() {
     sc.step("2+3 pod A: busybox image, v0.0.36 pod contract, its own namespaces");
     let mut cluster = sc.ok(Cluster::new(dir));
     let mut netns_names = vec![cluster.gw_ns.name.clone()];
-    let mut a = start_pod(&sc, &mut cluster, &node, dir, "sandbox-a", &busybox_image).await;
+    let mut a = start_pod(
+        &sc,
+        &mut cluster,
+        &node,
+        dir,
+        "sandbox-a",
+        &busybox_image,
+        seccomp,
+    )
+    .await;
     netns_names.push(a.net.ns.name.clone());
     let ns_a = check_pod_shape(&sc, &a);
+    let row = checks::supervisor_on_read_only_cgroups(&sc, &a);
+    eprintln!("the supervisor on the pod's read-only cgroup mount: {row}");
 
     sc.step("4 network: the pod reached the gateway by DNS name, across its veth only");
     let ifaces = sc.ok(a.net.interfaces());
@@ -408,12 +459,13 @@ async fn busybox_pod_from_installer_to_streamed_output() {
     check_exec(&sc, "sh -c 'echo err >&2; exit 3'", &r, |r| {
         r.exit == Some(3) && r.err() == "err\n" && r.stdout.is_empty()
     });
-    // The pod as the exec sees it: the supervisor is PID 1, the hostname is the pod's, and
-    // the command runs as the unprivileged sandbox uid.
+    // The pod as the exec sees it: PID 1 is the supervisor's init (a clone of it that names
+    // itself openshell-init), the hostname is the sandbox view's, and the command runs as the
+    // unprivileged sandbox uid.
     let r = a
-        .sh("tr '\\0' ' ' < /proc/1/cmdline; echo; hostname; id -u")
+        .sh("tr -d '\\0' < /proc/1/cmdline; echo; hostname; id -u")
         .await;
-    let want = format!("{SUPERVISOR} \nsandbox-a\n65534\n");
+    let want = format!("{}\nsandbox\n65534\n", checks::INIT_NAME);
     check_exec(&sc, "the view from inside the pod", &r, |r| {
         r.exit == Some(0) && r.out() == want
     });
@@ -435,7 +487,8 @@ async fn busybox_pod_from_installer_to_streamed_output() {
     check_exec(&sc, "reading the client key", &r, |r| {
         r.exit == Some(1) && r.err().contains("Permission denied") && !r.out().contains("PRIVATE")
     });
-    // A TCP connect to the gateway, by address and by name: socket() itself is refused.
+    // A TCP connect to the gateway, by address and by name: the exec's network namespace has
+    // only `lo`, so the connect cannot leave it.
     for host in [a.net.gw_addr.to_string(), GATEWAY_DNS.to_owned()] {
         let r = a
             .exec(&["nc", "-w", "5", &host, &GATEWAY_PORT.to_string()])
@@ -444,7 +497,7 @@ async fn busybox_pod_from_installer_to_streamed_output() {
             &sc,
             &format!("a TCP connect to {host}:{GATEWAY_PORT}"),
             &r,
-            |r| r.exit == Some(1) && r.err().contains("Operation not permitted"),
+            |r| r.exit == Some(1) && r.err().contains("Network is unreachable"),
         );
     }
     // The handshake secret from the pod's env never reaches an exec.
@@ -454,6 +507,9 @@ async fn busybox_pod_from_installer_to_streamed_output() {
             && !r.out().contains(&a.handshake_secret)
             && !r.out().contains("OPENSHELL_TLS")
     });
+
+    sc.step("5 exec: the sandbox's private view inside the pod");
+    checks::namespaces_in_pod(&sc, &a).await;
 
     sc.step("6 upgrade: a different build on the node while pod A runs");
     let bin2 = dir.join("openshell-sandbox-v2");
@@ -480,7 +536,16 @@ async fn busybox_pod_from_installer_to_streamed_output() {
     check_exec(&sc, "pod A after the upgrade", &r, |r| {
         r.exit == Some(0) && r.out() == "still serving\n"
     });
-    let mut b = start_pod(&sc, &mut cluster, &node, dir, "sandbox-b", &busybox_image).await;
+    let mut b = start_pod(
+        &sc,
+        &mut cluster,
+        &node,
+        dir,
+        "sandbox-b",
+        &busybox_image,
+        seccomp,
+    )
+    .await;
     netns_names.push(b.net.ns.name.clone());
     let ns_b = check_pod_shape(&sc, &b);
     let running = sc.ok(sha256_file(Path::new(&format!("/proc/{}/exe", b.init_pid))));
@@ -592,7 +657,16 @@ async fn python_pod_runs_generated_code() {
         images::add_python(root)?;
         Ok(())
     };
-    let mut p = start_pod(&sc, &mut cluster, &node, dir, "sandbox-py", &image).await;
+    let mut p = start_pod(
+        &sc,
+        &mut cluster,
+        &node,
+        dir,
+        "sandbox-py",
+        &image,
+        Seccomp::RuntimeDefault,
+    )
+    .await;
     netns_names.push(p.net.ns.name.clone());
     let ns = check_pod_shape(&sc, &p);
 
@@ -632,10 +706,14 @@ attempt("connect-by-name", lambda: socket.create_connection(("{GATEWAY_DNS}", {p
         port = GATEWAY_PORT
     );
     let r = p.exec_stdin(&["python3", "-"], &probe).await;
-    let want = "write-hostpath EROFS\nread-key EACCES\nconnect EPERM\nconnect-by-name EPERM\n";
+    let want =
+        "write-hostpath EROFS\nread-key EACCES\nconnect ENETUNREACH\nconnect-by-name ENETUNREACH\n";
     check_exec(&sc, "the sandbox probes", &r, |r| {
         r.exit == Some(0) && r.out() == want
     });
+
+    sc.step("5 exec: the sandbox's private view inside the pod");
+    checks::namespaces_in_pod(&sc, &p).await;
 
     sc.step("7 teardown");
     terminate(&sc, &mut p, ns, false).await;

@@ -1,31 +1,36 @@
-//! A container runtime in miniature: what kubelet and runc do for one container, with nothing
-//! but util-linux and the kernel.
+//! A real OCI runtime (runc, or crun with OSB_E2E_RUNTIME=crun), configured as kubelet and
+//! containerd configure a container:
+//! - namespaces: PID, mount, IPC, UTS, cgroup, and network (the pod's, shared by its containers,
+//!   or a fresh empty one);
+//! - containerd's default mounts: /proc, a /dev tmpfs (the runtime adds the usual device nodes),
+//!   a private devpts, /dev/shm, /dev/mqueue, a read-only /sys and a read-only /sys/fs/cgroup;
+//!   the pod's volumes as bind mounts;
+//! - containerd's default masked paths (an empty read-only mount over each) and read-only paths
+//!   under /proc and /sys;
+//! - the capability set the pod asks for (containerd's default set, plus what the container's
+//!   securityContext adds), in the bounding, effective and permitted sets;
+//! - seccomp: none (Unconfined, the kubelet default) or a RuntimeDefault-like profile
+//!   (`seccomp.rs`);
+//! - a device cgroup that denies every device but the runtime's defaults, in a cgroup of its own.
 //!
-//! `unshare --mount --uts --pid --fork` gives the container its own mount, UTS and PID
-//! namespaces (plus a network namespace: a fresh empty one, or the pod's, joined with
-//! `nsenter --net`, the way every container of a pod shares the pod sandbox's). A setup script,
-//! still running the host's tools as PID 1 of the new PID namespace, lays out the mounts a
-//! runtime gives every container (/proc, a read-only /sys, a /dev tmpfs with the usual device
-//! nodes and a private devpts) and the pod's volumes as bind mounts, sets the hostname, and
-//! finally `exec`s `chroot ROOTFS ENTRYPOINT` with exactly the container's environment. So the
-//! entrypoint is PID 1 of its namespace, as in a pod.
-//!
-//! Nothing leaks: the mount namespace is private (unshare's default propagation), so every
-//! mount disappears with the namespace; `--kill-child` makes the kernel SIGKILL the container's
-//! PID 1 if the unshare parent dies, and a dying PID 1 takes its whole namespace with it.
-//! [`Container`]'s Drop kills and reaps everything when a test fails half way, and if the test
-//! process itself is killed (a CI timeout), the parent-death signal set on unshare ends it, and
-//! with it the container.
+//! The container's entrypoint is its PID 1, a child of `runc run` in the foreground, which
+//! passes on its exit status. Each container's state lives under one runtime root; [`Container`]'s
+//! Drop kills and deletes it when a test fails half way. runc has no parent-death signal for the
+//! container, so containers of a test process that was killed outright are deleted by the next
+//! run (their ids carry the dead process's pid), like its network namespaces.
 
 use std::fs::File;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use serde_json::{Value, json};
 
 use super::scenario::wait_for;
+use super::seccomp;
 
 /// A bind mount from the node into the container.
 pub struct Volume {
@@ -34,6 +39,63 @@ pub struct Volume {
     pub path: String,
     pub read_only: bool,
 }
+
+/// The container's seccomp profile (`securityContext.seccompProfile.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seccomp {
+    Unconfined,
+    RuntimeDefault,
+}
+
+/// containerd's default capability set.
+pub const DEFAULT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+];
+
+/// What the sandbox pod's `agent` container adds (protocol sheet §5.2 and §8).
+pub const AGENT_ADDED_CAPS: &[&str] = &[
+    "CAP_SYS_ADMIN",
+    "CAP_NET_ADMIN",
+    "CAP_SYS_PTRACE",
+    "CAP_SYSLOG",
+];
+
+/// containerd's default masked paths.
+pub const MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// containerd's default read-only paths.
+pub const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
 
 pub struct Spec {
     /// The container's hostname (a pod's hostname is the pod name).
@@ -48,20 +110,20 @@ pub struct Spec {
     pub env: Vec<(String, String)>,
     /// Entrypoint and arguments, resolved inside the rootfs.
     pub argv: Vec<String>,
-    /// Where the container's stdout and stderr go (its `kubectl logs`).
+    /// Where the container's stdout and stderr go (its `kubectl logs`). The bundle is made
+    /// beside it.
     pub log: PathBuf,
+    /// Capabilities added to containerd's default set.
+    pub add_caps: Vec<&'static str>,
+    pub seccomp: Seccomp,
 }
 
 pub struct Container {
-    /// `unshare` (exec'd by `nsenter` when joining a pod network): the parent of PID 1.
+    /// `runc run`, the parent of PID 1.
     child: Child,
     status: Option<ExitStatus>,
+    pub id: String,
     pub log: PathBuf,
-}
-
-/// Quote for a POSIX shell.
-fn q(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// Find a host tool on the test's PATH (the container gets its own PATH).
@@ -73,123 +135,171 @@ pub fn tool(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The devices a container runtime gives every container.
-const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+/// The OCI runtime: runc unless OSB_E2E_RUNTIME names another (crun).
+pub fn runtime_name() -> String {
+    std::env::var("OSB_E2E_RUNTIME").unwrap_or_else(|_| "runc".into())
+}
 
-fn setup_script(spec: &Spec) -> String {
-    let root = spec.rootfs.display().to_string();
-    // runc's default umask for the container; it also gives mount points runc-like modes.
-    let mut s = String::from("set -eu\numask 022\n");
-    s.push_str(&format!("R={}\n", q(&root)));
-    // Mount points first: the root may be made read-only below. runc creates missing ones the
-    // same way, in the container's writable layer.
-    s.push_str("mkdir -p \"$R/proc\" \"$R/sys\" \"$R/dev\"\n");
-    for v in &spec.volumes {
-        if v.host.is_dir() {
-            s.push_str(&format!("mkdir -p \"$R\"{}\n", q(&v.path)));
-        } else {
-            let parent = Path::new(&v.path).parent().unwrap().display().to_string();
-            s.push_str(&format!(
-                "mkdir -p \"$R\"{p}; [ -e \"$R\"{f} ] || : > \"$R\"{f}\n",
-                p = q(&parent),
-                f = q(&v.path)
-            ));
+/// Where the runtime keeps container state (a tmpfs, as the runtimes want).
+const RUNTIME_ROOT: &str = "/run/osb-e2e-runtime";
+const ID_PREFIX: &str = "osb-e2e-";
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn runtime() -> anyhow::Result<Command> {
+    let name = runtime_name();
+    let bin = tool(&name)
+        .with_context(|| format!("`{name}` is not installed (apt-get install {name})"))?;
+    let mut c = Command::new(bin);
+    c.arg("--root").arg(RUNTIME_ROOT);
+    Ok(c)
+}
+
+/// Kill and delete a container, whatever state it is in.
+fn destroy(id: &str) {
+    if let Ok(mut c) = runtime() {
+        let _ = c
+            .args(["kill", "--all", id, "KILL"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    if let Ok(mut c) = runtime() {
+        let _ = c
+            .args(["delete", "--force", id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Delete the containers of earlier test processes that no longer exist.
+fn reap_stale() {
+    let Ok(dir) = std::fs::read_dir(RUNTIME_ROOT) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let id = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = id
+            .strip_prefix(ID_PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            destroy(&id);
         }
     }
-    // A bind of the rootfs onto itself makes it a mount of its own, so it can be read-only.
-    s.push_str("mount --bind \"$R\" \"$R\"\n");
-    if spec.read_only_root {
-        s.push_str("mount -o remount,bind,ro \"$R\"\n");
+}
+
+fn bind(v: &Volume) -> Value {
+    json!({
+        "destination": v.path,
+        "type": "bind",
+        "source": v.host,
+        "options": ["rbind", "rprivate", if v.read_only { "ro" } else { "rw" }],
+    })
+}
+
+/// The OCI config.json of `spec`.
+pub fn config(spec: &Spec, id: &str) -> Value {
+    let caps: Vec<&str> = DEFAULT_CAPS
+        .iter()
+        .chain(spec.add_caps.iter())
+        .copied()
+        .collect();
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc",
+               "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+               "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
+        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+               "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]}),
+        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+               "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs",
+               "options": ["nosuid", "noexec", "nodev", "ro"]}),
+        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+               "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]}),
+    ];
+    mounts.extend(spec.volumes.iter().map(bind));
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+        json!({"type": "cgroup"}),
+    ];
+    namespaces.push(match &spec.netns {
+        Some(p) => json!({"type": "network", "path": p}),
+        None => json!({"type": "network"}),
+    });
+    let mut linux = json!({
+        "namespaces": namespaces,
+        "cgroupsPath": format!("/osb-e2e/{id}"),
+        "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+        "maskedPaths": MASKED_PATHS,
+        "readonlyPaths": READONLY_PATHS,
+        "rootfsPropagation": "rprivate",
+    });
+    if spec.seccomp == Seccomp::RuntimeDefault {
+        linux["seccomp"] = seccomp::runtime_default(&caps);
     }
-    s.push_str("mount -t proc -o nosuid,nodev,noexec proc \"$R/proc\"\n");
-    s.push_str("mount -t sysfs -o ro,nosuid,nodev,noexec sysfs \"$R/sys\"\n");
-    s.push_str("mount -t tmpfs -o nosuid,noexec,mode=755,size=1024k tmpfs \"$R/dev\"\n");
-    for d in DEVICES {
-        s.push_str(&format!(
-            ": > \"$R/dev/{d}\"; mount --bind /dev/{d} \"$R/dev/{d}\"\n"
-        ));
-    }
-    s.push_str(
-        "mkdir \"$R/dev/pts\" \"$R/dev/shm\"\n\
-         mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts \"$R/dev/pts\"\n\
-         ln -s pts/ptmx \"$R/dev/ptmx\"\n\
-         mount -t tmpfs -o nosuid,nodev,mode=1777,size=65536k shm \"$R/dev/shm\"\n\
-         ln -s /proc/self/fd \"$R/dev/fd\"\n\
-         ln -s /proc/self/fd/0 \"$R/dev/stdin\"\n\
-         ln -s /proc/self/fd/1 \"$R/dev/stdout\"\n\
-         ln -s /proc/self/fd/2 \"$R/dev/stderr\"\n",
-    );
-    for v in &spec.volumes {
-        s.push_str(&format!(
-            "mount --bind {} \"$R\"{}\n",
-            q(&v.host.display().to_string()),
-            q(&v.path)
-        ));
-        if v.read_only {
-            s.push_str(&format!("mount -o remount,bind,ro \"$R\"{}\n", q(&v.path)));
-        }
-    }
-    // Our UTS namespace: this names the container, not the host.
-    s.push_str(&format!(
-        "printf %s {} > /proc/sys/kernel/hostname\n",
-        q(&spec.hostname)
-    ));
-    s.push_str("exec env -i");
-    for (k, v) in &spec.env {
-        s.push(' ');
-        s.push_str(&q(&format!("{k}={v}")));
-    }
-    s.push_str(" chroot \"$R\"");
-    for a in &spec.argv {
-        s.push(' ');
-        s.push_str(&q(a));
-    }
-    s.push('\n');
-    s
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": spec.argv,
+            "env": spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+            "cwd": "/",
+            "capabilities": {
+                "bounding": caps, "effective": caps, "permitted": caps,
+                "inheritable": [], "ambient": [],
+            },
+            // allowPrivilegeEscalation defaults to true in Kubernetes.
+            "noNewPrivileges": false,
+        },
+        "root": {"path": spec.rootfs, "readonly": spec.read_only_root},
+        "hostname": spec.hostname,
+        "mounts": mounts,
+        "linux": linux,
+    })
 }
 
 impl Container {
     pub fn start(spec: &Spec) -> anyhow::Result<Container> {
-        let unshare = tool("unshare").context("unshare (util-linux) is not installed")?;
+        reap_stale();
+        let id = format!(
+            "{ID_PREFIX}{}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst),
+            spec.hostname
+        );
+        let bundle = spec.log.with_extension("bundle");
+        std::fs::create_dir_all(&bundle)
+            .with_context(|| format!("creating the bundle {}", bundle.display()))?;
+        std::fs::write(
+            bundle.join("config.json"),
+            serde_json::to_vec_pretty(&config(spec, &id))?,
+        )?;
         let log = File::create(&spec.log)
             .with_context(|| format!("creating the container log {}", spec.log.display()))?;
-        let mut cmd = match &spec.netns {
-            Some(ns) => {
-                let nsenter = tool("nsenter").context("nsenter (util-linux) is not installed")?;
-                let mut c = Command::new(nsenter);
-                // Entering only a network namespace, nsenter execs unshare without forking.
-                c.arg(format!("--net={}", ns.display()))
-                    .arg("--")
-                    .arg(&unshare);
-                c
-            }
-            None => {
-                let mut c = Command::new(&unshare);
-                c.arg("--net");
-                c
-            }
-        };
-        cmd.args([
-            "--mount",
-            "--uts",
-            "--pid",
-            "--fork",
-            "--kill-child=SIGKILL",
-            "--propagation",
-            "private",
-            "--",
-            "/bin/sh",
-            "-c",
-        ])
-        .arg(setup_script(spec))
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-        // SAFETY: one raw prctl between fork and exec, on no shared data. The signal follows the
-        // spawning thread, which is the test's own thread: it outlives every container (they are
-        // dropped before the test returns), and dies with the test process.
+        let mut cmd = runtime()?;
+        cmd.arg("run")
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg(&id)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // SAFETY: one raw prctl between fork and exec, on no shared data. If the test process
+        // dies, the runtime's foreground process dies too; the container itself outlives it
+        // until the next run deletes it (see the module comment).
         unsafe {
             cmd.pre_exec(|| {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -198,10 +308,13 @@ impl Container {
                 Ok(())
             });
         }
-        let child = cmd.spawn().context("starting unshare")?;
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting `{} run`", runtime_name()))?;
         Ok(Container {
             child,
             status: None,
+            id,
             log: spec.log.clone(),
         })
     }
@@ -210,24 +323,23 @@ impl Container {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The exit status of the container's PID 1 (unshare passes it on), if it has ended.
+    /// The exit status of the container's PID 1 (the runtime passes it on), if it has ended.
     pub fn try_status(&mut self) -> anyhow::Result<Option<ExitStatus>> {
         if self.status.is_none() {
-            self.status = self.child.try_wait().context("waiting for unshare")?;
+            self.status = self.child.try_wait().context("waiting for the runtime")?;
         }
         Ok(self.status)
     }
 
-    /// Host pid of the container's PID 1 once it runs a program whose file name is `exe_name`
-    /// (before that it is still the setup shell, then chroot).
+    /// Host pid of the container's PID 1 once it runs a program whose file name is `exe_name`.
     pub async fn wait_init(&mut self, exe_name: &str, limit: Duration) -> anyhow::Result<i32> {
-        let parent = self.child.id() as i32;
         let what = format!("the container's PID 1 running {exe_name}");
+        let id = self.id.clone();
         wait_for(limit, &what, || {
             if let Some(st) = self.try_status()? {
                 bail!("the container ended ({st}) before its PID 1 ran {exe_name}");
             }
-            let Some(pid) = child_of(parent) else {
+            let Some(pid) = state_pid(&id) else {
                 return Ok(None);
             };
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
@@ -250,33 +362,65 @@ impl Container {
     }
 }
 
-impl Drop for Container {
-    fn drop(&mut self) {
-        if self.status.is_none() {
-            // --kill-child turns unshare's death into SIGKILL for PID 1, which ends the whole
-            // PID namespace; the mount namespace goes with its last process.
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+impl Container {
+    /// `runc exec`: `argv` as a new process of the running container, with the container's own
+    /// configuration (namespaces, capabilities, seccomp, cgroup), as `kubectl exec` runs one.
+    pub fn exec(&self, argv: &[&str]) -> anyhow::Result<std::process::Output> {
+        runtime()?
+            .arg("exec")
+            .arg(&self.id)
+            .args(argv)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("`{} exec {}`", runtime_name(), self.id))
+    }
+
+    /// The container's cgroup directories on the host (one per v1 hierarchy, or the v2 one).
+    pub fn cgroup_dirs(&self) -> Vec<PathBuf> {
+        cgroup_dirs(&self.id)
     }
 }
 
-/// The (single) child of `parent`, by scanning /proc (no CONFIG_PROC_CHILDREN needed).
-pub fn child_of(parent: i32) -> Option<i32> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let ppid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("PPid:"))
-            .and_then(|v| v.trim().parse::<i32>().ok());
-        if ppid == Some(parent) {
-            return Some(pid);
+pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        out.push(e.path().join("osb-e2e").join(id));
+    }
+    out.push(PathBuf::from("/sys/fs/cgroup/osb-e2e").join(id));
+    out
+}
+
+/// PID 1's host pid from the runtime's state of a running container.
+fn state_pid(id: &str) -> Option<i32> {
+    let out = runtime().ok()?.args(["state", id]).output().ok()?;
+    let state: Value = serde_json::from_slice(&out.stdout).ok()?;
+    if state["status"] != "running" {
+        return None;
+    }
+    state["pid"].as_i64().map(|p| p as i32).filter(|p| *p > 0)
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            // SIGKILL to every process of the container; its PID 1's death ends the PID
+            // namespace, and the mount namespace goes with its last process.
+            destroy(&self.id);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        destroy(&self.id);
+        // The runtime removes the container's cgroups but not their common parent; remove it
+        // when no other container of any run is in it (rmdir of a non-empty one fails).
+        for d in self.cgroup_dirs() {
+            if let Some(parent) = d.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
         }
     }
-    None
 }
 
 /// The pid as seen inside the process's innermost PID namespace (last field of NSpid).

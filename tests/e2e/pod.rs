@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use openshell_sandbox::proto::v1::ExecSandboxRequest;
 
 use crate::cluster::{Cluster, GATEWAY_DNS, GATEWAY_PORT, PodNet};
-use crate::container::{self, Container, Spec, Volume};
+use crate::container::{self, AGENT_ADDED_CAPS, Container, Seccomp, Spec, Volume};
 use crate::images::{BINARY, Node};
 use crate::support::exec::{ExecResult, exec_collect};
 use crate::support::gateway::State;
@@ -32,12 +32,15 @@ pub struct Pod {
     /// Host pid of the pod's PID 1.
     pub init_pid: i32,
     pub handshake_secret: String,
+    pub seccomp: Seccomp,
 }
 
 pub struct PodOptions<'a> {
     pub name: &'a str,
     /// Builds the image's root filesystem into the given (empty) directory.
     pub image: &'a dyn Fn(&Path) -> anyhow::Result<()>,
+    /// The agent container's `seccompProfile`.
+    pub seccomp: Seccomp,
 }
 
 impl Pod {
@@ -149,6 +152,8 @@ impl Pod {
             env,
             argv: vec![SUPERVISOR.to_owned()],
             log,
+            add_caps: AGENT_ADDED_CAPS.to_vec(),
+            seccomp: opts.seccomp,
         };
         let mut container = Container::start(&spec)?;
         wait_session(&net.state, &mut container).await?;
@@ -160,6 +165,7 @@ impl Pod {
             sandbox_id,
             init_pid,
             handshake_secret,
+            seccomp: opts.seccomp,
         })
     }
 
