@@ -114,7 +114,8 @@ fn membomb(uid: u32, mode: Mode) {
         uid,
         mode,
         "membomb",
-        &["--memory", "128MiB"],
+        // RLIMIT_AS (--address-space) is what answers ENOMEM; --memory is the cgroup's limit.
+        &["--memory", "128MiB", "--address-space", "128MiB"],
         &["limit=134217728"],
     ) else {
         return;
