@@ -27,11 +27,6 @@ const PUMP_DRAIN: Duration = Duration::from_secs(5);
 /// on before its tree is stopped: a command that ignores SIGPIPE and EPIPE would otherwise run
 /// to its timeout with nobody reading.
 const READER_GONE_GRACE: Duration = Duration::from_secs(1);
-/// How often the `--cpu` watcher reads the tree's CPU time: the tree may overrun the limit by
-/// up to this much times its number of busy CPUs.
-const CPU_POLL: Duration = Duration::from_millis(50);
-/// Between the SIGXCPU at `--cpu` and the SIGKILL (RLIMIT_CPU's own soft-to-hard step).
-const CPU_KILL_AFTER: Duration = Duration::from_secs(1);
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut tl = Timeline::from_env();
@@ -626,18 +621,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let mut forwarded_signal = None;
     let kill_on_output_limit = args.on_output_limit == crate::cli::OnOutputLimit::Kill;
     let mut output_limit_kill = false;
-    // --cpu: the whole tree's CPU time, read from the cgroup while the child runs.
-    let cpu_meter = match limits.cpu_secs {
-        Some(secs) => child
-            .cgroup()
-            .and_then(|c| c.cpu_meter())
-            .map(|m| (m, Duration::from_secs(secs))),
-        None => None,
-    };
-    let mut cpu_tick = tokio::time::interval(CPU_POLL);
-    let mut cpu_limit_hit = false;
-    // When the tree is stopped unless its leader exits first: after SIGXCPU, or after our
-    // reader went away.
+    // (--cpu is kept by the exec cgroup's own watcher thread: see `cgroup::CpuWatch`.)
+    // When the tree is stopped unless its leader exits first: after our reader went away.
     let mut stop_at: Option<tokio::time::Instant> = None;
     let far = || tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
     let info = loop {
@@ -680,16 +665,6 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             _ = stop, if stop_at.is_some() => {
                 break child.terminate_tree(grace).await;
             }
-            _ = cpu_tick.tick(), if cpu_meter.is_some() && !cpu_limit_hit => {
-                let (meter, limit) = cpu_meter.as_ref().expect("checked by the guard");
-                if meter.usage().is_ok_and(|u| u >= *limit) {
-                    // As RLIMIT_CPU does for one process: SIGXCPU, then SIGKILL.
-                    cpu_limit_hit = true;
-                    child.signal_tree(libc::SIGXCPU);
-                    let at = tokio::time::Instant::now() + CPU_KILL_AFTER;
-                    stop_at = Some(stop_at.map_or(at, |s| s.min(at)));
-                }
-            }
         }
     };
     tl.stamp("exited");
@@ -707,6 +682,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let mut survivors = sweep(&mut child);
     let cgroup_memory_hit = child.hit_memory_limit();
     let pids_limit_hit = child.cgroup().is_some_and(|c| c.pids_max_hits() > 0);
+    let cpu_limit_hit = child.cgroup().is_some_and(|c| c.cpu_limit_hit());
     let cgroup_cpu_ms = child
         .cgroup()
         .and_then(|c| c.cpu_meter())

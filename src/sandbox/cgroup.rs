@@ -25,8 +25,8 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::policy::Limits;
@@ -409,19 +409,30 @@ impl Root {
         crate::pause::point("cgroup-take-exec");
         let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
         // A spare removed behind our back would fail the child's join with ENODEV.
-        if let Some(cg) = spare
-            && cg.dirs.iter().all(|d| d.is_dir())
-        {
-            return Ok(cg);
+        let mut cg = match spare {
+            Some(cg) if cg.dirs.iter().all(|d| d.is_dir()) => cg,
+            _ => match ExecCgroup::create(self, limits) {
+                Err(CgroupError::Create { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound =>
+                {
+                    // Our base group is gone: make it again and retry once.
+                    self.restore_bases()?;
+                    ExecCgroup::create(self, limits)?
+                }
+                r => r?,
+            },
+        };
+        // Only a group handed to an exec is watched: the spare would be polled for nothing.
+        if let (Some(secs), Some(meter)) = (limits.cpu_secs, cg.cpu_meter.clone()) {
+            let w = CpuWatch::start(meter, cg.group.clone(), Duration::from_secs(secs)).map_err(
+                |source| CgroupError::Create {
+                    path: cg.pids_dir.clone(),
+                    source,
+                },
+            )?;
+            cg.cpu_watch = Some(w);
         }
-        match ExecCgroup::create(self, limits) {
-            Err(CgroupError::Create { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                // Our base group is gone: make it again and retry once.
-                self.restore_bases()?;
-                ExecCgroup::create(self, limits)
-            }
-            r => r,
-        }
+        Ok(cg)
     }
 
     /// Make the next exec's group now, if none is waiting. A failure is not an error here: the
@@ -672,8 +683,60 @@ pub struct ExecCgroup {
     pids_dir: PathBuf,
     memory_dir: Option<PathBuf>,
     cpu_meter: Option<CpuMeter>,
+    /// The `--cpu` watcher of this exec, once it was handed out by [`Root::take_exec`].
+    cpu_watch: Option<CpuWatch>,
 }
 
+/// A supervisor thread that keeps `--cpu` for the whole tree: it reads the group's CPU time
+/// every [`CPU_POLL`] and at the limit sends SIGXCPU to every member, SIGKILL
+/// [`CPU_KILL_AFTER`] later (RLIMIT_CPU's own soft-to-hard step, for the tree). A thread of
+/// the group rather than of `run`, so that every caller of `Sandbox::spawn` (`run`, the
+/// gateway's execs) gets the same limit. It ends when the group is dropped.
+#[derive(Debug)]
+struct CpuWatch {
+    stop: Arc<AtomicBool>,
+    hit: Arc<AtomicBool>,
+}
+
+/// How often the `--cpu` watcher reads the tree's CPU time: the tree may overrun the limit by
+/// up to this much per busy CPU.
+pub const CPU_POLL: Duration = Duration::from_millis(50);
+/// Between the SIGXCPU at `--cpu` and the SIGKILL.
+pub const CPU_KILL_AFTER: Duration = Duration::from_secs(1);
+
+impl CpuWatch {
+    fn start(meter: CpuMeter, group: Group, limit: Duration) -> io::Result<CpuWatch> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let hit = Arc::new(AtomicBool::new(false));
+        let (s, h) = (stop.clone(), hit.clone());
+        std::thread::Builder::new()
+            .name("cpu-watch".into())
+            .spawn(move || {
+                while !s.load(Ordering::Acquire) {
+                    std::thread::sleep(CPU_POLL);
+                    match meter.usage() {
+                        Ok(u) if u >= limit => break,
+                        Ok(_) => {}
+                        Err(_) => return, // the group is gone
+                    }
+                }
+                if s.load(Ordering::Acquire) {
+                    return;
+                }
+                h.store(true, Ordering::Release);
+                let _ = group.signal(libc::SIGXCPU, false);
+                let until = Instant::now() + CPU_KILL_AFTER;
+                while Instant::now() < until {
+                    if s.load(Ordering::Acquire) || group.members().is_ok_and(|m| m.is_empty()) {
+                        return;
+                    }
+                    std::thread::sleep(CPU_POLL);
+                }
+                let _ = group.kill_until_empty();
+            })?;
+        Ok(CpuWatch { stop, hit })
+    }
+}
 /// Reads the whole exec tree's CPU time, independently of the [`ExecCgroup`] (so a watcher
 /// can poll it while the child is being waited for).
 #[derive(Debug, Clone)]
@@ -728,6 +791,7 @@ impl ExecCgroup {
             pids_dir: PathBuf::new(),
             memory_dir: None,
             cpu_meter: None,
+            cpu_watch: None,
         };
         // A quota of `millis` thousandths of a CPU per period.
         let quota_us = limits
@@ -883,6 +947,13 @@ impl ExecCgroup {
             .unwrap_or(0)
     }
 
+    /// Whether the `--cpu` watcher found the tree at its limit (and signalled it).
+    pub fn cpu_limit_hit(&self) -> bool {
+        self.cpu_watch
+            .as_ref()
+            .is_some_and(|w| w.hit.load(Ordering::Acquire))
+    }
+
     /// The exec tree's CPU time, when this group accounts it.
     pub fn cpu_meter(&self) -> Option<CpuMeter> {
         self.cpu_meter.clone()
@@ -910,6 +981,9 @@ fn remove_dir_retrying(d: &Path) {
 
 impl Drop for ExecCgroup {
     fn drop(&mut self) {
+        if let Some(w) = &self.cpu_watch {
+            w.stop.store(true, Ordering::Release);
+        }
         // The caller kills and reaps the tree first.
         for d in &self.dirs {
             remove_dir_retrying(d);
