@@ -375,7 +375,7 @@ fn setup_v2(cur: &Path, name: &str) -> Option<(PathBuf, bool, File)> {
     let leaf = cur.join("openshell-supervisor");
     fs::create_dir_all(&leaf).ok()?;
     fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()).ok()?;
-    let want: Vec<&str> = ["+pids", "+memory", "+cpu"]
+    let want: Vec<&str> = ["+pids", "+memory"]
         .into_iter()
         .filter(|c| ctrls.iter().any(|x| x == &c[1..]))
         .collect();
@@ -384,6 +384,13 @@ fn setup_v2(cur: &Path, name: &str) -> Option<(PathBuf, bool, File)> {
     let base = cur.join(name);
     let lock = own_dir(&base).ok()?;
     fs::write(base.join("cgroup.subtree_control"), want.join(" ")).ok()?;
+    // The cpu controller (cpu.max for --cpus) on its own and best effort: the kernel refuses
+    // it while a realtime thread is in the subtree, and that must not cost us pids and memory.
+    // Whether it took is read back by Root::cpu.
+    if ctrls.iter().any(|c| c == "cpu") {
+        let _ = fs::write(cur.join("cgroup.subtree_control"), "+cpu")
+            .and_then(|()| fs::write(base.join("cgroup.subtree_control"), "+cpu"));
+    }
     // What the kernel really enabled, not what we asked for. (The kernel lists bare names; a
     // fake tree in the unit tests echoes the request, hence the '+'.)
     let memory = fs::read_to_string(base.join("cgroup.subtree_control")).is_ok_and(|s| {
