@@ -448,7 +448,7 @@ fn per_layer(dir: &Path, files: &[PathBuf]) {
                     .expect("spawn");
                 let info = c.wait().await;
                 times[i].push(t.elapsed());
-                c.kill_tree();
+                c.kill_tree().expect("the sweep lists the exec's processes");
                 assert_eq!(
                     info.code,
                     Some(0),

@@ -301,7 +301,8 @@ fn cpu_limit_covers_the_whole_tree() {
     );
     assert_eq!(r.reason(), "cpu_limit", "{:?}\n{}", r.report, r.stderr());
     let used = r.report["cgroup_cpu_ms"].as_u64().unwrap_or(u64::MAX);
-    assert!((1000..1500).contains(&used), "tree used {used} ms of CPU");
+    // Per process (RLIMIT_CPU) the two would have used 2 s; the poll may overrun a little.
+    assert!((1000..1800).contains(&used), "tree used {used} ms of CPU");
 }
 
 #[test]
