@@ -717,12 +717,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
 
     let cx = Context {
         timed_out,
-        rlimit_cpu_secs: sandbox
-            .layers()
-            .iter()
-            .any(|l| l.layer == "cpu" && l.status == crate::sandbox::Enforcement::Degraded)
-            .then_some(limits.cpu_secs)
-            .flatten(),
+        // No CPU meter for this exec: --cpu fell back to RLIMIT_CPU (see sandbox::prepare).
+        rlimit_cpu_secs: limits.cpu_secs.filter(|_| cgroup_cpu_ms.is_none()),
         cpu_limit_hit,
         cgroup_memory_hit,
         pids_limit_hit,
