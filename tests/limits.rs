@@ -372,3 +372,27 @@ fn non_root_defaults_run_and_explicit_limits_are_degraded() {
         assert!(err.contains("DEGRADED"), "{flag:?}: {err}");
     }
 }
+
+/// Only a reader that went away (EPIPE) closes the child's pipe: a stderr on /dev/full
+/// (ENOSPC) is an error the command would see in a shell too, and it runs on.
+#[test]
+fn a_failing_but_present_writer_does_not_stop_the_command() {
+    let wd = Workdir::new();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--workdir")
+        .arg(wd.path())
+        .args(["--allow-degraded", "-q", "--timeout", "30", "--"])
+        .args(["sh", "-c", "echo err >&2; sleep 2; echo done"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(full))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    assert_eq!(out.status.code(), Some(0));
+}

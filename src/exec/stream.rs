@@ -88,8 +88,8 @@ fn utf8_floor(data: &[u8], end: usize) -> usize {
     end
 }
 
-/// Copy `r` to `w` until EOF, or until `w` fails (our reader went away: then `r` is dropped
-/// at once, and the child sees EPIPE). With a cap, at most `cap` bytes are forwarded, cut
+/// Copy `r` to `w` until EOF, or until `w` fails with EPIPE (our reader went away: then `r`
+/// is dropped at once, and the child sees EPIPE). With a cap, at most `cap` bytes are forwarded, cut
 /// back so no UTF-8 sequence is split, then a marker on a line of its own names the stream;
 /// the rest is drained and discarded.
 pub async fn pump<R, W>(mut r: R, w: &mut W, opts: Options) -> io::Result<StreamStats>
@@ -102,6 +102,10 @@ where
     // 3, only with a cap): the cap must not fall inside a character split across two reads.
     let mut held = 0usize;
     let mut st = StreamStats::default();
+    // Our side failed with something other than EPIPE (EBADF for a closed fd, ENOSPC on
+    // /dev/full, EIO on a hung-up terminal): a shell child would see that error and go on, so
+    // we keep draining (the child is never blocked) and discard.
+    let mut writer_ok = true;
     loop {
         let n = match r.read(&mut buf[held..]).await {
             Ok(n) => n,
@@ -130,12 +134,20 @@ where
                 }
             }
         };
-        if take > 0 {
-            if let Err(e) = w.write_all(&buf[..take]).await {
-                return Ok(reader_gone(st, e, &opts));
+        if take > 0 && writer_ok {
+            match w.write_all(&buf[..take]).await {
+                Ok(()) => {
+                    st.forwarded += take as u64;
+                    st.open_line = buf[take - 1] != b'\n';
+                }
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                    return Ok(reader_gone(st, e, &opts));
+                }
+                Err(e) => {
+                    tracing::debug!(stream = opts.name, error = %e, "writing our side failed; discarding");
+                    writer_ok = false;
+                }
             }
-            st.forwarded += take as u64;
-            st.open_line = buf[take - 1] != b'\n';
         }
         if cut {
             st.truncated = true;
@@ -149,6 +161,9 @@ where
             break;
         }
     }
+    if !writer_ok {
+        return Ok(st);
+    }
     if st.truncated {
         // On a line of its own, and no empty line when the cut fell after a newline.
         let nl = if st.open_line { "\n" } else { "" };
@@ -156,14 +171,12 @@ where
             "{nl}[openshell-sandbox: {} truncated: {} of {} bytes shown (--max-output)]\n",
             opts.name, st.forwarded, st.bytes
         );
-        if let Err(e) = w.write_all(marker.as_bytes()).await {
-            return Ok(reader_gone(st, e, &opts));
+        if w.write_all(marker.as_bytes()).await.is_err() {
+            return Ok(st); // the child has ended: nothing left to close
         }
         st.open_line = false;
     }
-    if let Err(e) = w.flush().await {
-        return Ok(reader_gone(st, e, &opts));
-    }
+    let _ = w.flush().await;
     Ok(st)
 }
 
