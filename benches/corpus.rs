@@ -449,7 +449,9 @@ fn per_layer(dir: &Path, files: &[PathBuf]) {
                     .expect("spawn");
                 let info = c.wait().await;
                 times[i].push(t.elapsed());
-                let _ = c.kill_tree().await;
+                c.kill_tree()
+                    .await
+                    .expect("the sweep lists the exec's processes");
                 assert_eq!(
                     info.code,
                     Some(0),

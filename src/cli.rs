@@ -52,6 +52,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub max_output: Option<u64>,
 
+    // ---- output limits and streams (issue 12) ----
+    /// What happens when a stream passes --max-output: `truncate` drains and discards the
+    /// rest; `kill` stops the whole tree at once (reason output_limit).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = OnOutputLimit::Truncate)]
+    pub on_output_limit: OnOutputLimit,
+
+    /// Give the child one pipe for both stdout and stderr (it all goes to our stdout), so
+    /// their order is kept. Automatic when our stdout and stderr are the same open file.
+    #[arg(long)]
+    pub merge_output: bool,
+    // ---- end of output limits and streams ----
     /// Write the exit report as JSON to this path.
     #[arg(long, value_name = "PATH")]
     pub report_json: Option<PathBuf>,
@@ -103,18 +114,33 @@ pub struct PolicyArgs {
     #[arg(long, value_enum, default_value_t = NetworkArg::None)]
     pub network: NetworkArg,
 
-    /// CPU-time limit in seconds (RLIMIT_CPU).
+    // ---- resource limits (issue 12) ----
+    /// CPU seconds (user + system) of the whole exec tree, from the cgroup's CPU accounting;
+    /// the tree is killed at the limit (reason cpu_limit). Without a cgroup: RLIMIT_CPU per
+    /// process, reported degraded.
     #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_count)]
     pub cpu: Option<u64>,
 
-    /// Address-space limit in bytes (RLIMIT_AS), plus a memory cgroup limit when one is available.
+    /// CPU bandwidth of the exec tree, in CPUs (e.g. 0.5, 2): the cgroup's CFS quota.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_cpus)]
+    pub cpus: Option<u64>,
+
+    /// Resident memory (swap off) of the whole exec tree: the memory cgroup's limit. Accepts
+    /// suffixes (K, KiB, M, MiB, G, GiB). Without a memory cgroup it is degraded.
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub memory: Option<u64>,
 
-    /// Process/thread limit (RLIMIT_NPROC, plus a pids cgroup when available).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value = "512", value_parser = parse_count)]
-    pub pids: u64,
+    /// Virtual address space per process (RLIMIT_AS). V8, Go, Java and Wasm runtimes reserve
+    /// far more than they use: prefer --memory. Accepts suffixes (K, KiB, M, MiB, G, GiB).
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
+    pub address_space: Option<u64>,
 
+    /// Processes and threads of the exec (pids cgroup; reason pids_limit when it held).
+    /// Default 512. Without a pids cgroup it is RLIMIT_NPROC, shared by every process of the
+    /// uid: degraded when given explicitly.
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_count)]
+    pub pids: Option<u64>,
+    // ---- end of resource limits ----
     /// Largest file the child may write (RLIMIT_FSIZE, per file).
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub file_size: Option<u64>,
@@ -169,8 +195,10 @@ impl From<&PolicyArgs> for PolicyFlags {
             deny: a.deny.clone(),
             network: Some(a.network.into()),
             cpu: a.cpu,
+            cpus_millis: a.cpus,
             memory: a.memory,
-            pids: Some(a.pids),
+            address_space: a.address_space,
+            pids: a.pids,
             file_size: a.file_size,
             open_files: Some(a.open_files),
             uid: a.uid,
@@ -198,6 +226,30 @@ impl From<NetworkArg> for NetworkMode {
             NetworkArg::All => NetworkMode::All,
         }
     }
+}
+
+/// `--on-output-limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOutputLimit {
+    /// Drain and discard past the cap; the command runs on.
+    Truncate,
+    /// Kill the whole tree when the cap is reached.
+    Kill,
+}
+
+/// `--cpus N` (fractional) in thousandths of a CPU.
+fn parse_cpus(s: &str) -> Result<u64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of CPUs (e.g. 0.5, 2)"))?;
+    if !v.is_finite() || v < 0.001 {
+        return Err(format!("`{s}`: --cpus must be at least 0.001"));
+    }
+    if v > 65536.0 {
+        return Err(format!("`{s}`: --cpus is at most 65536"));
+    }
+    Ok((v * 1000.0).round() as u64)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

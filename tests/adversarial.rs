@@ -64,7 +64,7 @@ fn run_all(label: &str, uid: u32, mode: Mode, flags: &[&str], network_all: bool)
         args,
     } = Setup::new(label, uid);
     // A hard RLIMIT_AS, so that raising it is an attempt at all.
-    let mut run_flags = vec!["--memory", "1GiB"];
+    let mut run_flags = vec!["--address-space", "1GiB"];
     run_flags.extend_from_slice(flags);
 
     let out = probe::launch(&scene, mode, &run_flags, &args);

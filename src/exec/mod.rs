@@ -489,6 +489,11 @@ impl Child {
         info
     }
 
+    /// The exec's cgroup, when it has one (its limit counters and CPU meter).
+    pub fn cgroup(&self) -> Option<&ExecCgroup> {
+        self.cgroup.as_deref()
+    }
+
     /// The cgroup recorded the exec hitting its memory limit.
     pub fn hit_memory_limit(&self) -> bool {
         self.cgroup.as_ref().is_some_and(|c| c.hit_memory_limit())

@@ -18,6 +18,7 @@ pub enum Reason {
     CpuLimit,
     MemoryLimit,
     OutputLimit,
+    PidsLimit,
 }
 
 impl Reason {
@@ -29,6 +30,7 @@ impl Reason {
             Reason::CpuLimit => "cpu_limit",
             Reason::MemoryLimit => "memory_limit",
             Reason::OutputLimit => "output_limit",
+            Reason::PidsLimit => "pids_limit",
         }
     }
 }
@@ -49,6 +51,9 @@ pub struct ExitReport {
     pub stderr_bytes: u64,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
+    /// CPU time of the whole exec tree from the cgroup's accounting, when it was measured
+    /// (`--cpu` or `--cpus` with a cgroup); `null` otherwise.
+    pub cgroup_cpu_ms: Option<u64>,
     /// Every process of the run was gone when it ended.
     pub contained: bool,
     /// Pids that survived the kill sweep (-1: an unknown process kept the output pipes open).
@@ -63,9 +68,16 @@ pub struct ExitReport {
 /// Facts the classifier needs beyond the exit status.
 pub struct Context {
     pub timed_out: bool,
-    pub cpu_limit_secs: Option<u64>,
-    pub memory_limit_bytes: Option<u64>,
+    /// The per-process fallback, RLIMIT_CPU, was set to this many seconds.
+    pub rlimit_cpu_secs: Option<u64>,
+    /// The supervisor's watcher stopped the tree at `--cpu`.
+    pub cpu_limit_hit: bool,
+    /// The memory cgroup's OOM-kill counter is above zero.
     pub cgroup_memory_hit: bool,
+    /// A fork or clone failed at pids.max (pids.events `max`).
+    pub pids_limit_hit: bool,
+    /// `--on-output-limit kill` stopped the tree.
+    pub output_limit_kill: bool,
 }
 
 /// Decide the reason. Order matters: our own timeout first (it caused the signal), then the
@@ -74,26 +86,27 @@ pub fn classify(info: &ExitInfo, cx: &Context, out: &StreamStats, err: &StreamSt
     if cx.timed_out {
         return Reason::Timeout;
     }
+    if cx.cpu_limit_hit {
+        return Reason::CpuLimit;
+    }
     let cpu = info.user_cpu + info.sys_cpu;
-    if let Some(limit) = cx.cpu_limit_secs {
-        // SIGXCPU at the soft limit, SIGKILL at the hard limit one second later.
+    if let Some(limit) = cx.rlimit_cpu_secs {
+        // The per-process fallback: SIGXCPU at the soft limit, SIGKILL at the hard limit one
+        // second later.
         let near = cpu + Duration::from_millis(300) >= Duration::from_secs(limit);
         if info.signal == Some(libc::SIGXCPU) || (info.signal == Some(libc::SIGKILL) && near) {
             return Reason::CpuLimit;
         }
     }
-    if let Some(limit) = cx.memory_limit_bytes {
-        // Best effort: the memory cgroup saw the limit, or the process died (or failed) while
-        // its peak RSS was within reach of the limit (RLIMIT_AS failures surface as ENOMEM,
-        // MemoryError, std::bad_alloc or an abort).
-        let rss = info.max_rss_kib * 1024;
-        let failed = info.signal.is_some() || info.code.is_some_and(|c| c != 0);
-        if cx.cgroup_memory_hit || (failed && rss.saturating_mul(2) >= limit) {
-            return Reason::MemoryLimit;
-        }
+    // Only the kernel's OOM-kill counter: never a guess from the peak RSS or the exit code.
+    if cx.cgroup_memory_hit {
+        return Reason::MemoryLimit;
     }
-    if out.truncated || err.truncated {
+    if cx.output_limit_kill || out.truncated || err.truncated {
         return Reason::OutputLimit;
+    }
+    if cx.pids_limit_hit {
+        return Reason::PidsLimit;
     }
     if info.signal.is_some() {
         Reason::Signaled

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::report::{self, Context, ExitReport, Reason};
-use super::stream::{StreamStats, pump};
+use super::stream::{self, Event, StreamStats, pump};
 use super::{RunError, Sandbox, SpawnSpec, Stdio};
 use crate::cli::RunArgs;
 use crate::policy::{Identity, Policy};
@@ -23,6 +23,10 @@ pub const TIMEOUT_EXIT: i32 = 124;
 pub const CONTAINMENT_FAILED_EXIT: i32 = 125;
 /// How long to wait for the output pipes to close after the tree was killed.
 const PUMP_DRAIN: Duration = Duration::from_secs(5);
+/// After our reader went away (and the child's pipe was closed), how long the command may go
+/// on before its tree is stopped: a command that ignores SIGPIPE and EPIPE would otherwise run
+/// to its timeout with nobody reading.
+const READER_GONE_GRACE: Duration = Duration::from_secs(1);
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut tl = Timeline::from_env();
@@ -330,6 +334,69 @@ fn our_winsize() -> (u32, u32) {
     (80, 24)
 }
 
+/// Whether our stdout and stderr are the same open file description (`2>&1`): then the child
+/// gets one pipe for both, so that their order is kept.
+///
+/// kcmp(KCMP_FILE) answers exactly. Where it is missing (no CONFIG_KCMP, or a seccomp policy
+/// of our own container denies it) we fall back to fstat: the same device and inode is the
+/// same pipe, terminal or socket, where writes of both interleave in one stream anyway; for a
+/// regular file (`>f 2>f` opens it twice: two offsets, and merging would change what lands
+/// in the file) we also require the same status flags and the same offset, which two
+/// separately opened descriptions rarely share.
+fn same_open_file(a: i32, b: i32) -> bool {
+    const KCMP_FILE: libc::c_int = 0;
+    // SAFETY: kcmp compares two of our own fds and returns a number; getpid cannot fail.
+    let rc = unsafe {
+        let pid = libc::getpid();
+        libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a, b)
+    };
+    if rc == 0 {
+        return true;
+    }
+    if rc > 0 {
+        return false; // ordered: different descriptions
+    }
+    let st = |fd| {
+        // SAFETY: fstat into a zeroed stack struct.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(fd, &mut st) == 0).then_some(st)
+        }
+    };
+    let (Some(x), Some(y)) = (st(a), st(b)) else {
+        return false;
+    };
+    if (x.st_dev, x.st_ino) != (y.st_dev, y.st_ino) {
+        return false;
+    }
+    if x.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return true;
+    }
+    // SAFETY: fcntl and lseek on our own fds; neither changes anything.
+    unsafe {
+        libc::fcntl(a, libc::F_GETFL) == libc::fcntl(b, libc::F_GETFL)
+            && libc::lseek(a, 0, libc::SEEK_CUR) == libc::lseek(b, 0, libc::SEEK_CUR)
+    }
+}
+
+/// One pipe for the child's stdout and stderr together: (read end, two write ends).
+fn merged_pipe() -> Result<(OwnedFd, OwnedFd, OwnedFd), RunError> {
+    let io = |source| RunError::Io {
+        what: "creating the merged output pipe",
+        source,
+    };
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into our array. O_CLOEXEC: the child must never hold the
+    // read end, or it would never see EPIPE when we stop reading.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let w2 = w.try_clone().map_err(io)?;
+    Ok((r, w, w2))
+}
+
 /// Whether our stdout and stderr are the same file (a terminal, say): then the child's
 /// unterminated stdout line would also be glued onto the summary.
 fn stdout_is_stderr() -> bool {
@@ -423,6 +490,12 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     };
 
     let cap = args.max_output;
+    let (ev_tx, mut events) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let opts = |name| stream::Options {
+        cap,
+        name,
+        events: Some(ev_tx.clone()),
+    };
     let (mut child, out_task, err_task, raw_terminal) = if args.tty {
         let (cols, rows) = our_winsize();
         let (master, slave) =
@@ -465,10 +538,37 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 }
             }
         });
-        let out_task =
-            tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), cap, "stdout").await });
+        let o = opts("stdout");
+        let out_task = tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), o).await });
         let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
         (child, out_task, err_task, raw)
+    } else if args.merge_output || same_open_file(1, 2) {
+        let (r, w, w2) = merged_pipe()?;
+        let child = sandbox
+            .spawn(SpawnSpec {
+                argv: args.command.clone(),
+                env,
+                cwd: None,
+                stdin: if stdin_is_dev_null() {
+                    Stdio::Null
+                } else {
+                    Stdio::Fd(feed_stdin()?)
+                },
+                stdout: Stdio::Fd(w),
+                stderr: Stdio::Fd(w2),
+                controlling_tty: false,
+            })
+            .await?;
+        let r =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(r).map_err(|source| RunError::Io {
+                what: "registering the merged output pipe",
+                source,
+            })?;
+        // One stream, capped as stdout.
+        let o = opts("output");
+        let out_task = tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), o).await });
+        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
+        (child, out_task, err_task, None)
     } else {
         let mut child = sandbox
             .spawn(SpawnSpec {
@@ -487,12 +587,12 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             .await?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
-        let out_task =
-            tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), cap, "stdout").await });
-        let err_task =
-            tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), cap, "stderr").await });
+        let (o, e) = (opts("stdout"), opts("stderr"));
+        let out_task = tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), o).await });
+        let err_task = tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), e).await });
         (child, out_task, err_task, None)
     };
+    drop(ev_tx);
 
     tl.stamp("spawned");
     let grace = Duration::from_secs_f64(args.kill_grace);
@@ -522,29 +622,55 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             None => std::future::pending().await,
         }
     };
+    tokio::pin!(deadline);
     let mut timed_out = false;
     let mut forwarded_signal = None;
-    let info = tokio::select! {
-        info = child.wait() => info,
-        _ = deadline => {
-            timed_out = true;
-            child.terminate_tree(grace).await
-        }
-        _ = sigterm.recv() => {
-            forwarded_signal = Some(libc::SIGTERM);
-            child.terminate_tree(grace).await
-        }
-        _ = sigint.recv() => {
-            forwarded_signal = Some(libc::SIGINT);
-            child.terminate_tree(grace).await
-        }
-        _ = sighup.recv() => {
-            forwarded_signal = Some(libc::SIGHUP);
-            child.terminate_tree(grace).await
-        }
-        _ = sigquit.recv() => {
-            forwarded_signal = Some(libc::SIGQUIT);
-            child.terminate_tree(grace).await
+    let kill_on_output_limit = args.on_output_limit == crate::cli::OnOutputLimit::Kill;
+    let mut output_limit_kill = false;
+    // (--cpu is kept by the exec cgroup's own watcher thread: see `cgroup::CpuWatch`.)
+    // When the tree is stopped unless its leader exits first: after our reader went away.
+    let mut stop_at: Option<tokio::time::Instant> = None;
+    let far = || tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+    let info = loop {
+        let stop = tokio::time::sleep_until(stop_at.unwrap_or_else(far));
+        tokio::select! {
+            info = child.wait() => break info,
+            _ = &mut deadline => {
+                timed_out = true;
+                break child.terminate_tree(grace).await;
+            }
+            _ = sigterm.recv() => {
+                forwarded_signal = Some(libc::SIGTERM);
+                break child.terminate_tree(grace).await;
+            }
+            _ = sigint.recv() => {
+                forwarded_signal = Some(libc::SIGINT);
+                break child.terminate_tree(grace).await;
+            }
+            _ = sighup.recv() => {
+                forwarded_signal = Some(libc::SIGHUP);
+                break child.terminate_tree(grace).await;
+            }
+            _ = sigquit.recv() => {
+                forwarded_signal = Some(libc::SIGQUIT);
+                break child.terminate_tree(grace).await;
+            }
+            Some(ev) = events.recv() => match ev {
+                Event::OutputLimit if kill_on_output_limit => {
+                    output_limit_kill = true;
+                    child.signal_tree(libc::SIGKILL);
+                    break child.wait().await;
+                }
+                Event::OutputLimit => {}
+                // The pump closed its end of the child's pipe: the next write fails with
+                // EPIPE or raises SIGPIPE. Give the command a moment to act on that.
+                Event::ReaderGone => {
+                    stop_at.get_or_insert_with(|| tokio::time::Instant::now() + READER_GONE_GRACE);
+                }
+            },
+            _ = stop, if stop_at.is_some() => {
+                break child.terminate_tree(grace).await;
+            }
         }
     };
     tl.stamp("exited");
@@ -560,6 +686,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         }
     };
     let cgroup_memory_hit = child.hit_memory_limit();
+    let pids_limit_hit = child.cgroup().is_some_and(|c| c.pids_max_hits() > 0);
+    let cpu_limit_hit = child.cgroup().is_some_and(|c| c.cpu_limit_hit());
+    let cgroup_cpu_ms = child
+        .cgroup()
+        .and_then(|c| c.cpu_meter())
+        .and_then(|m| m.usage().ok())
+        .map(|d| d.as_millis() as u64);
     // The pipes close when the last holder dies. If a process outran the sweep it may hold
     // them forever: bound the wait, then stop reading and report the containment failure.
     let drained =
@@ -594,9 +727,12 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
 
     let cx = Context {
         timed_out,
-        cpu_limit_secs: limits.cpu_secs,
-        memory_limit_bytes: limits.memory_bytes,
+        // No CPU meter for this exec: --cpu fell back to RLIMIT_CPU (see sandbox::prepare).
+        rlimit_cpu_secs: limits.cpu_secs.filter(|_| cgroup_cpu_ms.is_none()),
+        cpu_limit_hit,
         cgroup_memory_hit,
+        pids_limit_hit,
+        output_limit_kill,
     };
     let reason = report::classify(&info, &cx, &out, &err);
     let contained = survivors.is_empty() && containment_error.is_none();
@@ -619,6 +755,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         stderr_bytes: err.bytes,
         stdout_truncated: out.truncated,
         stderr_truncated: err.truncated,
+        cgroup_cpu_ms,
         contained,
         survivors,
         containment_error,

@@ -23,8 +23,12 @@ pub struct PolicyFlags {
     pub network: Option<NetworkMode>,
     /// `--cpu`.
     pub cpu: Option<u64>,
+    /// `--cpus`, in thousandths of a CPU.
+    pub cpus_millis: Option<u64>,
     /// `--memory`.
     pub memory: Option<u64>,
+    /// `--address-space`.
+    pub address_space: Option<u64>,
     /// `--pids`; `None` is the default of [`Limits`](super::Limits).
     pub pids: Option<u64>,
     /// `--file-size`.
@@ -62,8 +66,11 @@ impl PolicyFlags {
         let d = super::Limits::default();
         super::Limits {
             cpu_secs: self.cpu,
+            cpu_quota_millis: self.cpus_millis,
             memory_bytes: self.memory,
+            address_space_bytes: self.address_space,
             pids: self.pids.unwrap_or(d.pids),
+            pids_requested: self.pids.is_some(),
             file_size_bytes: self.file_size,
             open_files: self.open_files.unwrap_or(d.open_files),
         }

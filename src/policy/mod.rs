@@ -28,12 +28,21 @@ pub enum NetworkMode {
 /// Resource limits applied to each exec. `None` means "not limited by us".
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Limits {
-    /// RLIMIT_CPU, seconds of CPU time (user + system).
+    /// CPU seconds (user + system) of the whole exec tree, from the cgroup's CPU accounting;
+    /// RLIMIT_CPU (per process) without a cgroup.
     pub cpu_secs: Option<u64>,
-    /// RLIMIT_AS in bytes, and memory.max of the exec's cgroup when there is one.
+    /// CPU bandwidth in thousandths of a CPU (`--cpus 1.5` is 1500): the cgroup's CFS quota.
+    pub cpu_quota_millis: Option<u64>,
+    /// Resident memory (swap included) of the whole exec: the memory cgroup's limit only.
     pub memory_bytes: Option<u64>,
-    /// RLIMIT_NPROC (counted per real uid, system wide) and pids.max of the exec's cgroup.
+    /// RLIMIT_AS in bytes: virtual address space per process (`--address-space`).
+    pub address_space_bytes: Option<u64>,
+    /// pids.max of the exec's cgroup; RLIMIT_NPROC (per real uid, system wide) without one.
     pub pids: u64,
+    /// `pids` was asked for explicitly, not the default: without a pids cgroup that request
+    /// cannot be kept as documented (RLIMIT_NPROC is shared by the uid), so it is degraded.
+    #[serde(skip)]
+    pub pids_requested: bool,
     /// RLIMIT_FSIZE in bytes: the size any single file may reach.
     pub file_size_bytes: Option<u64>,
     /// RLIMIT_NOFILE.
@@ -44,8 +53,11 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             cpu_secs: None,
+            cpu_quota_millis: None,
             memory_bytes: None,
+            address_space_bytes: None,
             pids: 512,
+            pids_requested: false,
             file_size_bytes: None,
             open_files: 1024,
         }
@@ -166,6 +178,8 @@ impl Policy {
         for (name, v) in [
             ("cpu", l.cpu_secs),
             ("memory", l.memory_bytes),
+            ("address-space", l.address_space_bytes),
+            ("cpus", l.cpu_quota_millis),
             ("file-size", l.file_size_bytes),
             ("pids", Some(l.pids)),
             ("open-files", Some(l.open_files)),

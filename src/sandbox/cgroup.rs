@@ -25,8 +25,8 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::policy::Limits;
@@ -99,6 +99,10 @@ enum Layout {
         pids: PathBuf,
         memory: Option<PathBuf>,
         freezer: Option<PathBuf>,
+        /// The cpuacct hierarchy (whole-tree CPU time).
+        cpuacct: Option<PathBuf>,
+        /// The cpu hierarchy (CFS quota), when it is not the same directory as `cpuacct`.
+        cpu: Option<PathBuf>,
     },
 }
 
@@ -121,6 +125,16 @@ pub struct Probe {
     pub describe: String,
     pub memory: bool,
     pub no_memory: Option<String>,
+    pub cpu: CpuSupport,
+}
+
+/// What the exec's groups can do with CPU time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuSupport {
+    /// Whole-tree CPU time can be read (v1 cpuacct.usage, v2 cpu.stat usage_usec).
+    pub accounting: bool,
+    /// A CFS bandwidth quota can be set (v1 cpu.cfs_quota_us, v2 cpu.max).
+    pub quota: bool,
 }
 
 const PREFIX: &str = "openshell-owned-";
@@ -151,15 +165,30 @@ pub fn probe(sys: &System) -> Option<Probe> {
                 describe: format!("cgroup v2 below {}", cur.display()),
                 memory,
                 no_memory: (!memory).then(|| no_memory_v2(&cur)),
+                // cpu.stat's usage_usec is there in every v2 group; cpu.max needs the cpu
+                // controller.
+                cpu: CpuSupport {
+                    accounting: true,
+                    quota: ctrls.iter().any(|c| c == "cpu"),
+                },
             });
         }
     }
     let pids = sys.v1_parent("pids").filter(|p| writable(p))?;
     let memory = sys.v1_parent("memory").filter(|p| writable(p));
+    let cpu = CpuSupport {
+        accounting: sys
+            .v1_parent("cpuacct")
+            .is_some_and(|p| writable(&p) && p.join("cpuacct.usage").exists()),
+        quota: sys
+            .v1_parent("cpu")
+            .is_some_and(|p| writable(&p) && p.join("cpu.cfs_quota_us").exists()),
+    };
     Some(Probe {
         describe: format!("cgroup v1 pids below {}", pids.display()),
         memory: memory.is_some(),
         no_memory: memory.is_none().then(no_memory_v1),
+        cpu,
     })
 }
 
@@ -207,11 +236,21 @@ pub fn detect_in(sys: &System) -> Option<Root> {
     // The freezer first: there the stale groups' members are killed without a pid race.
     let freezer_parent = sys.v1_parent("freezer");
     let memory_parent = sys.v1_parent("memory");
+    let cpuacct_parent = sys.v1_parent("cpuacct");
+    // Co-mounted (cpu,cpuacct): one directory serves both.
+    let cpu_parent = sys.v1_parent("cpu").filter(|c| {
+        cpuacct_parent
+            .as_ref()
+            .is_none_or(|a| fs::canonicalize(a).ok() != fs::canonicalize(c).ok())
+    });
     if let Some(f) = &freezer_parent {
         sweep_stale(f, true);
     }
     sweep_stale(&pids_parent, false);
-    if let Some(m) = &memory_parent {
+    for m in [&memory_parent, &cpuacct_parent, &cpu_parent]
+        .into_iter()
+        .flatten()
+    {
         sweep_stale(m, false);
     }
     let pids = pids_parent.join(&name);
@@ -229,12 +268,16 @@ pub fn detect_in(sys: &System) -> Option<Root> {
     };
     let freezer = own(freezer_parent, Some("freezer.state"));
     let memory = own(memory_parent, Some("memory.limit_in_bytes"));
+    let cpuacct = own(cpuacct_parent, Some("cpuacct.usage"));
+    let cpu = own(cpu_parent, Some("cpu.cfs_quota_us"));
     Some(Root {
         no_memory: memory.is_none().then(no_memory_v1),
         layout: Layout::V1 {
             pids,
             memory,
             freezer,
+            cpuacct,
+            cpu,
         },
         locks: Mutex::new(locks),
         spare: Default::default(),
@@ -341,6 +384,13 @@ fn setup_v2(cur: &Path, name: &str) -> Option<(PathBuf, bool, File)> {
     let base = cur.join(name);
     let lock = own_dir(&base).ok()?;
     fs::write(base.join("cgroup.subtree_control"), want.join(" ")).ok()?;
+    // The cpu controller (cpu.max for --cpus) on its own and best effort: the kernel refuses
+    // it while a realtime thread is in the subtree, and that must not cost us pids and memory.
+    // Whether it took is read back by Root::cpu.
+    if ctrls.iter().any(|c| c == "cpu") {
+        let _ = fs::write(cur.join("cgroup.subtree_control"), "+cpu")
+            .and_then(|()| fs::write(base.join("cgroup.subtree_control"), "+cpu"));
+    }
     // What the kernel really enabled, not what we asked for. (The kernel lists bare names; a
     // fake tree in the unit tests echoes the request, hence the '+'.)
     let memory = fs::read_to_string(base.join("cgroup.subtree_control")).is_ok_and(|s| {
@@ -348,6 +398,14 @@ fn setup_v2(cur: &Path, name: &str) -> Option<(PathBuf, bool, File)> {
             .any(|c| c.trim_start_matches('+') == "memory")
     });
     Some((base, memory, lock))
+}
+
+/// Whether `base`'s children get the v2 cpu controller (cpu.max).
+fn v2_has(base: &Path, ctrl: &str) -> bool {
+    fs::read_to_string(base.join("cgroup.subtree_control")).is_ok_and(|s| {
+        s.split_whitespace()
+            .any(|c| c.trim_start_matches('+') == ctrl)
+    })
 }
 
 impl Root {
@@ -358,19 +416,30 @@ impl Root {
         crate::pause::point("cgroup-take-exec");
         let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).take();
         // A spare removed behind our back would fail the child's join with ENODEV.
-        if let Some(cg) = spare
-            && cg.dirs.iter().all(|d| d.is_dir())
-        {
-            return Ok(cg);
+        let mut cg = match spare {
+            Some(cg) if cg.dirs.iter().all(|d| d.is_dir()) => cg,
+            _ => match ExecCgroup::create(self, limits) {
+                Err(CgroupError::Create { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound =>
+                {
+                    // Our base group is gone: make it again and retry once.
+                    self.restore_bases()?;
+                    ExecCgroup::create(self, limits)?
+                }
+                r => r?,
+            },
+        };
+        // Only a group handed to an exec is watched: the spare would be polled for nothing.
+        if let (Some(secs), Some(meter)) = (limits.cpu_secs, cg.cpu_meter.clone()) {
+            let w = CpuWatch::start(meter, cg.group.clone(), Duration::from_secs(secs)).map_err(
+                |source| CgroupError::Create {
+                    path: cg.pids_dir.clone(),
+                    source,
+                },
+            )?;
+            cg.cpu_watch = Some(w);
         }
-        match ExecCgroup::create(self, limits) {
-            Err(CgroupError::Create { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                // Our base group is gone: make it again and retry once.
-                self.restore_bases()?;
-                ExecCgroup::create(self, limits)
-            }
-            r => r,
-        }
+        Ok(cg)
     }
 
     /// Make the next exec's group now, if none is waiting. A failure is not an error here: the
@@ -389,11 +458,19 @@ impl Root {
                 pids,
                 memory,
                 freezer,
-            } => [Some(pids), memory.as_ref(), freezer.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(|p| p.as_path())
-                .collect(),
+                cpuacct,
+                cpu,
+            } => [
+                Some(pids),
+                memory.as_ref(),
+                freezer.as_ref(),
+                cpuacct.as_ref(),
+                cpu.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_path())
+            .collect(),
         }
     }
 
@@ -411,6 +488,8 @@ impl Root {
             if let Layout::V2 { memory, .. } = &self.layout {
                 let want = if *memory { "+pids +memory" } else { "+pids" };
                 write_file(&b.join("cgroup.subtree_control"), want)?;
+                // Best effort, as at start-up: cpu.max is reported only when it is there.
+                let _ = write_file(&b.join("cgroup.subtree_control"), "+cpu");
             }
         }
         Ok(())
@@ -423,6 +502,7 @@ impl Root {
                 pids,
                 memory,
                 freezer,
+                ..
             } => format!(
                 "cgroup v1 pids at {}{}{}",
                 pids.display(),
@@ -435,6 +515,23 @@ impl Root {
                     .map(|m| format!(", freezer at {}", m.display()))
                     .unwrap_or_default()
             ),
+        }
+    }
+
+    /// What each exec's group can do with CPU time.
+    pub fn cpu(&self) -> CpuSupport {
+        match &self.layout {
+            Layout::V2 { base, .. } => CpuSupport {
+                accounting: true,
+                quota: v2_has(base, "cpu"),
+            },
+            Layout::V1 { cpuacct, cpu, .. } => CpuSupport {
+                accounting: cpuacct.is_some(),
+                quota: cpu
+                    .as_ref()
+                    .or(cpuacct.as_ref())
+                    .is_some_and(|d| d.join("cpu.cfs_quota_us").exists()),
+            },
         }
     }
 
@@ -589,7 +686,104 @@ pub struct ExecCgroup {
     dirs: Vec<PathBuf>,
     procs: Vec<OwnedFd>,
     group: Group,
+    /// The directories that hold each counter (the same one on v2).
+    pids_dir: PathBuf,
+    memory_dir: Option<PathBuf>,
+    cpu_meter: Option<CpuMeter>,
+    /// The `--cpu` watcher of this exec, once it was handed out by [`Root::take_exec`].
+    cpu_watch: Option<CpuWatch>,
 }
+
+/// A supervisor thread that keeps `--cpu` for the whole tree: it reads the group's CPU time
+/// every [`CPU_POLL`] and at the limit sends SIGXCPU to every member, SIGKILL
+/// [`CPU_KILL_AFTER`] later (RLIMIT_CPU's own soft-to-hard step, for the tree). A thread of
+/// the group rather than of `run`, so that every caller of `Sandbox::spawn` (`run`, the
+/// gateway's execs) gets the same limit. It ends when the group is dropped.
+#[derive(Debug)]
+struct CpuWatch {
+    stop: Arc<AtomicBool>,
+    hit: Arc<AtomicBool>,
+}
+
+/// How often the `--cpu` watcher reads the tree's CPU time: the tree may overrun the limit by
+/// up to this much per busy CPU.
+pub const CPU_POLL: Duration = Duration::from_millis(50);
+/// Between the SIGXCPU at `--cpu` and the SIGKILL.
+pub const CPU_KILL_AFTER: Duration = Duration::from_secs(1);
+
+impl CpuWatch {
+    fn start(meter: CpuMeter, group: Group, limit: Duration) -> io::Result<CpuWatch> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let hit = Arc::new(AtomicBool::new(false));
+        let (s, h) = (stop.clone(), hit.clone());
+        std::thread::Builder::new()
+            .name("cpu-watch".into())
+            .spawn(move || {
+                while !s.load(Ordering::Acquire) {
+                    std::thread::sleep(CPU_POLL);
+                    match meter.usage() {
+                        Ok(u) if u >= limit => break,
+                        Ok(_) => {}
+                        Err(_) => return, // the group is gone
+                    }
+                }
+                if s.load(Ordering::Acquire) {
+                    return;
+                }
+                h.store(true, Ordering::Release);
+                let _ = group.signal(libc::SIGXCPU, false);
+                let until = Instant::now() + CPU_KILL_AFTER;
+                while Instant::now() < until {
+                    if s.load(Ordering::Acquire) || group.members().is_ok_and(|m| m.is_empty()) {
+                        return;
+                    }
+                    std::thread::sleep(CPU_POLL);
+                }
+                let _ = group.kill_until_empty();
+            })?;
+        Ok(CpuWatch { stop, hit })
+    }
+}
+/// Reads the whole exec tree's CPU time, independently of the [`ExecCgroup`] (so a watcher
+/// can poll it while the child is being waited for).
+#[derive(Debug, Clone)]
+pub struct CpuMeter {
+    path: PathBuf,
+    v2: bool,
+}
+
+impl CpuMeter {
+    /// User + system CPU time of every process that is or was in the group.
+    pub fn usage(&self) -> Result<Duration, CgroupError> {
+        let text = fs::read_to_string(&self.path).map_err(|source| CgroupError::Read {
+            path: self.path.clone(),
+            source,
+        })?;
+        let bad = || CgroupError::Read {
+            path: self.path.clone(),
+            source: io::Error::from(io::ErrorKind::InvalidData),
+        };
+        if self.v2 {
+            let usec = counter(&text, "usage_usec").ok_or_else(bad)?;
+            Ok(Duration::from_micros(usec))
+        } else {
+            // cpuacct.usage: nanoseconds, user and system together.
+            let ns: u64 = text.trim().parse().map_err(|_| bad())?;
+            Ok(Duration::from_nanos(ns))
+        }
+    }
+}
+
+/// The value of `key` in a flat-keyed cgroup file ("key value" per line).
+fn counter(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        (it.next() == Some(key)).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// The CFS period we use with a quota (the kernel's default).
+const CFS_PERIOD_US: u64 = 100_000;
 
 impl ExecCgroup {
     pub fn create(root: &Root, limits: &Limits) -> Result<ExecCgroup, CgroupError> {
@@ -601,7 +795,15 @@ impl ExecCgroup {
                 procs_dir: PathBuf::new(),
                 kill: Kill::Plain,
             },
+            pids_dir: PathBuf::new(),
+            memory_dir: None,
+            cpu_meter: None,
+            cpu_watch: None,
         };
+        // A quota of `millis` thousandths of a CPU per period.
+        let quota_us = limits
+            .cpu_quota_millis
+            .map(|m| (m * CFS_PERIOD_US / 1000).max(1000));
         let mkdir = |cg: &mut ExecCgroup, d: PathBuf| {
             fs::create_dir(&d).map_err(|source| CgroupError::Create {
                 path: d.clone(),
@@ -616,18 +818,36 @@ impl ExecCgroup {
                 write_file(&d.join("pids.max"), &limits.pids.to_string())?;
                 if let (true, Some(m)) = (memory, limits.memory_bytes) {
                     write_file(&d.join("memory.max"), &m.to_string())?;
-                    // Without this, a memory bomb pushes the rest of the pod into swap first.
-                    let _ = write_file(&d.join("memory.swap.max"), "0");
+                    // --memory is resident memory: swapping past it would not bound it, and
+                    // pushes the rest of the pod into swap first. No swap controller (swap
+                    // off on this host), nothing to swap to.
+                    match write_file(&d.join("memory.swap.max"), "0") {
+                        Err(CgroupError::Write { source, .. })
+                            if source.kind() == io::ErrorKind::NotFound => {}
+                        r => r?,
+                    }
+                    cg.memory_dir = Some(d.clone());
                 }
+                if let Some(q) = quota_us {
+                    write_file(&d.join("cpu.max"), &format!("{q} {CFS_PERIOD_US}"))?;
+                }
+                cg.cpu_meter = Some(CpuMeter {
+                    path: d.join("cpu.stat"),
+                    v2: true,
+                });
+                cg.pids_dir = d.clone();
                 cg.group = Group::at(&d, false);
             }
             Layout::V1 {
                 pids,
                 memory,
                 freezer,
+                cpuacct,
+                cpu,
             } => {
                 let d = mkdir(&mut cg, pids.join(&name))?;
                 write_file(&d.join("pids.max"), &limits.pids.to_string())?;
+                cg.pids_dir = d.clone();
                 cg.group = Group {
                     procs_dir: d,
                     kill: Kill::Plain,
@@ -635,6 +855,33 @@ impl ExecCgroup {
                 if let (Some(mroot), Some(m)) = (memory, limits.memory_bytes) {
                     let md = mkdir(&mut cg, mroot.join(&name))?;
                     write_file(&md.join("memory.limit_in_bytes"), &m.to_string())?;
+                    // memsw bounds memory + swap; it must not be below limit_in_bytes, which
+                    // is why it is written second. Absent when swap accounting is off.
+                    let memsw = md.join("memory.memsw.limit_in_bytes");
+                    if memsw.exists() {
+                        write_file(&memsw, &m.to_string())?;
+                    }
+                    cg.memory_dir = Some(md);
+                }
+                // Only when asked: each group costs a mkdir and a join on every exec.
+                if limits.cpu_secs.is_some() || quota_us.is_some() {
+                    if let Some(aroot) = cpuacct {
+                        let ad = mkdir(&mut cg, aroot.join(&name))?;
+                        cg.cpu_meter = Some(CpuMeter {
+                            path: ad.join("cpuacct.usage"),
+                            v2: false,
+                        });
+                        if let (None, Some(q)) = (cpu, quota_us) {
+                            // co-mounted cpu,cpuacct
+                            write_file(&ad.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
+                            write_file(&ad.join("cpu.cfs_quota_us"), &q.to_string())?;
+                        }
+                    }
+                    if let (Some(croot), Some(q)) = (cpu, quota_us) {
+                        let cd = mkdir(&mut cg, croot.join(&name))?;
+                        write_file(&cd.join("cpu.cfs_period_us"), &CFS_PERIOD_US.to_string())?;
+                        write_file(&cd.join("cpu.cfs_quota_us"), &q.to_string())?;
+                    }
                 }
                 if let Some(froot) = freezer {
                     let fd = mkdir(&mut cg, froot.join(&name))?;
@@ -682,20 +929,41 @@ impl ExecCgroup {
         self.group.members()
     }
 
-    /// Whether the memory controller recorded hitting the limit (an OOM kill is likely).
+    /// Whether the memory cgroup OOM-killed a process of the exec. Only the kernel's OOM-kill
+    /// counter says so: v2 memory.events and v1 memory.oom_control `oom_kill`. (v1's failcnt
+    /// and v2's `max` count every time usage touched the limit, which page reclaim resolves
+    /// without harm: a run that writes a large file hits them.)
     pub fn hit_memory_limit(&self) -> bool {
-        for d in &self.dirs {
-            if let Ok(ev) = fs::read_to_string(d.join("memory.events")) {
-                return ev.lines().any(|l| {
-                    let mut it = l.split_whitespace();
-                    matches!((it.next(), it.next()), (Some("oom_kill" | "max"), Some(n)) if n != "0")
-                });
-            }
-            if let Ok(n) = fs::read_to_string(d.join("memory.failcnt")) {
-                return n.trim() != "0";
-            }
-        }
-        false
+        let Some(d) = &self.memory_dir else {
+            return false;
+        };
+        ["memory.events", "memory.oom_control"].iter().any(|f| {
+            fs::read_to_string(d.join(f))
+                .ok()
+                .and_then(|t| counter(&t, "oom_kill"))
+                .is_some_and(|n| n > 0)
+        })
+    }
+
+    /// How many times a fork or clone in the exec failed at pids.max (pids.events `max`, on
+    /// v1 and v2).
+    pub fn pids_max_hits(&self) -> u64 {
+        fs::read_to_string(self.pids_dir.join("pids.events"))
+            .ok()
+            .and_then(|t| counter(&t, "max"))
+            .unwrap_or(0)
+    }
+
+    /// Whether the `--cpu` watcher found the tree at its limit (and signalled it).
+    pub fn cpu_limit_hit(&self) -> bool {
+        self.cpu_watch
+            .as_ref()
+            .is_some_and(|w| w.hit.load(Ordering::Acquire))
+    }
+
+    /// The exec tree's CPU time, when this group accounts it.
+    pub fn cpu_meter(&self) -> Option<CpuMeter> {
+        self.cpu_meter.clone()
     }
 
     /// Signal every member without a pid race (see [`Group::signal`]); returns how many there
@@ -720,6 +988,9 @@ fn remove_dir_retrying(d: &Path) {
 
 impl Drop for ExecCgroup {
     fn drop(&mut self) {
+        if let Some(w) = &self.cpu_watch {
+            w.stop.store(true, Ordering::Release);
+        }
         // The caller kills and reaps the tree first.
         for d in &self.dirs {
             remove_dir_retrying(d);

@@ -116,3 +116,18 @@ fn a_failed_exec_group_leaks_nothing() {
     drop(root);
     assert_eq!(fs::read_dir(t.path().join("pids")).unwrap().count(), 0);
 }
+
+/// The counters behind `memory_limit`, `pids_limit` and `--cpu` are read by exact key:
+/// `oom_kill_disable` is not `oom_kill`, and v1's failcnt is never consulted.
+#[test]
+fn counters_are_read_by_exact_key() {
+    let oom_control = "oom_kill_disable 1\nunder_oom 0\noom_kill 3\n";
+    assert_eq!(counter(oom_control, "oom_kill"), Some(3));
+    assert_eq!(
+        counter("oom_kill_disable 1\nunder_oom 0\n", "oom_kill"),
+        None
+    );
+    assert_eq!(counter("max 0\n", "max"), Some(0));
+    let stat = "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n";
+    assert_eq!(counter(stat, "usage_usec"), Some(1500));
+}

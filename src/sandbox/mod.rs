@@ -310,26 +310,27 @@ fn prepare_inner(
     }
 
     // cgroup (pids, memory, tree kill).
-    // (description, why there is no memory controller) of what is, or would be, in force.
+    // (description, why there is no memory controller, CPU support) of what is, or would be,
+    // in force.
     let (cgroups, cg_info) = match (euid, cgroup_mode) {
         (0, Cgroups::Create) => {
             let root = k.cgroups();
             let info = root
                 .as_ref()
-                .map(|r| (r.describe(), r.memory().err().map(String::from)));
+                .map(|r| (r.describe(), r.memory().err().map(String::from), r.cpu()));
             (root, info)
         }
         (0, Cgroups::ProbeOnly) => (
             None,
             cgroup::System::real()
                 .and_then(|s| cgroup::probe(&s))
-                .map(|p| (p.describe, p.no_memory)),
+                .map(|p| (p.describe, p.no_memory, p.cpu)),
         ),
         _ => (None, None),
     };
     let target_is_root = matches!(identity.target, Some(id) if id.uid == 0);
     match &cg_info {
-        Some((describe, _)) => layers.push(LayerStatus {
+        Some((describe, ..)) => layers.push(LayerStatus {
             layer: "cgroup",
             status: Enforcement::Enforced,
             detail: format!("pids.max {} per exec; {describe}", policy.limits.pids),
@@ -339,16 +340,25 @@ fn prepare_inner(
             "target uid is 0, where RLIMIT_NPROC is not enforced, and no pids cgroup can be created".into(),
             &mut layers,
         )?,
+        // An explicit --pids N promises N processes for this exec. RLIMIT_NPROC counts every
+        // process of the uid on the machine: twenty runs with --pids 16 starve each other.
+        None if policy.limits.pids_requested => degrade(
+            "cgroup",
+            format!(
+                "no writable pids cgroup: --pids {} is RLIMIT_NPROC, shared by every process of the uid on this machine",
+                policy.limits.pids
+            ),
+            &mut layers,
+        )?,
         None => layers.push(LayerStatus {
             layer: "cgroup",
             status: Enforcement::NotRequested,
             detail: "no writable pids cgroup; RLIMIT_NPROC bounds processes per uid".into(),
         }),
     }
-    // --memory is a promise about the exec's memory. RLIMIT_AS alone keeps it per process
-    // only, and not for SysV shared memory (it outlives the run) or memfds (page cache, not
-    // address space, until mapped): only a memory cgroup bounds those. Nothing asked, nothing
-    // to refuse.
+    // --memory is resident memory of the whole exec, swap included: only a memory cgroup
+    // bounds that (and SysV shared memory and memfds with it). RLIMIT_AS is another promise,
+    // about address space per process, and has its own flag. Nothing asked, nothing to refuse.
     let no_cgroup = "no memory cgroup (the supervisor is not root, or no writable cgroup)";
     match (policy.limits.memory_bytes, &cg_info) {
         (None, _) => layers.push(LayerStatus {
@@ -356,24 +366,77 @@ fn prepare_inner(
             status: Enforcement::NotRequested,
             detail: "no --memory".into(),
         }),
-        (Some(m), Some((_, None))) => layers.push(LayerStatus {
+        (Some(m), Some((_, None, _))) => layers.push(LayerStatus {
             layer: "memory",
             status: Enforcement::Enforced,
-            detail: format!("{m} bytes per exec (memory cgroup), RLIMIT_AS per process"),
+            detail: format!("{m} bytes resident per exec, swap off (memory cgroup)"),
         }),
         (Some(_), info) => degrade(
             "memory",
             format!(
-                "{}: --memory bounds each process's address space only; SysV shared memory and memfds escape it",
+                "{}: --memory is not enforced at all",
                 info.as_ref()
-                    .and_then(|(_, why)| why.as_deref())
+                    .and_then(|(_, why, _)| why.as_deref())
                     .unwrap_or(no_cgroup)
             ),
             &mut layers,
         )?,
     }
 
+    // --cpu is CPU time of the whole tree (a watcher in the supervisor reads the cgroup's
+    // accounting and kills at the limit); --cpus a CFS bandwidth quota.
+    let cpu = cg_info.as_ref().map(|(_, _, c)| *c).unwrap_or_default();
+    let mut per_process_cpu = false;
+    let mut cpu_detail = Vec::new();
+    if let Some(secs) = policy.limits.cpu_secs {
+        if cpu.accounting {
+            cpu_detail.push(format!(
+                "{secs} s of CPU for the whole exec tree (cgroup accounting)"
+            ));
+        } else {
+            per_process_cpu = true;
+            degrade(
+                "cpu",
+                format!(
+                    "no cgroup CPU accounting: --cpu {secs} is RLIMIT_CPU, {secs} s for each process of the tree"
+                ),
+                &mut layers,
+            )?;
+        }
+    }
+    if let Some(m) = policy.limits.cpu_quota_millis {
+        let cpus = m as f64 / 1000.0;
+        if cpu.quota {
+            cpu_detail.push(format!("{cpus} CPUs of bandwidth (CFS quota)"));
+        } else {
+            degrade(
+                "cpu",
+                format!("no cgroup CPU controller: --cpus {cpus} is not enforced"),
+                &mut layers,
+            )?;
+        }
+    }
+    let cpu_degraded = layers.iter().any(|l| l.layer == "cpu");
+    match (cpu_detail.is_empty(), cpu_degraded) {
+        (true, false) => layers.push(LayerStatus {
+            layer: "cpu",
+            status: Enforcement::NotRequested,
+            detail: "no --cpu, no --cpus".into(),
+        }),
+        (false, false) => layers.push(LayerStatus {
+            layer: "cpu",
+            status: Enforcement::Enforced,
+            detail: cpu_detail.join("; "),
+        }),
+        _ => {}
+    }
+
     let mut rl = rlimits::prepare(&policy.limits);
+    if !per_process_cpu {
+        // The tree's budget is kept by the supervisor's watcher; a per-process RLIMIT_CPU of
+        // the same size would only race it.
+        rl.retain(|l| l.resource != libc::RLIMIT_CPU);
+    }
     if cg_info.is_some() {
         // The per-exec pids.max bounds each exec exactly. RLIMIT_NPROC would add nothing but a
         // budget shared by every exec of the sandbox uid, so a fork bomb in one exec would stop

@@ -2,9 +2,12 @@
 //!
 //! What each one really guarantees (also in SECURITY.md):
 //! - RLIMIT_CPU: CPU seconds of this process (user + system). SIGXCPU at the soft limit, SIGKILL
-//!   one second later at the hard limit. Each process of the tree has its own budget.
-//! - RLIMIT_AS: virtual address space of each process, not resident memory. A process that
-//!   maps more gets ENOMEM; V8 and JVMs reserve far more than they touch, so size it generously.
+//!   one second later at the hard limit. Each process of the tree has its own budget, so it is
+//!   only the fallback for `--cpu` when no cgroup accounts the whole tree (`sandbox::prepare`
+//!   drops it otherwise, and reports the fallback degraded).
+//! - RLIMIT_AS (`--address-space`, never `--memory`): virtual address space of each process,
+//!   not resident memory. A process that maps more gets ENOMEM; V8, Go, JVMs and Wasm runtimes
+//!   reserve far more than they touch.
 //! - RLIMIT_NPROC: checked at fork against the number of processes of the *real uid* system
 //!   wide, and never enforced for uid 0 or holders of CAP_SYS_RESOURCE/CAP_SYS_ADMIN. That is why
 //!   the child runs as a non-root uid. When a per-exec pids cgroup exists it replaces this
@@ -59,7 +62,7 @@ pub fn prepare(limits: &Limits) -> Vec<Rlimit> {
             name: "cpu",
         });
     }
-    if let Some(mem) = limits.memory_bytes {
+    if let Some(mem) = limits.address_space_bytes {
         v.push(Rlimit {
             resource: libc::RLIMIT_AS,
             soft: mem,
