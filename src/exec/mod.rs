@@ -5,6 +5,7 @@ pub mod report;
 pub mod run;
 pub mod stream;
 mod tree;
+pub mod workdir;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -29,6 +30,41 @@ pub enum RunError {
     NotFound(String),
     #[error("{path}: cannot execute: {source}")]
     NotExecutable { path: PathBuf, source: io::Error },
+    /// execve was refused by the sandbox (Landlock): the program, or the interpreter its `#!`
+    /// line names, lies outside every grant.
+    #[error(
+        "{}: cannot execute: {source}: {} is not granted to the sandbox{}; `--ro {}` grants it",
+        program.display(),
+        blocked.display(),
+        if blocked == program { String::new() } else { format!(" (the interpreter of {})", program.display()) },
+        grant.display()
+    )]
+    NotGranted {
+        program: PathBuf,
+        /// The path Landlock refused: the program itself or its interpreter.
+        blocked: PathBuf,
+        /// What to pass to `--ro`: the directory holding `blocked`.
+        grant: PathBuf,
+        source: io::Error,
+    },
+    /// The program exists, but the interpreter of its `#!` line does not.
+    #[error("{}: bad interpreter: {} not found (named on its `#!` line)", script.display(), interpreter.display())]
+    InterpreterNotFound {
+        script: PathBuf,
+        interpreter: PathBuf,
+    },
+    #[error("--policy {}: {source}", path.display())]
+    PolicyFile {
+        path: PathBuf,
+        source: crate::policy::openshell::YamlError,
+    },
+    #[error("--policy {}: {source}", path.display())]
+    PolicyMap {
+        path: PathBuf,
+        source: crate::policy::openshell::MapError,
+    },
+    #[error("{0}")]
+    Workdir(Box<workdir::NotWritable>),
     #[error("invalid policy: {0}")]
     Policy(#[from] PolicyError),
     #[error("sandbox refused: {0}")]
@@ -61,9 +97,14 @@ impl RunError {
     /// 125 the sandbox itself failed or refused.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::NotFound(_) => 127,
-            RunError::NotExecutable { .. } => 126,
-            RunError::Policy(_) | RunError::Usage(_) | RunError::ReportJson { .. } => 2,
+            RunError::NotFound(_) | RunError::InterpreterNotFound { .. } => 127,
+            RunError::NotExecutable { .. } | RunError::NotGranted { .. } => 126,
+            RunError::Policy(_)
+            | RunError::Usage(_)
+            | RunError::ReportJson { .. }
+            | RunError::PolicyFile { .. }
+            | RunError::PolicyMap { .. }
+            | RunError::Workdir(_) => 2,
             _ => 125,
         }
     }
