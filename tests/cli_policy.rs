@@ -548,6 +548,18 @@ fn a_program_outside_the_grants_is_named_as_not_granted() {
         &[prog.to_str().unwrap()],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Where the sandbox uid could not execute it anyway (a 0700 directory of root), --ro
+    // would not help, and the message does not claim it would.
+    if !is_root() {
+        return;
+    }
+    std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = run_in(&wd, &[], &[prog.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{err}");
+    assert!(err.contains("cannot execute: Permission denied"), "{err}");
+    assert!(!err.contains("not granted"), "{err}");
 }
 
 #[test]
@@ -561,4 +573,34 @@ fn a_script_whose_interpreter_is_missing_names_the_interpreter() {
     assert_eq!(out.status.code(), Some(127), "{err}");
     assert!(err.contains("bad interpreter"), "{err}");
     assert!(err.contains("/nonexistent-osb/python3 not found"), "{err}");
+}
+
+/// The README's synopsis names every flag of `run` and `check`.
+#[test]
+fn readme_synopsis_lists_every_flag() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .unwrap();
+    let start = readme.find("openshell-sandbox run [").expect("run synopsis");
+    let synopsis = &readme[start..start + readme[start..].find("```").unwrap()];
+    for sub in ["run", "check"] {
+        let out = bin().args([sub, "--help"]).output().unwrap();
+        for line in text(&out.stdout).lines() {
+            let line = line.trim_start();
+            let Some(flag) = line
+                .strip_prefix("-q, ")
+                .or(Some(line))
+                .filter(|l| l.starts_with("--"))
+                .and_then(|l| l.split_whitespace().next())
+            else {
+                continue;
+            };
+            if flag == "--help" || flag == "--version" {
+                continue;
+            }
+            assert!(
+                synopsis.contains(flag),
+                "the README synopsis lacks `{sub} {flag}`:\n{synopsis}"
+            );
+        }
+    }
 }

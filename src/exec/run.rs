@@ -344,15 +344,22 @@ fn stdout_is_stderr() -> bool {
 /// Turn a refused execve into a message that says what happened: a program (or the
 /// interpreter of its `#!` line) outside every grant was refused by Landlock, not by its mode;
 /// a script whose interpreter is missing is not itself "not found".
-fn explain_spawn_error(err: RunError, fs: &FsPolicy) -> RunError {
+///
+/// "Not granted" is said only where the sandbox identity could execute the file by its
+/// permissions (asked of the kernel as that identity): for a file below a directory of mode
+/// 0700, say, `--ro` would not help.
+fn explain_spawn_error(err: RunError, fs: &FsPolicy, who: Option<Identity>) -> RunError {
+    let landlock_refused = |p: &Path| {
+        p.exists() && !granted(fs, p) && workdir::can_access(p, who, libc::X_OK).is_ok()
+    };
     match err {
         RunError::NotExecutable { path, source } if source.raw_os_error() == Some(libc::EACCES) => {
             // The program itself first: the kernel checks it before its interpreter.
             let program = fs.workdir.join(&path);
-            let blocked = if !granted(fs, &program) {
+            let blocked = if landlock_refused(&program) {
                 Some(program)
             } else {
-                shebang(&program).filter(|i| i.exists() && !granted(fs, i))
+                shebang(&program).filter(|i| landlock_refused(i))
             };
             match blocked {
                 Some(blocked) => RunError::NotGranted {
@@ -461,6 +468,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
         // SAFETY: geteuid and getegid have no preconditions.
         _ => unsafe { (libc::geteuid(), libc::getegid()) },
     };
+    let switch_to = policy.identity.filter(|_| root);
     let sandbox = Sandbox::new(policy)?;
     // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
     // workdir has passed the filesystem policy's checks.
@@ -521,7 +529,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
                 stderr: Stdio::Fd(slave.stderr),
                 controlling_tty: true,
             })
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs))?;
+            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
         let writer = master.dup_fd().map_err(|source| RunError::Io {
@@ -561,7 +569,7 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
                 stderr: Stdio::Piped,
                 controlling_tty: false,
             })
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs))?;
+            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
         let out_task =

@@ -34,10 +34,16 @@ pub struct NotWritable {
 /// caller's own identity (a non-root supervisor's child keeps it). Reads only: the answer comes
 /// from a forked child that exits at once.
 pub fn can_write(dir: &Path, who: Option<Identity>) -> io::Result<()> {
-    let c = CString::new(dir.as_os_str().as_bytes())
+    can_access(dir, who, libc::W_OK | libc::X_OK)
+}
+
+/// Ask the kernel whether `who` has `mode` (`R_OK`, `W_OK`, `X_OK`) on `path` by its
+/// permissions alone (DAC: Landlock is not in force in the asking child). As [`can_write`].
+pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let Some(id) = who else {
-        return access_w(&c).map_err(io::Error::from_raw_os_error);
+        return access(&c, mode).map_err(io::Error::from_raw_os_error);
     };
     // SAFETY: the child makes raw syscalls on `c` and `id`, both prepared before fork, and
     // leaves with _exit; no allocation, lock or logging happens between fork and _exit.
@@ -47,7 +53,7 @@ pub fn can_write(dir: &Path, who: Option<Identity>) -> io::Result<()> {
     }
     if pid == 0 {
         // SAFETY: as above; this is the single-threaded child.
-        unsafe { libc::_exit(as_identity(&c, id)) };
+        unsafe { libc::_exit(as_identity(&c, id, mode)) };
     }
     let mut status = 0;
     loop {
@@ -73,7 +79,7 @@ pub fn can_write(dir: &Path, who: Option<Identity>) -> io::Result<()> {
 ///
 /// # Safety
 /// Only for a freshly forked child: it changes the calling process's credentials for good.
-unsafe fn as_identity(path: &CString, id: Identity) -> i32 {
+unsafe fn as_identity(path: &CString, id: Identity, mode: i32) -> i32 {
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
     #[repr(C)]
     struct Header {
@@ -110,7 +116,7 @@ unsafe fn as_identity(path: &CString, id: Identity) -> i32 {
             return crate::sandbox::errno();
         }
     }
-    match access_w(path) {
+    match access(path, mode) {
         Ok(()) => 0,
         Err(e) => e,
     }
@@ -120,8 +126,7 @@ unsafe fn as_identity(path: &CString, id: Identity) -> i32 {
 /// mkdir(2) use. Plain access(2) would use the real ids; without faccessat2 (Linux < 5.8) that
 /// is what we fall back to, which only the non-root case can tell apart (there the real and
 /// effective ids of a supervisor are the same anyway).
-fn access_w(path: &CString) -> Result<(), i32> {
-    let mode = libc::W_OK | libc::X_OK;
+fn access(path: &CString, mode: i32) -> Result<(), i32> {
     // SAFETY: faccessat2 with a NUL-terminated path and integer flags.
     let r = unsafe {
         libc::syscall(
