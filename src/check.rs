@@ -103,6 +103,14 @@ fn no_new_privs_works() -> bool {
     }
 }
 
+/// The layers' decisions, the one place `check` prepares a sandbox. `sandbox::prepare` also
+/// makes the cgroup root of a real supervisor (sweeping stale groups); the side-effect-free
+/// variant belongs to the cgroup layer (`sandbox::prepare_dry` on the cgroup branch), and is
+/// what this must call once both are merged.
+fn prepare(policy: &Policy) -> Result<sandbox::Prepared, sandbox::PrepareError> {
+    sandbox::prepare(policy)
+}
+
 /// What a Landlock rule of this kind allows (src/sandbox/landlock.rs maps the same kinds).
 fn access_words(access: PathAccess, is_dir: bool) -> &'static str {
     match (access, is_dir) {
@@ -178,7 +186,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         allow_degraded: false,
     };
     let layered = policy.clone().unwrap_or_else(fallback);
-    let layers = match sandbox::prepare(&layered) {
+    let layers = match prepare(&layered) {
         Ok(p) => p.layers,
         Err(e) => {
             refused.get_or_insert(e.to_string());
@@ -187,9 +195,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 allow_degraded: true,
                 ..layered.clone()
             };
-            sandbox::prepare(&degraded)
-                .map(|p| p.layers)
-                .unwrap_or_default()
+            prepare(&degraded).map(|p| p.layers).unwrap_or_default()
         }
     };
 
@@ -329,20 +335,25 @@ fn print_human(report: &Report, source: &str) {
             Some(id) => format!("uid {} gid {}", id.uid, id.gid),
             None => "our own uid and gid".into(),
         };
+        let network = match p.network {
+            NetworkMode::None => "none",
+            NetworkMode::All => "all",
+        };
         println!(
-            "policy ({}): workdir {}, network {:?}, runs as {who}",
+            "policy ({}): workdir {}, network {network}, runs as {who}",
             p.source,
             p.workdir.display(),
-            p.network
         );
         let l = &p.limits;
-        let opt = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
+        let opt = |v: Option<u64>, unit: &str| {
+            v.map_or("unlimited".to_string(), |v| format!("{v} {unit}"))
+        };
         println!(
-            "limits: cpu {} s, memory {} B, pids {}, file size {} B, open files {}",
-            opt(l.cpu_secs),
-            opt(l.memory_bytes),
+            "limits: cpu {}, memory {}, pids {}, file size {}, open files {}",
+            opt(l.cpu_secs, "s"),
+            opt(l.memory_bytes, "B"),
             l.pids,
-            opt(l.file_size_bytes),
+            opt(l.file_size_bytes, "B"),
             l.open_files
         );
     }

@@ -560,6 +560,13 @@ fn a_program_outside_the_grants_is_named_as_not_granted() {
     assert_eq!(out.status.code(), Some(126), "{err}");
     assert!(err.contains("cannot execute: Permission denied"), "{err}");
     assert!(!err.contains("not granted"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "may not search {} by its permissions (owner 0, mode 0700)",
+            outside.path().display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
@@ -578,9 +585,11 @@ fn a_script_whose_interpreter_is_missing_names_the_interpreter() {
 /// The README's synopsis names every flag of `run` and `check`.
 #[test]
 fn readme_synopsis_lists_every_flag() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .unwrap();
-    let start = readme.find("openshell-sandbox run [").expect("run synopsis");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("openshell-sandbox run [")
+        .expect("run synopsis");
     let synopsis = &readme[start..start + readme[start..].find("```").unwrap()];
     for sub in ["run", "check"] {
         let out = bin().args([sub, "--help"]).output().unwrap();

@@ -47,6 +47,23 @@ pub enum RunError {
         grant: PathBuf,
         source: io::Error,
     },
+    /// execve was refused by the file permissions: the sandbox uid may not search a directory
+    /// on the way, or execute the file. Granting it (`--ro`) would not help.
+    #[error(
+        "{}: cannot execute: {source}: the sandbox uid {uid} may not {} {} by its permissions (owner {owner}, mode {mode:04o}); `--ro` would not help: make it accessible to that uid, or pick --uid",
+        program.display(),
+        if blocker == program { "execute" } else { "search" },
+        blocker.display()
+    )]
+    NotPermitted {
+        program: PathBuf,
+        /// The file, or the directory on its way, that the uid lacks execute/search on.
+        blocker: PathBuf,
+        uid: u32,
+        owner: u32,
+        mode: u32,
+        source: io::Error,
+    },
     /// The program exists, but the interpreter of its `#!` line does not.
     #[error("{}: bad interpreter: {} not found (named on its `#!` line)", script.display(), interpreter.display())]
     InterpreterNotFound {
@@ -98,7 +115,9 @@ impl RunError {
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::NotFound(_) | RunError::InterpreterNotFound { .. } => 127,
-            RunError::NotExecutable { .. } | RunError::NotGranted { .. } => 126,
+            RunError::NotExecutable { .. }
+            | RunError::NotGranted { .. }
+            | RunError::NotPermitted { .. } => 126,
             RunError::Policy(_)
             | RunError::Usage(_)
             | RunError::ReportJson { .. }

@@ -349,25 +349,48 @@ fn stdout_is_stderr() -> bool {
 /// permissions (asked of the kernel as that identity): for a file below a directory of mode
 /// 0700, say, `--ro` would not help.
 fn explain_spawn_error(err: RunError, fs: &FsPolicy, who: Option<Identity>) -> RunError {
-    let landlock_refused = |p: &Path| {
-        p.exists() && !granted(fs, p) && workdir::can_access(p, who, libc::X_OK).is_ok()
-    };
+    let landlock_refused =
+        |p: &Path| p.exists() && !granted(fs, p) && workdir::can_access(p, who, libc::X_OK).is_ok();
     match err {
         RunError::NotExecutable { path, source } if source.raw_os_error() == Some(libc::EACCES) => {
             // The program itself first: the kernel checks it before its interpreter.
             let program = fs.workdir.join(&path);
             let blocked = if landlock_refused(&program) {
-                Some(program)
+                Some(program.clone())
             } else {
                 shebang(&program).filter(|i| landlock_refused(i))
             };
-            match blocked {
-                Some(blocked) => RunError::NotGranted {
+            if let Some(blocked) = blocked {
+                return RunError::NotGranted {
                     grant: blocked.parent().unwrap_or(&blocked).to_path_buf(),
                     program: path,
                     blocked,
                     source,
-                },
+                };
+            }
+            // The permissions, then: the first directory on the way (or the file) the
+            // sandbox uid may not search (execute).
+            let blocker = who.and_then(|id| {
+                let mut chain: Vec<&Path> = program.ancestors().collect();
+                chain.reverse();
+                chain
+                    .into_iter()
+                    .find(|p| workdir::can_access(p, Some(id), libc::X_OK).is_err())
+                    .map(|p| (id, p.to_path_buf()))
+            });
+            match blocker {
+                Some((id, blocker)) => {
+                    use std::os::unix::fs::MetadataExt;
+                    let meta = std::fs::metadata(&blocker).ok();
+                    RunError::NotPermitted {
+                        program: path,
+                        uid: id.uid,
+                        owner: meta.as_ref().map_or(u32::MAX, |m| m.uid()),
+                        mode: meta.as_ref().map_or(0, |m| m.mode() & 0o7777),
+                        blocker,
+                        source,
+                    }
+                }
                 None => RunError::NotExecutable { path, source },
             }
         }

@@ -45,9 +45,14 @@ pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<(
     let Some(id) = who else {
         return access(&c, mode).map_err(io::Error::from_raw_os_error);
     };
-    // SAFETY: the child makes raw syscalls on `c` and `id`, both prepared before fork, and
-    // leaves with _exit; no allocation, lock or logging happens between fork and _exit.
-    let pid = unsafe { libc::fork() };
+    // A fork whose exit signal is 0 rather than SIGCHLD: a "clone child", which the reaper
+    // thread's waitid(P_ALL) without __WALL never sees, so it cannot reap the child before the
+    // waitpid(__WCLONE) below does (it would, for a plain fork, once an exec has started it).
+    // Raw clone skips glibc's atfork handlers, so the child's allocator locks may be held: it
+    // only makes raw syscalls on `c`, `id` and `mode`, all prepared before, then _exit.
+    // SAFETY: as described; without CLONE_VM the child runs on its own copy of our memory.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, 0usize, 0usize, 0usize, 0usize, 0usize) }
+        as libc::pid_t;
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -58,7 +63,7 @@ pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<(
     let mut status = 0;
     loop {
         // SAFETY: waitpid on our own child with a stack status.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WCLONE) };
         if r == pid {
             break;
         }
