@@ -206,9 +206,19 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         let in_range =
             |u: u32| u == NOBODY || (args.uid_range.start..=args.uid_range.end).contains(&u);
         let handed_over = per_run_uid && owner.is_some_and(in_range);
+        let chown_to = |id: Identity| {
+            if per_run_uid {
+                Identity {
+                    uid: NOBODY,
+                    gid: NOBODY,
+                }
+            } else {
+                id
+            }
+        };
         let (writable, problem) = match (root, p.identity) {
             _ if handed_over => (true, None),
-            (true, Some(id)) => match workdir::check_writable(&path, id) {
+            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id)) {
                 Ok(()) => (true, None),
                 Err(e) => (false, Some(e.to_string())),
             },

@@ -310,7 +310,11 @@ fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
         assert!(err.contains(&d.path().display().to_string()), "{err}");
         assert!(err.contains("owned by 0:0 with mode 0755"), "{err}");
-        assert!(err.contains("chown"), "{err}");
+        // The per-run uid changes every run: the fix names 65534, which run hands over.
+        assert!(
+            err.contains(&format!("chown 65534:65534 {}", d.path().display())),
+            "{err}"
+        );
         assert!(err.contains("--uid"), "{err}");
     }
     // Writable through the group: the exact check lets it run, and the write works.

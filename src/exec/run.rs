@@ -510,7 +510,15 @@ async fn run(args: RunArgs) -> Result<i32, RunError> {
     // After the hand-over, which may have made it writable: every write of a run in a
     // workdir it cannot write fails, while the report would say "all layers enforced".
     if root && let Some(id) = sandbox.policy().identity {
-        workdir::check_writable(&sandbox.policy().fs.workdir, id).map_err(RunError::Workdir)?;
+        let chown_to = match lease {
+            Some(_) => Identity {
+                uid: crate::policy::NOBODY,
+                gid: crate::policy::NOBODY,
+            },
+            None => id,
+        };
+        workdir::check_writable(&sandbox.policy().fs.workdir, id, chown_to)
+            .map_err(RunError::Workdir)?;
     }
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");

@@ -17,12 +17,15 @@ use crate::policy::Identity;
 /// A workdir the sandbox identity cannot write.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the workdir {} is not writable by the sandbox uid {} (gid {}): it is owned by {}:{} with mode {:04o} ({source}). Give it to the sandbox (`chown {}:{} {}`), or run as a uid that can write it (--uid)",
-    path.display(), who.uid, who.gid, owner, group, mode, who.uid, who.gid, path.display()
+    "the workdir {} is not writable by the sandbox uid {} (gid {}): it is owned by {}:{} with mode {:04o} ({source}). Give it to the sandbox (`chown {}:{} {}`{}), or run as a uid that can write it (--uid)",
+    path.display(), who.uid, who.gid, owner, group, mode, chown_to.uid, chown_to.gid, path.display(),
+    if chown_to == who { "" } else { "; run hands a workdir of 65534 to its per-run uid" }
 )]
 pub struct NotWritable {
     pub path: PathBuf,
     pub who: Identity,
+    /// Whom to give it to: `who`, or 65534 for `run`'s per-run uid (which changes every run).
+    pub chown_to: Identity,
     pub owner: u32,
     pub group: u32,
     pub mode: u32,
@@ -158,7 +161,11 @@ fn access(path: &CString, mode: i32) -> Result<(), i32> {
 }
 
 /// [`can_write`], with the owner and mode of `dir` in the error for the message.
-pub fn check_writable(dir: &Path, who: Identity) -> Result<(), Box<NotWritable>> {
+pub fn check_writable(
+    dir: &Path,
+    who: Identity,
+    chown_to: Identity,
+) -> Result<(), Box<NotWritable>> {
     let Err(source) = can_write(dir, Some(who)) else {
         return Ok(());
     };
@@ -166,6 +173,7 @@ pub fn check_writable(dir: &Path, who: Identity) -> Result<(), Box<NotWritable>>
     Err(Box::new(NotWritable {
         path: dir.to_path_buf(),
         who,
+        chown_to,
         owner: meta.as_ref().map_or(u32::MAX, |m| m.uid()),
         group: meta.as_ref().map_or(u32::MAX, |m| m.gid()),
         mode: meta.as_ref().map_or(0, |m| m.mode() & 0o7777),
@@ -259,7 +267,7 @@ pub fn serve_check(policy: &crate::policy::Policy) {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if let (true, Some(id)) = (root, policy.identity)
-        && let Err(e) = check_writable(&policy.fs.workdir, id)
+        && let Err(e) = check_writable(&policy.fs.workdir, id, id)
     {
         tracing::error!("{e}; every write of the sandbox's commands there will fail");
     }
