@@ -15,12 +15,8 @@ fn main() -> ExitCode {
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned());
     let result = match first.as_deref() {
         Some("copy-self") => install::copy_self_main(&argv[2..]),
-        Some("run") => {
-            exec::run::main(cli::RunArgs::parse_argv(&argv[1..]).unwrap_or_else(|e| e.exit()))
-        }
-        Some("check") => {
-            check::main(cli::CheckArgs::parse_argv(&argv[1..]).unwrap_or_else(|e| e.exit()))
-        }
+        Some("run") => exec::run::main(parsed(cli::RunArgs::parse_argv(&argv[1..]), &argv)),
+        Some("check") => check::main(parsed(cli::CheckArgs::parse_argv(&argv[1..]), &argv)),
         Some("install") => install::main(&argv[1..]),
         Some("certs") => certs::main(&argv[1..]),
         Some("serve") => gateway::main(&argv[1..]),
@@ -47,6 +43,29 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// The parsed flags, or clap's error and exit (2). With `--log-format json` on the command
+/// line, the error is a JSON line too, so that stderr stays machine-readable.
+fn parsed<T>(r: Result<T, clap::Error>, argv: &[OsString]) -> T {
+    match r {
+        Ok(a) => a,
+        Err(e) if e.use_stderr() && json_requested(argv) => {
+            let text = e.render().to_string();
+            logging::json_line("ERROR", text.trim(), None);
+            std::process::exit(e.exit_code())
+        }
+        Err(e) => e.exit(),
+    }
+}
+
+/// `--log-format json` (or `=json`) among the flags, before `--`.
+fn json_requested(argv: &[OsString]) -> bool {
+    let flags: Vec<&str> = argv
+        .iter()
+        .map_while(|a| a.to_str().filter(|a| *a != "--"))
+        .collect();
+    flags.windows(2).any(|w| w == ["--log-format", "json"]) || flags.contains(&"--log-format=json")
 }
 
 /// Whether a gateway is configured the way the pod configures it: a non-empty

@@ -460,6 +460,24 @@ fn log_format_json_covers_the_summary_and_errors() {
     let summary = lines.last().expect("a summary line");
     assert_eq!(summary["fields"]["report"]["reason"], "exited", "{summary}");
 
+    // A usage error too.
+    let out = run_in(
+        &wd,
+        &["--log-format", "json", "--timeout", "x"],
+        &["/bin/true"],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let line: serde_json::Value =
+        serde_json::from_str(err.trim()).unwrap_or_else(|e| panic!("{e}: not JSON: {err}"));
+    assert_eq!(line["level"], "ERROR");
+    assert!(
+        line["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--timeout")
+    );
+
     let out = run_in(&wd, &["--log-format", "json"], &["/nonexistent-osb-cmd"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(127), "{err}");
