@@ -12,8 +12,8 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "(not root: the child keeps your uid; Landlock and seccomp still apply)"
 fi
-echo "== openshell-sandbox check"
-"$BIN" check || flags+=(--allow-degraded)
+echo "== openshell-sandbox check --workdir $WD"
+"$BIN" check --workdir "$WD" || flags+=(--allow-degraded)
 echo
 echo "== openshell-sandbox run --workdir $WD -- python3 demo.py"
 cat > "$WD/demo.py" <<'PY'

@@ -1,15 +1,30 @@
-//! `openshell-sandbox check`: what this kernel supports, and whether the default policy would
-//! be fully enforced here. Exits 1 when it would not. It changes nothing on the system: it may
-//! run beside a live supervisor (`kubectl exec POD -- openshell-sandbox check`), so it makes no
-//! cgroup and sweeps none (`sandbox::prepare_dry`).
+//! `openshell-sandbox check`: what this kernel supports, and whether a policy would be fully
+//! enforced here. Exits 1 when it would not.
+//!
+//! The policy is the one `run` would build from the same flags (`--workdir`, `--uid`,
+//! `--network`, `--memory`, `--policy FILE`, ...; see `exec::run::load_policy`). Without
+//! `--workdir`, the workdir is the temp directory, which every uid may write, so that a bare
+//! `check` speaks about the kernel, not about the directory it was started in. `--explain`
+//! prints the effective Landlock and seccomp rules.
+//!
+//! `check` changes nothing: it takes no per-run uid lock (it names the first uid of
+//! `--uid-range` instead, as any uid of the range is a stranger to a directory it does not
+//! own), hands no directory over, and asks whether the sandbox uid can write the workdir from a
+//! throwaway child (`exec::workdir`).
+//!
+//! It may run beside a live supervisor (`kubectl exec POD -- openshell-sandbox check`), so it
+//! makes no cgroup and sweeps none (`sandbox::prepare_dry`).
 
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
-use crate::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
-use crate::sandbox::{self, Enforcement, LayerStatus, identity, landlock};
+use crate::exec::{run, workdir};
+use crate::policy::{Identity, Limits, NOBODY, NetworkMode, PathAccess, Policy, PolicyFlags};
+use crate::sandbox::{self, Enforcement, LayerStatus, identity, landlock, seccomp};
 
 #[derive(Serialize)]
 struct Report {
@@ -21,9 +36,55 @@ struct Report {
     seccomp: bool,
     no_new_privs: bool,
     layers: Vec<LayerStatus>,
-    /// Why the default policy cannot be enforced, when it cannot.
+    /// The policy that was checked; `None` when it could not be built (see `refused`).
+    policy: Option<PolicySummary>,
+    /// The policy file's best_effort skips and ignored keys.
+    warnings: Vec<String>,
+    /// Whether the sandbox identity can write the workdir.
+    workdir: Option<WorkdirStatus>,
+    /// Why the policy cannot be enforced, when it cannot.
     refused: Option<String>,
     fully_enforced: bool,
+    /// With `--explain`: the Landlock rules as (path, access).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    landlock_rules: Option<Vec<LandlockRule>>,
+    /// With `--explain`: every seccomp rule, as `syscall: condition: action`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seccomp_rules: Option<Vec<String>>,
+}
+
+#[derive(Serialize)]
+struct PolicySummary {
+    /// `default` (no policy flag given), `flags`, or the policy file's path.
+    source: String,
+    workdir: PathBuf,
+    network: NetworkMode,
+    limits: Limits,
+    /// Who the child would run as; `None`: the caller's own identity (not root).
+    identity: Option<Identity>,
+    /// Root without --uid: `run` takes a per-run uid of --uid-range; `identity` is its first.
+    per_run_uid: bool,
+    allow_degraded: bool,
+}
+
+#[derive(Serialize)]
+struct WorkdirStatus {
+    path: PathBuf,
+    owner: Option<u32>,
+    group: Option<u32>,
+    mode: Option<String>,
+    /// As the sandbox identity, asked of the kernel.
+    writable: bool,
+    /// `run` hands a workdir owned by 65534 or by a uid of the range to its per-run uid.
+    handed_over: bool,
+    /// What is wrong and how to fix it, when it is not writable.
+    problem: Option<String>,
+}
+
+#[derive(Serialize)]
+struct LandlockRule {
+    path: PathBuf,
+    access: &'static str,
 }
 
 /// Whether PR_SET_NO_NEW_PRIVS works, tested in a throwaway child so it does not stick to us.
@@ -45,96 +106,319 @@ fn no_new_privs_works() -> bool {
     }
 }
 
+/// The layers' decisions, the one place `check` prepares a sandbox: `sandbox::prepare_dry`,
+/// which decides every layer like `sandbox::prepare` but makes no cgroup root and sweeps no
+/// stale groups.
+fn prepare(policy: &Policy) -> Result<sandbox::Prepared, sandbox::PrepareError> {
+    sandbox::prepare_dry(policy)
+}
+
+/// What a Landlock rule of this kind allows (src/sandbox/landlock.rs maps the same kinds).
+fn access_words(access: PathAccess, is_dir: bool) -> &'static str {
+    match (access, is_dir) {
+        (PathAccess::ReadExec, true) => "read, list, execute",
+        (PathAccess::ReadExec, false) => "read, execute",
+        (PathAccess::ReadWrite, true) => {
+            "read, list, execute, write, create, remove, rename, truncate (every right of the ABI)"
+        }
+        (PathAccess::ReadWrite, false) => "read, execute, write, truncate",
+        (PathAccess::Device, _) => "read, write, truncate, ioctl (no create or remove)",
+    }
+}
+
+/// The error and its causes on one line, as `main` renders them.
+fn render(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !out.contains(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    crate::logging::init(&args.policy.log_level, args.policy.log_format);
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    let workdir = std::env::temp_dir();
-    let policy = Policy {
-        fs: FsPolicy::with_defaults(workdir),
+    let root = euid == 0;
+    let source = match (&args.policy_file, args.flags == PolicyFlags::default()) {
+        (Some(p), _) => p.display().to_string(),
+        (None, true) => "default".to_string(),
+        (None, false) => "flags".to_string(),
+    };
+    let mut refused = None;
+    let mut warnings = Vec::new();
+    let mut per_run_uid = false;
+    let policy = match run::load_policy(
+        &args.flags,
+        args.policy_file.as_deref(),
+        &std::env::temp_dir(),
+    ) {
+        Ok(loaded) => {
+            run::log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
+            warnings = loaded.warnings.iter().map(|w| w.to_string()).collect();
+            let mut policy = loaded.policy;
+            if root && args.flags.uid.is_none() && !loaded.file_sets_identity {
+                per_run_uid = true;
+                let uid = args.uid_range.start;
+                policy.set_identity(Identity { uid, gid: uid });
+            }
+            Some(policy)
+        }
+        Err(e) => {
+            refused = Some(render(&e));
+            None
+        }
+    };
+
+    // The layers: of the policy when there is one, else of the default, for the kernel facts.
+    let fallback = || Policy {
+        fs: crate::policy::FsPolicy::with_defaults(std::env::temp_dir()),
         network: NetworkMode::None,
         limits: Limits::default(),
-        identity: (euid == 0).then_some(Identity {
+        identity: root.then_some(Identity {
             uid: NOBODY,
             gid: NOBODY,
         }),
         allow_degraded: false,
         namespaces: Default::default(),
     };
-    let (layers, refused) = match sandbox::prepare_dry(&policy) {
-        Ok(p) => (p.layers, None),
+    let layered = policy.clone().unwrap_or_else(fallback);
+    let layers = match prepare(&layered) {
+        Ok(p) => p.layers,
         Err(e) => {
+            refused.get_or_insert(e.to_string());
             // Prepare again, degraded, to list every layer's state.
             let degraded = Policy {
                 allow_degraded: true,
-                ..policy.clone()
+                ..layered.clone()
             };
-            let layers = sandbox::prepare_dry(&degraded)
-                .map(|p| p.layers)
-                .unwrap_or_default();
-            (layers, Some(e.to_string()))
+            prepare(&degraded).map(|p| p.layers).unwrap_or_default()
         }
     };
+
+    let workdir = policy.as_ref().map(|p| {
+        let path = p.fs.workdir.clone();
+        let meta = std::fs::metadata(&path).ok();
+        let owner = meta.as_ref().map(|m| m.uid());
+        let in_range =
+            |u: u32| u == NOBODY || (args.uid_range.start..=args.uid_range.end).contains(&u);
+        let handed_over = per_run_uid && owner.is_some_and(in_range);
+        let chown_to = |id: Identity| {
+            if per_run_uid {
+                Identity {
+                    uid: NOBODY,
+                    gid: NOBODY,
+                }
+            } else {
+                id
+            }
+        };
+        let (writable, problem) = match (root, p.identity) {
+            _ if handed_over => (true, None),
+            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id)) {
+                Ok(()) => (true, None),
+                Err(e) => (false, Some(e.to_string())),
+            },
+            _ => match workdir::can_write(&path, None) {
+                Ok(()) => (true, None),
+                Err(e) => (false, Some(format!("not writable by us: {e}"))),
+            },
+        };
+        WorkdirStatus {
+            path,
+            owner,
+            group: meta.as_ref().map(|m| m.gid()),
+            mode: meta.as_ref().map(|m| format!("{:04o}", m.mode() & 0o7777)),
+            writable,
+            handed_over,
+            problem,
+        }
+    });
+    // `run` refuses such a workdir when it is root (a non-root run keeps our own identity,
+    // whose access to its own directories is the caller's business).
+    if let Some(w) = &workdir
+        && root
+        && !w.writable
+    {
+        refused.get_or_insert(w.problem.clone().unwrap_or_default());
+    }
+
+    let (landlock_rules, seccomp_rules) = match (&policy, args.explain) {
+        (Some(p), true) => {
+            let rules = crate::policy::expand_grants(&p.fs)
+                .map_err(|e| anyhow::anyhow!("expanding the filesystem grants: {e}"))?;
+            let mut ll: Vec<LandlockRule> = rules
+                .iter()
+                .map(|r| LandlockRule {
+                    path: r.path.clone(),
+                    access: access_words(r.access, r.is_dir),
+                })
+                .collect();
+            if p.network == NetworkMode::None {
+                ll.push(LandlockRule {
+                    path: "(network)".into(),
+                    access: "TCP bind and connect denied (ABI >= 4)",
+                });
+            }
+            ll.push(LandlockRule {
+                path: "(scope)".into(),
+                access: "signals and abstract unix sockets only within the sandbox (ABI >= 6)",
+            });
+            (Some(ll), Some(seccomp::describe(p.network)))
+        }
+        _ => (None, None),
+    };
+
     let fully = refused.is_none() && layers.iter().all(|l| l.status != Enforcement::Degraded);
     let report = Report {
         version: env!("CARGO_PKG_VERSION"),
-        root: euid == 0,
+        root,
         euid,
         capabilities: identity::current_caps(),
         landlock: landlock::probe().ok(),
         seccomp: sandbox::seccomp_available(),
         no_new_privs: no_new_privs_works(),
         layers,
+        policy: policy.as_ref().map(|p| PolicySummary {
+            source: source.clone(),
+            workdir: p.fs.workdir.clone(),
+            network: p.network,
+            limits: p.limits.clone(),
+            identity: if root { p.identity } else { None },
+            per_run_uid,
+            allow_degraded: p.allow_degraded,
+        }),
+        warnings,
+        workdir,
         refused,
         fully_enforced: fully,
+        landlock_rules,
+        seccomp_rules,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!("openshell-sandbox {}", report.version);
-        println!(
-            "running as: euid {}{}",
-            report.euid,
-            if report.root { " (root)" } else { "" }
-        );
-        println!(
-            "capabilities: {}",
-            if report.capabilities.is_empty() {
-                "none".into()
-            } else {
-                report.capabilities.join(" ")
-            }
-        );
-        match report.landlock {
-            Some(s) => println!(
-                "landlock: ABI {} (filesystem {}, tcp {}, scopes {})",
-                s.abi,
-                yes(s.filesystem),
-                yes(s.network),
-                yes(s.scopes)
-            ),
-            None => println!("landlock: unavailable"),
-        }
-        println!("seccomp filters: {}", yes(report.seccomp));
-        println!("no_new_privs: {}", yes(report.no_new_privs));
-        for l in &report.layers {
-            println!(
-                "  {:<15} {:<13} {}",
-                l.layer,
-                format!("{:?}", l.status).to_lowercase(),
-                l.detail
-            );
-        }
-        match &report.refused {
-            None if fully => println!("default policy: fully enforced"),
-            None => println!("default policy: NOT fully enforced"),
-            Some(r) => println!("default policy: NOT enforceable: {r}"),
-        }
+        print_human(&report, &source);
     }
     Ok(if fully {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+fn print_human(report: &Report, source: &str) {
+    println!("openshell-sandbox {}", report.version);
+    println!(
+        "running as: euid {}{}",
+        report.euid,
+        if report.root { " (root)" } else { "" }
+    );
+    println!(
+        "capabilities: {}",
+        if report.capabilities.is_empty() {
+            "none".into()
+        } else {
+            report.capabilities.join(" ")
+        }
+    );
+    match report.landlock {
+        Some(s) => println!(
+            "landlock: ABI {} (filesystem {}, tcp {}, scopes {})",
+            s.abi,
+            yes(s.filesystem),
+            yes(s.network),
+            yes(s.scopes)
+        ),
+        None => println!("landlock: unavailable"),
+    }
+    println!("seccomp filters: {}", yes(report.seccomp));
+    println!("no_new_privs: {}", yes(report.no_new_privs));
+    if let Some(p) = &report.policy {
+        let who = match p.identity {
+            Some(id) if p.per_run_uid => {
+                format!("a per-run uid of --uid-range (from {}, gid = uid)", id.uid)
+            }
+            Some(id) => format!("uid {} gid {}", id.uid, id.gid),
+            None => "our own uid and gid".into(),
+        };
+        let network = match p.network {
+            NetworkMode::None => "none",
+            NetworkMode::All => "all",
+        };
+        println!(
+            "policy ({}): workdir {}, network {network}, runs as {who}",
+            p.source,
+            p.workdir.display(),
+        );
+        let l = &p.limits;
+        let opt = |v: Option<u64>, unit: &str| {
+            v.map_or("unlimited".to_string(), |v| format!("{v} {unit}"))
+        };
+        println!(
+            "limits: cpu {}, memory {}, pids {}, file size {}, open files {}",
+            opt(l.cpu_secs, "s"),
+            opt(l.memory_bytes, "B"),
+            l.pids,
+            opt(l.file_size_bytes, "B"),
+            l.open_files
+        );
+    }
+    for w in &report.warnings {
+        println!("warning: {w}");
+    }
+    if let Some(w) = &report.workdir {
+        match (&w.problem, w.handed_over) {
+            (None, true) => println!(
+                "workdir {}: writable (run hands it to its per-run uid)",
+                w.path.display()
+            ),
+            (None, false) => println!("workdir {}: writable by the sandbox", w.path.display()),
+            (Some(p), _) => println!("workdir {}: NOT writable: {p}", w.path.display()),
+        }
+    }
+    for l in &report.layers {
+        println!(
+            "  {:<15} {:<13} {}",
+            l.layer,
+            format!("{:?}", l.status).to_lowercase(),
+            l.detail
+        );
+    }
+    if let Some(rules) = &report.landlock_rules {
+        println!("landlock rules (path, access):");
+        let width = rules
+            .iter()
+            .map(|r| r.path.as_os_str().len())
+            .max()
+            .unwrap_or(0)
+            .min(60);
+        for r in rules {
+            println!("  {:<width$}  {}", r.path.display(), r.access);
+        }
+    }
+    if let Some(rules) = &report.seccomp_rules {
+        println!("seccomp rules (syscall: condition: action; everything else is allowed):");
+        for r in rules {
+            println!("  {r}");
+        }
+    }
+    let what = if source == "default" {
+        "default policy"
+    } else {
+        "policy"
+    };
+    match &report.refused {
+        None if report.fully_enforced => println!("{what}: fully enforced"),
+        None => println!("{what}: NOT fully enforced"),
+        Some(r) => println!("{what}: NOT enforceable: {r}"),
+    }
 }
 
 fn yes(b: bool) -> &'static str {

@@ -5,26 +5,39 @@
 //! that the OpenShell Kubernetes driver builds work unchanged.
 //!
 //! Dispatch is by the first word (see `main.rs`): `run`, `check`, `serve`, `install`,
-//! `copy-self`, `certs`. Anything else, including no arguments at all, is the supervisor
+//! `copy-self`, `certs`, `help`. No arguments at all, or a flag first, is the supervisor
 //! (`serve`), because that is how a sandbox pod starts us: `openshell-sandbox --workdir /sandbox`.
+//! Any other first word is OpenShell's main-process command when a gateway is configured, and a
+//! typo otherwise.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::policy::{NetworkMode, ParseSizeError, PolicyFlags, parse_size};
+
+/// The default of `--uid-range`: above systemd's container range, below 2^31 (README).
+pub const DEFAULT_UID_RANGE: &str = "1900000000-1900000999";
 
 /// `openshell-sandbox run [OPTIONS] -- CMD [ARGS...]`
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox run",
+    bin_name = "openshell-sandbox run",
     about = "Run one command under the full sandbox and stream its output",
     version
 )]
 pub struct RunArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
+
+    /// OpenShell sandbox-policy YAML (filesystem_policy, landlock, process, network_policies;
+    /// docs/policy.md). Flags given explicitly override it; --ro, --rw and --deny add to its
+    /// lists.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy_file: Option<PathBuf>,
 
     /// Make a fresh, empty read-write scratch directory, export it as TMPDIR, remove it afterwards.
     #[arg(long)]
@@ -48,7 +61,8 @@ pub struct RunArgs {
     pub kill_grace: f64,
 
     /// Cap on each of stdout and stderr; past it output is drained and discarded, then a
-    /// truncation marker line ends the stream. Accepts suffixes (K, KiB, M, MiB, G, GiB).
+    /// truncation marker line ends the stream. Bytes; accepts suffixes (K, KiB, KB, M, MiB,
+    /// MB, G, GiB, GB, T, TiB, TB).
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub max_output: Option<u64>,
 
@@ -82,12 +96,27 @@ pub struct RunArgs {
     /// (held by a lock under /run for the run's lifetime), so one run cannot drain the per-uid
     /// kernel budgets (inotify instances, queued signals, ...) of another. The default lies
     /// above systemd's container range and below 2^31; see the README.
-    #[arg(long, value_name = "START-END", default_value = "1900000000-1900000999", value_parser = parse_uid_range)]
+    #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range)]
     pub uid_range: UidRange,
 
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+
+    /// The policy flags that were given explicitly (filled from clap's value sources by
+    /// [`RunArgs::parse_argv`]).
+    #[arg(skip)]
+    pub flags: PolicyFlags,
+}
+
+impl RunArgs {
+    /// Parse `argv` (`argv[0]` is `run`), recording which policy flags were given explicitly.
+    pub fn parse_argv(argv: &[OsString]) -> Result<RunArgs, clap::Error> {
+        let m = RunArgs::command().try_get_matches_from(argv)?;
+        let mut a = RunArgs::from_arg_matches(&m)?;
+        a.flags = a.policy.explicit(&m);
+        Ok(a)
+    }
 }
 
 /// Sandbox policy knobs shared by `run` and `serve`.
@@ -110,7 +139,8 @@ pub struct PolicyArgs {
     #[arg(long = "deny", value_name = "PATH")]
     pub deny: Vec<PathBuf>,
 
-    /// Network access of the child.
+    /// Network access of the child. With --policy, given explicitly, it replaces the file's
+    /// network_policies.
     #[arg(long, value_enum, default_value_t = NetworkArg::None)]
     pub network: NetworkArg,
 
@@ -141,7 +171,8 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_count)]
     pub pids: Option<u64>,
     // ---- end of resource limits ----
-    /// Largest file the child may write (RLIMIT_FSIZE, per file).
+    /// Largest file the child may write (RLIMIT_FSIZE, per file). Bytes; accepts suffixes
+    /// (K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB).
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub file_size: Option<u64>,
 
@@ -175,17 +206,53 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "NAME", default_value = "sandbox", value_parser = parse_hostname)]
     pub hostname: String,
 
-    /// Log level (error, warn, info, debug, trace). RUST_LOG, when set, wins.
-    #[arg(long, env = "OPENSHELL_LOG_LEVEL", default_value = "warn")]
+    /// Log level: off, error, warn, info, debug or trace, or directives such as
+    /// `warn,openshell_sandbox=debug`. RUST_LOG, when set, wins.
+    #[arg(long, env = "OPENSHELL_LOG_LEVEL", default_value = "warn", value_parser = parse_log_level)]
     pub log_level: String,
 
-    /// Log format on stderr.
+    /// Log format on stderr; `json` also covers run's summary line and the final error line.
     #[arg(long, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
 }
 
-/// Every flag as given or defaulted. A caller that knows clap's value source should leave
-/// defaulted values `None` instead, so that they do not override a policy file.
+impl PolicyArgs {
+    /// The flags of `m` that were given explicitly (on the command line or through their
+    /// environment variable); a flag left at its clap default is `None`, so that it never
+    /// overrides a policy file.
+    pub fn explicit(&self, m: &ArgMatches) -> PolicyFlags {
+        let given = |id: &str| {
+            matches!(
+                m.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        };
+        PolicyFlags {
+            workdir: self.workdir.clone(),
+            ro: self.ro.clone(),
+            rw: self.rw.clone(),
+            deny: self.deny.clone(),
+            network: given("network").then(|| self.network.into()),
+            cpu: self.cpu,
+            cpus_millis: self.cpus,
+            memory: self.memory,
+            address_space: self.address_space,
+            pids: self.pids,
+            file_size: self.file_size,
+            open_files: given("open_files").then_some(self.open_files),
+            uid: self.uid,
+            gid: self.gid,
+            allow_degraded: self.allow_degraded,
+            tmp_size: given("tmp_size").then_some(self.tmp_size),
+            shm_size: given("shm_size").then_some(self.shm_size),
+            hostname: given("hostname").then(|| self.hostname.clone()),
+        }
+    }
+}
+
+/// Every flag with clap's defaults filled in as if given. Only for a caller without a policy
+/// file (`serve`), where a default and an absent flag mean the same; with a file, use
+/// [`PolicyArgs::explicit`], or a default would override the file.
 impl From<&PolicyArgs> for PolicyFlags {
     fn from(a: &PolicyArgs) -> Self {
         PolicyFlags {
@@ -258,17 +325,71 @@ pub enum LogFormat {
     Json,
 }
 
-/// `openshell-sandbox check [--json]`
+/// `openshell-sandbox check [POLICY FLAGS] [--policy FILE] [--explain] [--json]`
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox check",
-    about = "Report what this kernel supports and whether the default policy is fully enforceable",
+    bin_name = "openshell-sandbox check",
+    about = "Report what this kernel supports and whether a policy (the default one, or the one the flags and --policy describe) is fully enforceable here; exit 1 if not. Changes nothing on the system",
     version
 )]
 pub struct CheckArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+
+    /// OpenShell sandbox-policy YAML, as for `run --policy`.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy_file: Option<PathBuf>,
+
+    /// As for `run`: when we are root and no --uid is given, a run takes its uid from here.
+    #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range)]
+    pub uid_range: UidRange,
+
+    /// Also print the effective Landlock rules (path, access) and the seccomp rules
+    /// (syscall, condition, action).
+    #[arg(long)]
+    pub explain: bool,
+
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// The policy flags that were given explicitly (see [`RunArgs::flags`]).
+    #[arg(skip)]
+    pub flags: PolicyFlags,
+}
+
+impl CheckArgs {
+    /// Parse `argv` (`argv[0]` is `check`), recording which policy flags were given.
+    pub fn parse_argv(argv: &[OsString]) -> Result<CheckArgs, clap::Error> {
+        let m = CheckArgs::command().try_get_matches_from(argv)?;
+        let mut a = CheckArgs::from_arg_matches(&m)?;
+        a.flags = a.policy.explicit(&m);
+        Ok(a)
+    }
+}
+
+/// Log levels `--log-level` accepts, alone or as the level of a `target=level` directive.
+const LOG_LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
+
+/// A level name, or comma-separated directives (`warn,openshell_sandbox=debug`). A bare word
+/// that is no level would be read by tracing as a target name at level trace, so that `bogus`
+/// silently enables everything below a target that does not exist: refuse it.
+fn parse_log_level(s: &str) -> Result<String, String> {
+    let level_ok = |l: &str| LOG_LEVELS.contains(&l.trim().to_ascii_lowercase().as_str());
+    for part in s.split(',') {
+        let ok = match part.split_once('=') {
+            Some((target, level)) => !target.trim().is_empty() && level_ok(level),
+            None => level_ok(part),
+        };
+        if !ok {
+            return Err(format!(
+                "`{part}` is not a log level: use one of {} (or target=level directives)",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    Ok(s.to_owned())
 }
 
 fn parse_env_pair(s: &str) -> Result<(String, String), String> {
@@ -390,21 +511,80 @@ fn parse_nonneg_secs(s: &str) -> Result<f64, String> {
     parse_secs(s, true)
 }
 
-/// Subcommands other than the default supervisor, for `--help` output.
-#[derive(Debug, Subcommand)]
+/// The subcommands, for the top-level `--help` and `help`. Each parses its own flags (see
+/// `main.rs`); this enum only names and describes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
 pub enum Command {
-    /// Run one command under the sandbox (see `run --help`).
+    /// Run one command under the full sandbox, streaming its output
     Run,
-    /// Report kernel support for each sandbox layer.
+    /// Say whether a policy is enforceable on this kernel; --explain prints its rules
     Check,
-    /// Run the supervisor (also the default when no subcommand is given).
+    /// Run the pod supervisor: dial the OpenShell gateway and serve exec (the default)
     Serve,
-    /// Copy this binary atomically into a hostPath directory.
+    /// Copy this binary atomically into a hostPath directory (node installer)
     Install,
-    /// OpenShell's init-container contract: copy this binary to DEST.
+    /// OpenShell's init-container contract: copy this binary to DEST
     CopySelf,
-    /// Generate the mTLS CA, server and client certificates.
+    /// Generate the mTLS CA, server and client certificates
     Certs,
+    /// Print this help, or the help of one subcommand
+    Help,
+}
+
+impl Command {
+    /// Every subcommand word, in help order.
+    pub const WORDS: &[&str] = &[
+        "run",
+        "check",
+        "serve",
+        "install",
+        "copy-self",
+        "certs",
+        "help",
+    ];
+}
+
+/// The top level, for `openshell-sandbox --help` only.
+#[derive(Debug, Parser)]
+#[command(
+    name = "openshell-sandbox",
+    bin_name = "openshell-sandbox",
+    about = "Sandbox supervisor for OpenShell: run generated code under Landlock, seccomp, rlimits, cgroups and an unprivileged uid",
+    version,
+    disable_help_subcommand = true,
+    after_help = "With no subcommand, or with flags only, the binary is the pod supervisor (`serve`), \
+as a sandbox pod starts it. With a gateway configured (OPENSHELL_ENDPOINT), a first word that is no \
+subcommand is the main process's command, as in OpenShell.\n\n\
+`openshell-sandbox help SUBCOMMAND` or `openshell-sandbox SUBCOMMAND --help` shows its flags."
+)]
+pub struct TopArgs {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// The subcommand word nearest to `word`, when it is near enough to be a typo of it.
+pub fn nearest_subcommand(word: &str) -> Option<&'static str> {
+    let (best, d) = Command::WORDS
+        .iter()
+        .map(|w| (*w, edit_distance(word, w)))
+        .min_by_key(|(_, d)| *d)?;
+    // A transposition (`rnu`) costs 2 here; allow up to a third of the word on top of that.
+    (d <= 2.max(best.len() / 3)).then_some(best)
+}
+
+/// Levenshtein distance (insert, delete, substitute), by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -454,6 +634,48 @@ mod tests {
         assert!(parse_uid_range("0-5000").is_err());
         assert!(parse_uid_range("5000").is_err());
         assert!(parse_uid_range("5000-4294967295").is_err());
+    }
+
+    #[test]
+    fn typos_suggest_the_nearest_subcommand() {
+        assert_eq!(nearest_subcommand("rnu"), Some("run"));
+        assert_eq!(nearest_subcommand("chekc"), Some("check"));
+        assert_eq!(nearest_subcommand("cert"), Some("certs"));
+        assert_eq!(nearest_subcommand("copyself"), Some("copy-self"));
+        assert_eq!(nearest_subcommand("python3"), None);
+    }
+
+    #[test]
+    fn log_levels_are_validated() {
+        assert!(parse_log_level("bogus").is_err());
+        assert!(parse_log_level("info").is_ok());
+        assert!(parse_log_level("warn,openshell_sandbox=debug").is_ok());
+        assert!(parse_log_level("x=loud").is_err());
+    }
+
+    #[test]
+    fn defaults_are_not_explicit_flags() {
+        let v = |a: &[&str]| {
+            a.iter()
+                .map(|s| OsString::from(*s))
+                .collect::<Vec<OsString>>()
+        };
+        let a = RunArgs::parse_argv(&v(&["run", "--", "true"])).unwrap();
+        assert_eq!(a.flags.network, None);
+        assert_eq!(a.flags.pids, None);
+        assert_eq!(a.flags.open_files, None);
+        let a = RunArgs::parse_argv(&v(&[
+            "run",
+            "--network",
+            "none",
+            "--pids",
+            "512",
+            "--",
+            "true",
+        ]))
+        .unwrap();
+        assert_eq!(a.flags.network, Some(NetworkMode::None));
+        assert_eq!(a.flags.pids, Some(512));
     }
 
     #[test]

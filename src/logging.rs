@@ -1,9 +1,19 @@
 //! `tracing` setup shared by every subcommand: level from OPENSHELL_LOG_LEVEL (or `--log-level`),
 //! overridden by RUST_LOG when set; human or JSON lines on stderr.
+//!
+//! With `--log-format json`, stderr carries only JSON lines: besides the log events, `run`'s
+//! summary and `main`'s final error line go through [`json_line`], in the same shape as the
+//! events of tracing-subscriber's JSON formatter (`timestamp`, `level`, `fields.message`,
+//! `target`).
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
+
+static JSON: AtomicBool = AtomicBool::new(false);
 
 /// Install the global subscriber. Safe to call more than once (later calls are no-ops).
 pub fn init(level: &str, format: LogFormat) {
@@ -19,8 +29,58 @@ pub fn init(level: &str, format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
-    let _ = match format {
+    let installed = match format {
         LogFormat::Human => builder.with_target(false).try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+    if installed.is_ok() {
+        JSON.store(format == LogFormat::Json, Ordering::Relaxed);
+    }
+}
+
+/// Whether stderr is in JSON mode (`--log-format json`).
+pub fn json_enabled() -> bool {
+    JSON.load(Ordering::Relaxed)
+}
+
+/// Write one JSON line on stderr, shaped like a tracing event: `{"timestamp", "level",
+/// "fields": {"message", ...extra}, "target"}`. `extra` must be a JSON object; its keys go
+/// into `fields`. A failed write is ignored: after SIGHUP stderr may be a hung-up terminal.
+pub fn json_line(level: &str, message: &str, extra: Option<serde_json::Value>) {
+    let mut fields = serde_json::Map::new();
+    fields.insert("message".into(), message.into());
+    if let Some(serde_json::Value::Object(m)) = extra {
+        fields.extend(m);
+    }
+    let line = serde_json::json!({
+        "timestamp": rfc3339(std::time::SystemTime::now()),
+        "level": level,
+        "fields": fields,
+        "target": "openshell_sandbox",
+    });
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// `2026-12-01T09:11:39.123456Z`: RFC 3339 in UTC with microseconds.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let dt = time::OffsetDateTime::from(t);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        dt.year(),
+        u8::from(dt.month()),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second(),
+        dt.microsecond()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc3339_is_utc_with_microseconds() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_764_580_299_000_042);
+        assert_eq!(super::rfc3339(t), "2025-12-01T09:11:39.000042Z");
+    }
 }

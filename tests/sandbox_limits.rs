@@ -41,6 +41,8 @@ fn fork_bomb_is_contained_when_the_target_uid_is_root() {
     }
     // RLIMIT_NPROC is not enforced for uid 0; the exec's pids cgroup is what stops this.
     let wd = Workdir::new();
+    // uid 0 runs without capabilities: its workdir must be its own, or `run` refuses it.
+    std::os::unix::fs::chown(wd.path(), Some(0), Some(0)).unwrap();
     let r = py(&wd, &["--pids", "64", "--uid", "0"], FORK_BOMB);
     assert!(
         r.stdout().contains("then EAGAIN"),

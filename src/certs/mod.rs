@@ -121,6 +121,7 @@ pub enum CertsError {
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox certs",
+    bin_name = "openshell-sandbox certs",
     about = "mTLS certificates for the gateway"
 )]
 struct CertsCli {

@@ -6,6 +6,7 @@ pub mod report;
 pub mod run;
 pub mod stream;
 mod tree;
+pub mod workdir;
 
 pub use tree::SweepError;
 
@@ -33,6 +34,58 @@ pub enum RunError {
     NotFound(String),
     #[error("{path}: cannot execute: {source}")]
     NotExecutable { path: PathBuf, source: io::Error },
+    /// execve was refused by the sandbox (Landlock): the program, or the interpreter its `#!`
+    /// line names, lies outside every grant.
+    #[error(
+        "{}: cannot execute: {source}: {} is not granted to the sandbox{}; `--ro {}` grants it",
+        program.display(),
+        blocked.display(),
+        if blocked == program { String::new() } else { format!(" (the interpreter of {})", program.display()) },
+        grant.display()
+    )]
+    NotGranted {
+        program: PathBuf,
+        /// The path Landlock refused: the program itself or its interpreter.
+        blocked: PathBuf,
+        /// What to pass to `--ro`: the directory holding `blocked`.
+        grant: PathBuf,
+        source: io::Error,
+    },
+    /// execve was refused by the file permissions: the sandbox uid may not search a directory
+    /// on the way, or execute the file. Granting it (`--ro`) would not help.
+    #[error(
+        "{}: cannot execute: {source}: the sandbox uid {uid} may not {} {} by its permissions (owner {owner}, mode {mode:04o}); `--ro` would not help: make it accessible to that uid, or pick --uid",
+        program.display(),
+        if blocker == program { "execute" } else { "search" },
+        blocker.display()
+    )]
+    NotPermitted {
+        program: PathBuf,
+        /// The file, or the directory on its way, that the uid lacks execute/search on.
+        blocker: PathBuf,
+        uid: u32,
+        owner: u32,
+        mode: u32,
+        source: io::Error,
+    },
+    /// The program exists, but the interpreter of its `#!` line does not.
+    #[error("{}: bad interpreter: {} not found (named on its `#!` line)", script.display(), interpreter.display())]
+    InterpreterNotFound {
+        script: PathBuf,
+        interpreter: PathBuf,
+    },
+    #[error("--policy {}: {source}", path.display())]
+    PolicyFile {
+        path: PathBuf,
+        source: crate::policy::openshell::YamlError,
+    },
+    #[error("--policy {}: {source}", path.display())]
+    PolicyMap {
+        path: PathBuf,
+        source: crate::policy::openshell::MapError,
+    },
+    #[error("{0}")]
+    Workdir(Box<workdir::NotWritable>),
     #[error("invalid policy: {0}")]
     Policy(#[from] PolicyError),
     #[error("sandbox refused: {0}")]
@@ -62,9 +115,16 @@ impl RunError {
     /// 125 the sandbox itself failed or refused.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::NotFound(_) => 127,
-            RunError::NotExecutable { .. } => 126,
-            RunError::Policy(_) | RunError::Usage(_) | RunError::ReportJson { .. } => 2,
+            RunError::NotFound(_) | RunError::InterpreterNotFound { .. } => 127,
+            RunError::NotExecutable { .. }
+            | RunError::NotGranted { .. }
+            | RunError::NotPermitted { .. } => 126,
+            RunError::Policy(_)
+            | RunError::Usage(_)
+            | RunError::ReportJson { .. }
+            | RunError::PolicyFile { .. }
+            | RunError::PolicyMap { .. }
+            | RunError::Workdir(_) => 2,
             _ => 125,
         }
     }

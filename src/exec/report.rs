@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::ExitInfo;
 use super::stream::StreamStats;
+use crate::policy::Limits;
 use crate::sandbox::LayerStatus;
 
 /// Why the run ended.
@@ -35,13 +36,16 @@ impl Reason {
     }
 }
 
+/// The exit report of one run. docs/report.md gives the meaning of every field.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExitReport {
     pub reason: Reason,
     /// The exit code `run` itself returns: the child's code, 128+N for signal N, 124 on timeout.
     pub exit_code: i32,
-    /// The child's own exit status, when it exited.
+    /// The child's own exit status, when it exited; `null` when it was killed by a signal
+    /// (then `signal` is set): a killed process has no exit status.
     pub status: Option<i32>,
+    /// The signal that killed the child, when one did; `null` when it exited.
     pub signal: Option<i32>,
     pub wall_ms: u64,
     pub user_cpu_ms: u64,
@@ -63,6 +67,56 @@ pub struct ExitReport {
     pub containment_error: Option<String>,
     pub landlock_abi: i32,
     pub layers: Vec<LayerStatus>,
+    /// The command as given after `--` (non-UTF-8 bytes replaced).
+    pub command: Vec<String>,
+    /// The uid and gid the command ran as.
+    pub uid: u32,
+    pub gid: u32,
+    /// The limits in force for this run, defaults included.
+    pub limits: EffectiveLimits,
+    /// When the run started (RFC 3339, UTC).
+    pub started_at: String,
+    /// The host's cgroup hierarchy: `v2`, `v1` (or hybrid), `null` with none mounted.
+    pub cgroup_version: Option<&'static str>,
+}
+
+/// Every limit of one run: the policy's (per exec) and the run's own.
+#[derive(Debug, Clone, Serialize)]
+pub struct EffectiveLimits {
+    #[serde(flatten)]
+    pub policy: Limits,
+    /// `--timeout`; `null`: no wall-clock limit.
+    pub timeout_secs: Option<f64>,
+    /// `--kill-grace`.
+    pub kill_grace_secs: f64,
+    /// `--max-output`, per stream; `null`: unlimited.
+    pub max_output_bytes: Option<u64>,
+}
+
+/// Which cgroup hierarchy the host mounts at /sys/fs/cgroup, from the filesystem type.
+pub fn host_cgroup_version() -> Option<&'static str> {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+    let fs_type = |p: &std::ffi::CStr| {
+        // SAFETY: statfs with a NUL-terminated path into a zeroed stack struct.
+        unsafe {
+            let mut st: libc::statfs = std::mem::zeroed();
+            (libc::statfs(p.as_ptr(), &mut st) == 0).then_some(st.f_type as i64)
+        }
+    };
+    match fs_type(c"/sys/fs/cgroup")? {
+        CGROUP2_SUPER_MAGIC => Some("v2"),
+        CGROUP_SUPER_MAGIC => Some("v1"),
+        // v1 (and hybrid) mount a tmpfs there with one mount per controller below it.
+        _ => std::fs::read_dir("/sys/fs/cgroup")
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                std::ffi::CString::new(e.path().into_os_string().into_encoded_bytes()).ok()
+            })
+            .any(|p| fs_type(&p) == Some(CGROUP_SUPER_MAGIC))
+            .then_some("v1"),
+    }
 }
 
 /// Facts the classifier needs beyond the exit status.

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::report::{self, Context, ExitReport, Reason};
+use super::report::{self, Context, EffectiveLimits, ExitReport, Reason};
 use super::stream::{self, Event, StreamStats, pump};
-use super::{RunError, Sandbox, SpawnSpec, Stdio};
+use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
 use crate::cli::RunArgs;
-use crate::policy::{Identity, Policy};
+use crate::policy::openshell::{self, MapWarning};
+use crate::policy::{FsPolicy, Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, SandboxOwners, UidLease};
 
 /// Exit code when the wall-clock limit fired, as coreutils' `timeout` uses.
@@ -27,6 +28,67 @@ const PUMP_DRAIN: Duration = Duration::from_secs(5);
 /// on before its tree is stopped: a command that ignores SIGPIPE and EPIPE would otherwise run
 /// to its timeout with nobody reading.
 const READER_GONE_GRACE: Duration = Duration::from_secs(1);
+
+/// A policy and what came with it.
+pub struct LoadedPolicy {
+    pub policy: Policy,
+    /// best_effort skips and ignored keys of the policy file, for the log.
+    pub warnings: Vec<MapWarning>,
+    /// The policy file names the identity itself (a numeric `run_as_user`/`run_as_group`, or
+    /// `sandbox` where the image has such a user): a per-run uid must not replace it.
+    pub file_sets_identity: bool,
+}
+
+/// The policy of `run` and `check`: the flags alone, or `--policy FILE` with the explicitly
+/// given flags on top (docs/policy.md). A file that asks for what we cannot enforce is an
+/// error naming the key.
+pub fn load_policy(
+    flags: &PolicyFlags,
+    file: Option<&Path>,
+    default_workdir: &Path,
+) -> Result<LoadedPolicy, RunError> {
+    let Some(path) = file else {
+        return Ok(LoadedPolicy {
+            policy: Policy::from_args(flags.clone(), default_workdir, Vec::new())?,
+            warnings: Vec::new(),
+            file_sets_identity: false,
+        });
+    };
+    let file_err = |source| RunError::PolicyFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| file_err(openshell::YamlError::Read(e)))?;
+    let model = openshell::from_yaml(&text).map_err(file_err)?;
+    let host = openshell::Host::current();
+    let (policy, warnings) = openshell::resolve(&model, flags, default_workdir, Vec::new(), &host)
+        .and_then(|r| r.into_enforceable())
+        .map_err(|source| RunError::PolicyMap {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let names = |v: &str| {
+        (!v.is_empty() && v != "sandbox") || (v == "sandbox" && host.sandbox_user.is_some())
+    };
+    let file_sets_identity = model
+        .process
+        .as_ref()
+        .is_some_and(|p| names(&p.run_as_user) || names(&p.run_as_group));
+    Ok(LoadedPolicy {
+        policy,
+        warnings,
+        file_sets_identity,
+    })
+}
+
+/// Put the policy file's warnings in the log, naming the file.
+pub fn log_policy_warnings(file: Option<&Path>, warnings: &[MapWarning]) {
+    for w in warnings {
+        let file = file.map(|p| p.display().to_string()).unwrap_or_default();
+        tracing::warn!("--policy {file}: {w}");
+    }
+}
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut tl = Timeline::from_env();
@@ -410,13 +472,115 @@ fn stdout_is_stderr() -> bool {
     matches!((st(1), st(2)), (Some(a), Some(b)) if a == b)
 }
 
+/// Turn a refused execve into a message that says what happened: a program (or the
+/// interpreter of its `#!` line) outside every grant was refused by Landlock, not by its mode;
+/// a script whose interpreter is missing is not itself "not found".
+///
+/// "Not granted" is said only where the sandbox identity could execute the file by its
+/// permissions (asked of the kernel as that identity): for a file below a directory of mode
+/// 0700, say, `--ro` would not help.
+fn explain_spawn_error(err: RunError, fs: &FsPolicy, who: Option<Identity>) -> RunError {
+    let landlock_refused =
+        |p: &Path| p.exists() && !granted(fs, p) && workdir::can_access(p, who, libc::X_OK).is_ok();
+    match err {
+        RunError::NotExecutable { path, source } if source.raw_os_error() == Some(libc::EACCES) => {
+            // The program itself first: the kernel checks it before its interpreter.
+            let program = fs.workdir.join(&path);
+            let blocked = if landlock_refused(&program) {
+                Some(program.clone())
+            } else {
+                shebang(&program).filter(|i| landlock_refused(i))
+            };
+            if let Some(blocked) = blocked {
+                return RunError::NotGranted {
+                    grant: blocked.parent().unwrap_or(&blocked).to_path_buf(),
+                    program: path,
+                    blocked,
+                    source,
+                };
+            }
+            // The permissions, then: the first directory on the way (or the file) the
+            // sandbox uid may not search (execute).
+            let blocker = who.and_then(|id| {
+                let mut chain: Vec<&Path> = program.ancestors().collect();
+                chain.reverse();
+                chain
+                    .into_iter()
+                    .find(|p| workdir::can_access(p, Some(id), libc::X_OK).is_err())
+                    .map(|p| (id, p.to_path_buf()))
+            });
+            match blocker {
+                Some((id, blocker)) => {
+                    use std::os::unix::fs::MetadataExt;
+                    let meta = std::fs::metadata(&blocker).ok();
+                    RunError::NotPermitted {
+                        program: path,
+                        uid: id.uid,
+                        owner: meta.as_ref().map_or(u32::MAX, |m| m.uid()),
+                        mode: meta.as_ref().map_or(0, |m| m.mode() & 0o7777),
+                        blocker,
+                        source,
+                    }
+                }
+                None => RunError::NotExecutable { path, source },
+            }
+        }
+        RunError::NotFound(name) if name.contains('/') => {
+            // execve's ENOENT names the program even when what is missing is its interpreter.
+            let script = fs.workdir.join(&name);
+            match shebang(&script) {
+                Some(i) if script.is_file() && !i.exists() => RunError::InterpreterNotFound {
+                    script: PathBuf::from(name),
+                    interpreter: i,
+                },
+                _ => RunError::NotFound(name),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The interpreter named on the `#!` line of `path`, when it has one.
+fn shebang(path: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let text = std::str::from_utf8(line).ok()?;
+    text.split_whitespace().next().map(PathBuf::from)
+}
+
+/// Whether a grant of `fs` covers `path` (as resolved now; for messages only).
+fn granted(fs: &FsPolicy, path: &Path) -> bool {
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let roots = fs
+        .system
+        .iter()
+        .chain(&fs.read_only)
+        .chain(&fs.read_write)
+        .chain(std::iter::once(&fs.workdir))
+        .chain(&fs.devices);
+    let denied = fs
+        .deny
+        .iter()
+        .any(|d| real.starts_with(d.canonicalize().unwrap_or_else(|_| d.clone())));
+    !denied
+        && roots
+            .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+            .any(|r| real.starts_with(r))
+}
+
 async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let started = Instant::now();
+    let started_at = std::time::SystemTime::now();
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
         what: "reading the current directory",
         source,
     })?;
-    let mut policy = Policy::from_args(&args.policy, &cwd, Vec::new())?;
+    let loaded = load_policy(&args.flags, args.policy_file.as_deref(), &cwd)?;
+    log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
+    let mut policy = loaded.policy;
     tl.stamp("policy");
     // Root with no --uid (or OPENSHELL_SANDBOX_UID): a uid of our own for this run. Per-uid
     // kernel budgets (inotify instances, fanotify groups, queued signals, POSIX timers,
@@ -424,7 +588,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // drain them for every concurrent run. Held until we return, after the last kill sweep.
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let lease = if root && args.policy.uid.is_none() && args.policy.gid.is_none() {
+    let lease = if root
+        && args.policy.uid.is_none()
+        && args.policy.gid.is_none()
+        && !loaded.file_sets_identity
+    {
         let lease =
             UidLease::take(args.uid_range.start, args.uid_range.end).map_err(RunError::Identity)?;
         policy.set_identity(Identity {
@@ -449,6 +617,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         scratch.as_ref().map(|s| s.path.as_path()),
     )?;
     let limits = policy.limits.clone();
+    // Who the child runs as: the switched identity when we are root, else our own.
+    let (child_uid, child_gid) = match policy.identity {
+        Some(id) if root => (id.uid, id.gid),
+        // SAFETY: geteuid and getegid have no preconditions.
+        _ => unsafe { (libc::geteuid(), libc::getegid()) },
+    };
+    let switch_to = policy.identity.filter(|_| root);
     tl.stamp("uid-scratch-env");
     let sandbox = Sandbox::new(policy)?;
     tl.stamp("sandbox-new");
@@ -465,6 +640,19 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 "the workdir belongs to neither nobody nor a uid of --uid-range: it keeps its owner"
             );
         }
+    }
+    // After the hand-over, which may have made it writable: every write of a run in a
+    // workdir it cannot write fails, while the report would say "all layers enforced".
+    if root && let Some(id) = sandbox.policy().identity {
+        let chown_to = match lease {
+            Some(_) => Identity {
+                uid: crate::policy::NOBODY,
+                gid: crate::policy::NOBODY,
+            },
+            None => id,
+        };
+        workdir::check_writable(&sandbox.policy().fs.workdir, id, chown_to)
+            .map_err(RunError::Workdir)?;
     }
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
@@ -513,7 +701,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 stderr: Stdio::Fd(slave.stderr),
                 controlling_tty: true,
             })
-            .await?;
+            .await
+            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
         let writer = master.dup_fd().map_err(|source| RunError::Io {
@@ -584,7 +773,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 stderr: Stdio::Piped,
                 controlling_tty: false,
             })
-            .await?;
+            .await
+            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
         let (o, e) = (opts("stdout"), opts("stderr"));
@@ -761,6 +951,21 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         containment_error,
         landlock_abi: sandbox.landlock_abi(),
         layers: sandbox.layers().to_vec(),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        uid: child_uid,
+        gid: child_gid,
+        limits: EffectiveLimits {
+            policy: limits.clone(),
+            timeout_secs: args.timeout,
+            kill_grace_secs: args.kill_grace,
+            max_output_bytes: args.max_output,
+        },
+        started_at: crate::logging::rfc3339(started_at),
+        cgroup_version: report::host_cgroup_version(),
     };
     if !args.quiet {
         // The summary starts a line of its own, so that a child's unterminated last line
@@ -768,7 +973,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         // Not eprintln!: after SIGHUP our stderr may be a hung-up terminal, and a failed
         // write must not turn into a panic.
         let nl = if summary_needs_newline { "\n" } else { "" };
-        let _ = writeln!(std::io::stderr(), "{nl}{}", report.summary());
+        if crate::logging::json_enabled() {
+            let _ = write!(std::io::stderr(), "{nl}");
+            let extra = serde_json::json!({ "report": &report });
+            crate::logging::json_line("INFO", &report.summary(), Some(extra));
+        } else {
+            let _ = writeln!(std::io::stderr(), "{nl}{}", report.summary());
+        }
     }
     if let Some(file) = &report_file {
         use std::os::unix::fs::FileExt;

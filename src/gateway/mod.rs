@@ -116,12 +116,14 @@ enum Stop {
 }
 
 async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
+    crate::exec::workdir::serve_create(&args.policy, Path::new(DEFAULT_WORKDIR));
     let policy = crate::policy::Policy::from_args(
         &args.policy,
         Path::new(DEFAULT_WORKDIR),
         cfg.secret_paths.clone(),
     )
     .context("building the sandbox policy")?;
+    crate::exec::workdir::serve_check(&policy);
     let workdir = policy.fs.workdir.clone();
     let sandbox = Sandbox::new(policy)?;
     let (stop_tx, stop_rx) = watch::channel(false);

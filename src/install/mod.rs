@@ -157,6 +157,7 @@ fn why(e: &io::Error) -> &'static str {
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox install",
+    bin_name = "openshell-sandbox install",
     about = "Copy this binary atomically into a hostPath directory (the node installer)"
 )]
 struct InstallArgs {

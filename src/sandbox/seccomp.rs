@@ -557,7 +557,13 @@ pub fn install(program: &[sock_filter]) -> Result<(), i32> {
 pub fn describe(network: NetworkMode) -> Vec<String> {
     let mut v: Vec<String> = DENY_ALWAYS
         .iter()
-        .map(|(nr, why)| format!("{nr}: {why}"))
+        .map(|(nr, why)| {
+            let name = usize::try_from(*nr)
+                .ok()
+                .and_then(syscalls::Sysno::new)
+                .map_or_else(|| format!("syscall {nr}"), |s| s.name().to_string());
+            format!("{name}: any arguments: EPERM ({why})")
+        })
         .collect();
     v.push("unshare/clone with CLONE_NEW*: EPERM".into());
     v.push("ioctl TIOCSTI/TIOCLINUX (low 32 bits): EPERM".into());

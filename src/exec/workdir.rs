@@ -1,0 +1,287 @@
+//! Whether the sandbox identity can write its workdir, asked of the kernel as that identity.
+//!
+//! Guessing from the mode bits gets group membership, ACLs, read-only mounts and uid 0
+//! without capabilities wrong. So a throwaway child takes exactly the identity the exec will
+//! have (no supplementary groups, the gid, the uid, every capability set empty) and asks
+//! `faccessat2(AT_EACCESS)` for write and search. The supervisor's own credentials never
+//! change.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::policy::Identity;
+
+/// A workdir the sandbox identity cannot write.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the workdir {} is not writable by the sandbox uid {} (gid {}): it is owned by {}:{} with mode {:04o} ({source}). Give it to the sandbox (`chown {}:{} {}`{}), or run as a uid that can write it (--uid)",
+    path.display(), who.uid, who.gid, owner, group, mode, chown_to.uid, chown_to.gid, path.display(),
+    if chown_to == who { "" } else { "; run hands a workdir of 65534 to its per-run uid" }
+)]
+pub struct NotWritable {
+    pub path: PathBuf,
+    pub who: Identity,
+    /// Whom to give it to: `who`, or 65534 for `run`'s per-run uid (which changes every run).
+    pub chown_to: Identity,
+    pub owner: u32,
+    pub group: u32,
+    pub mode: u32,
+    /// What the kernel answered the sandbox identity.
+    pub source: io::Error,
+}
+
+/// Ask the kernel whether `who` may create entries in `dir` (write and search). `None` is the
+/// caller's own identity (a non-root supervisor's child keeps it). Reads only: the answer comes
+/// from a forked child that exits at once.
+pub fn can_write(dir: &Path, who: Option<Identity>) -> io::Result<()> {
+    can_access(dir, who, libc::W_OK | libc::X_OK)
+}
+
+/// Ask the kernel whether `who` has `mode` (`R_OK`, `W_OK`, `X_OK`) on `path` by its
+/// permissions alone (DAC: Landlock is not in force in the asking child). As [`can_write`].
+pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let Some(id) = who else {
+        return access(&c, mode).map_err(io::Error::from_raw_os_error);
+    };
+    // A fork whose exit signal is 0 rather than SIGCHLD: a "clone child", which the reaper
+    // thread's waitid(P_ALL) without __WALL never sees, so it cannot reap the child before the
+    // waitpid(__WCLONE) below does (it would, for a plain fork, once an exec has started it).
+    // Raw clone skips glibc's atfork handlers, so the child's allocator locks may be held: it
+    // only makes raw syscalls on `c`, `id` and `mode`, all prepared before, then _exit.
+    // SAFETY: as described; without CLONE_VM the child runs on its own copy of our memory.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, 0usize, 0usize, 0usize, 0usize, 0usize) }
+        as libc::pid_t;
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: as above; this is the single-threaded child.
+        unsafe { libc::_exit(as_identity(&c, id, mode)) };
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid on our own child with a stack status.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WCLONE) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+        (true, 0) => Ok(()),
+        (true, errno) => Err(io::Error::from_raw_os_error(errno)),
+        _ => Err(io::Error::from_raw_os_error(libc::ECHILD)),
+    }
+}
+
+/// The exec's identity change (the order of `sandbox::identity::enforce`: groups, gid, uid,
+/// then every capability set emptied), then the access question. Returns 0 or the errno,
+/// as the child's exit status (every errno fits in 8 bits).
+///
+/// # Safety
+/// Only for a freshly forked child: it changes the calling process's credentials for good.
+unsafe fn as_identity(path: &CString, id: Identity, mode: i32) -> i32 {
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // SAFETY: raw credential syscalls with integer arguments or pointers to stack values.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) != 0
+            || libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) != 0
+            || libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) != 0
+        {
+            return crate::sandbox::errno();
+        }
+        // For uid 0 the switch above keeps every capability; the exec has none (securebits
+        // NOROOT), so neither may the question: CAP_DAC_OVERRIDE would answer yes to anything.
+        let mut hdr = Header {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        if libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) != 0 {
+            return crate::sandbox::errno();
+        }
+    }
+    match access(path, mode) {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+/// faccessat2 with AT_EACCESS: the effective ids and capabilities, which is what open(2) and
+/// mkdir(2) use. Plain access(2) would use the real ids; without faccessat2 (Linux < 5.8) that
+/// is what we fall back to, which only the non-root case can tell apart (there the real and
+/// effective ids of a supervisor are the same anyway).
+fn access(path: &CString, mode: i32) -> Result<(), i32> {
+    // SAFETY: faccessat2 with a NUL-terminated path and integer flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            mode,
+            libc::AT_EACCESS,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = crate::sandbox::errno();
+    if e != libc::ENOSYS {
+        return Err(e);
+    }
+    // SAFETY: access with a NUL-terminated path.
+    if unsafe { libc::access(path.as_ptr(), mode) } == 0 {
+        Ok(())
+    } else {
+        Err(crate::sandbox::errno())
+    }
+}
+
+/// [`can_write`], with the owner and mode of `dir` in the error for the message.
+pub fn check_writable(
+    dir: &Path,
+    who: Identity,
+    chown_to: Identity,
+) -> Result<(), Box<NotWritable>> {
+    let Err(source) = can_write(dir, Some(who)) else {
+        return Ok(());
+    };
+    let meta = std::fs::metadata(dir).ok();
+    Err(Box::new(NotWritable {
+        path: dir.to_path_buf(),
+        who,
+        chown_to,
+        owner: meta.as_ref().map_or(u32::MAX, |m| m.uid()),
+        group: meta.as_ref().map_or(u32::MAX, |m| m.gid()),
+        mode: meta.as_ref().map_or(0, |m| m.mode() & 0o7777),
+        source,
+    }))
+}
+
+/// `serve`: a workdir that does not exist is created (its missing parents too, root's, 0755),
+/// the last component owned by the sandbox identity and of mode 0755, as OpenShell creates
+/// the read-write paths of a policy. Returns whether it created it. An existing path is left
+/// as it is.
+pub fn create_missing(dir: &Path, owner: Option<Identity>) -> io::Result<bool> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    match std::fs::symlink_metadata(dir) {
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().create(dir) {
+        Ok(()) => {}
+        // Made by someone else meanwhile: theirs, not ours to re-own.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: open with a NUL-terminated path; O_NOFOLLOW|O_DIRECTORY so what we re-own is the
+    // directory just made, never something a link points to.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fchmod and fchown on our fd.
+    unsafe {
+        if libc::fchmod(fd.as_raw_fd(), 0o755) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if let Some(id) = owner
+            && libc::fchown(fd.as_raw_fd(), id.uid, id.gid) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(true)
+}
+
+/// `serve`, before the policy is built: create a missing workdir for the sandbox identity
+/// (`--uid`/`--gid`, else 65534, when we are root). A failure is logged; building the policy
+/// then names the missing workdir.
+pub fn serve_create(args: &crate::cli::PolicyArgs, default_workdir: &Path) {
+    let dir = args
+        .workdir
+        .clone()
+        .unwrap_or_else(|| default_workdir.to_path_buf());
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let owner = root.then(|| {
+        let uid = args.uid.unwrap_or(crate::policy::NOBODY);
+        Identity {
+            uid,
+            gid: args.gid.unwrap_or(if args.uid.is_some() {
+                uid
+            } else {
+                crate::policy::NOBODY
+            }),
+        }
+    });
+    match create_missing(&dir, owner) {
+        Ok(true) => tracing::info!(workdir = %dir.display(), owner = ?owner, "created the workdir"),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::error!(workdir = %dir.display(), error = %e, "cannot create the workdir")
+        }
+    }
+}
+
+/// `serve`, once the policy is built: a workdir the sandbox identity cannot write is a loud
+/// error in the log. Not a refusal: a pod may mean its workdir to be read-only, and the
+/// gateway would only see a crash loop.
+pub fn serve_check(policy: &crate::policy::Policy) {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if let (true, Some(id)) = (root, policy.identity)
+        && let Err(e) = check_writable(&policy.fs.workdir, id, id)
+    {
+        tracing::error!("{e}; every write of the sandbox's commands there will fail");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_own_identity_is_asked_without_a_fork() {
+        let d = tempfile::tempdir().unwrap();
+        can_write(d.path(), None).unwrap();
+        let e = can_write(&d.path().join("missing"), None).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    }
+}
