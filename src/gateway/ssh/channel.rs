@@ -8,6 +8,7 @@
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -212,7 +213,8 @@ fn stdin_feeder(sink: Option<Sink>, early: Early) -> Option<mpsc::UnboundedSende
     (!early.eof).then_some(tx)
 }
 
-async fn pump<R, W>(mut r: R, mut w: W) -> io::Result<()>
+/// Copy until EOF; `count` adds up what was forwarded, for the exec's end record.
+async fn pump<R, W>(mut r: R, mut w: W, count: &AtomicU64) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -224,7 +226,18 @@ where
             return w.flush().await;
         }
         w.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
     }
+}
+
+/// The end record of an exec (policy_plane::PolicySlot::exec_ended).
+fn audit_end(ctx: &ExecContext, child: &Child, o: &Outcome, bytes: &[AtomicU64; 2]) {
+    let info = match o {
+        Outcome::Exited(i) => Some(i),
+        _ => None,
+    };
+    let b = (bytes[0].load(Ordering::Relaxed), bytes[1].load(Ordering::Relaxed));
+    ctx.sandbox.exec_ended(child, info, b);
 }
 
 async fn run_piped(
@@ -252,20 +265,24 @@ async fn run_piped(
     let out = child.stdout.take();
     let err = child.stderr.take();
     let (w_out, w_err) = (wr.make_writer(), wr.make_writer_ext(Some(1)));
+    let bytes = [AtomicU64::new(0), AtomicU64::new(0)];
+    let counts = &bytes;
     let outputs = async move {
         let a = async {
             if let Some(r) = out {
-                let _ = pump(r, w_out).await;
+                let _ = pump(r, w_out, &counts[0]).await;
             }
         };
         let b = async {
             if let Some(r) = err {
-                let _ = pump(r, w_err).await;
+                let _ = pump(r, w_err, &counts[1]).await;
             }
         };
         tokio::join!(a, b);
     };
-    drive(ctx, &mut child, rd, &mut in_tx, outputs, |_, _| {}).await
+    let o = drive(ctx, &mut child, rd, &mut in_tx, outputs, |_, _| {}).await;
+    audit_end(ctx, &child, &o, &bytes);
+    o
 }
 
 async fn run_tty(
@@ -298,6 +315,8 @@ async fn run_tty(
     let mut in_tx = stdin_feeder(Some(Sink::Pty(master.clone())), early);
     let reader = master.clone();
     let mut w = wr.make_writer();
+    let bytes = [AtomicU64::new(0), AtomicU64::new(0)];
+    let counts = &bytes;
     let outputs = async move {
         let mut buf = vec![0u8; CHUNK];
         loop {
@@ -307,12 +326,13 @@ async fn run_tty(
                     if w.write_all(&buf[..n]).await.is_err() {
                         break;
                     }
+                    counts[0].fetch_add(n as u64, Ordering::Relaxed);
                 }
             }
         }
         let _ = w.flush().await;
     };
-    drive(
+    let o = drive(
         ctx,
         &mut child,
         rd,
@@ -324,7 +344,9 @@ async fn run_tty(
             }
         },
     )
-    .await
+    .await;
+    audit_end(ctx, &child, &o, &bytes);
+    o
 }
 
 /// Run until the child has exited and its output is fully sent, serving channel messages
