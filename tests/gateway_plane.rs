@@ -496,3 +496,56 @@ async fn unauthenticated_turns_log_push_off_for_good() {
     assert_eq!(log_calls(&gw.state), 1, "log push tried again after UNAUTHENTICATED");
     assert!(gw.state.log_lines().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_fetch_retries_unavailable_then_loads() {
+    if !need_root() {
+        return;
+    }
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let granted = grant_dir(&gw, "granted");
+    gw.state.set_policy(&base_policy(&[&granted])).unwrap();
+    {
+        let mut p = gw.state.plane.lock().unwrap();
+        p.fail_config = 2;
+        p.fail_code = Some(tonic::Code::Unavailable);
+    }
+    let mut sup = Supervisor::start(&gw, plane_opts(&[]));
+    gw.wait_ready(&mut sup).await;
+    let log = sup.log();
+    assert!(log.contains("GetSandboxConfig attempt 2 failed"), "{log}");
+    assert!(gw.state.plane.lock().unwrap().config_calls >= 3);
+    let r = cat(&gw, &granted.join("secret.txt")).await;
+    assert_eq!((r.out().as_str(), r.exit), ("granted\n", Some(0)), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_startup_fetch_fails_closed_until_the_poll_gets_the_policy() {
+    if !need_root() {
+        return;
+    }
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let granted = grant_dir(&gw, "granted");
+    let v = gw.state.set_policy(&base_policy(&[&granted])).unwrap();
+    {
+        let mut p = gw.state.plane.lock().unwrap();
+        // The startup fetch and the first poll, which runs at once (§11.7).
+        p.fail_config = 2;
+        p.fail_code = Some(tonic::Code::Unimplemented);
+    }
+    // A long poll interval, so the exec below runs before the next poll.
+    let mut sup = Supervisor::start(
+        &gw,
+        plane_opts(&[("OPENSHELL_POLICY_POLL_INTERVAL_SECS", "4")]),
+    );
+    gw.wait_ready(&mut sup).await;
+    // Not retried at start: UNIMPLEMENTED is not a transient code (§11.1).
+    assert!(!sup.log().contains("GetSandboxConfig attempt 1 failed"), "{}", sup.log());
+    let r = cat(&gw, &granted.join("secret.txt")).await;
+    assert_eq!(r.exit, Some(125), "{r:?}\n{}", sup.log());
+    assert!(r.err().contains("no policy could be fetched"), "{r:?}");
+    let rep = wait_report(&gw, v, &sup).await;
+    assert_eq!(rep.status, PolicyStatus::Loaded as i32, "{rep:?}");
+    let r = cat(&gw, &granted.join("secret.txt")).await;
+    assert_eq!((r.out().as_str(), r.exit), ("granted\n", Some(0)), "{r:?}");
+}

@@ -25,7 +25,7 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 
-use super::auth::{self, TokenStore};
+use super::auth::TokenStore;
 use super::channel;
 use super::config::GatewayConfig;
 use super::session::Backoff;
@@ -175,11 +175,12 @@ async fn run(
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
     loop {
         let connected = async {
-            let ch = channel::connect(&cfg).await.map_err(|e| e.to_string())?;
-            auth::ensure_token(&tokens, &ch)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(ch)
+            // The token is obtained by the policy plane and the session; exchanging it here
+            // too would race them into a second IssueSandboxToken.
+            while tokens.has_source() && tokens.get().is_none() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            channel::connect(&cfg).await.map_err(|e| e.to_string())
         };
         let ch = tokio::select! {
             c = connected => c,

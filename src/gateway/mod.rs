@@ -19,6 +19,7 @@ pub mod config;
 pub mod logpush;
 pub mod main_process;
 pub mod policy_plane;
+pub mod policy_slot;
 pub mod relay;
 pub mod session;
 pub mod ssh;

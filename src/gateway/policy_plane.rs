@@ -14,8 +14,8 @@
 //!   revision arrives; `retain_last_valid` keeps the last sandbox that was built.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
 use http::uri::PathAndQuery;
@@ -26,10 +26,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
-use super::auth::{self, Bearer, TokenError, TokenStore};
-use super::channel::{self, ConnectError};
+use super::auth::{self, Bearer, TokenStore};
+use super::channel;
 use super::config::GatewayConfig;
-use crate::exec::{Child, ExitInfo, RunError, Sandbox, SpawnSpec};
+use crate::exec::Sandbox;
 use crate::policy::PolicyFlags;
 use crate::policy::openshell::{
     self, ConfigResponse, FailureMode, Host, LocalPolicyError, NetworkOutcome, PolicySourceKind,
@@ -39,6 +39,8 @@ use crate::proto::sandbox::v1::GetSandboxConfigRequest;
 use crate::proto::v1::{PolicyStatus, ReportPolicyStatusRequest, UpdateConfigRequest};
 
 use super::logpush::ocsf;
+pub use super::policy_slot::{PolicySlot, SpawnError};
+use super::policy_slot::Active;
 
 /// The gRPC path of GetSandboxConfig (not declared in our proto on purpose, see above).
 pub const GET_SANDBOX_CONFIG: &str = "/openshell.v1.OpenShell/GetSandboxConfig";
@@ -141,10 +143,6 @@ fn retryable(code: Code) -> bool {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlaneError {
-    #[error(transparent)]
-    Connect(#[from] ConnectError),
-    #[error(transparent)]
-    Token(#[from] TokenError),
     #[error("GetSandboxConfig failed{}: {}", if *.attempts > 1 { format!(" after {} attempts", .attempts) } else { String::new() }, describe(.status))]
     Fetch { status: Status, attempts: usize },
     #[error("GetSandboxConfig answer cannot be read: {0}")]
@@ -162,237 +160,6 @@ fn describe(s: &Status) -> String {
         _ => "the gateway refused the call",
     };
     format!("{what} [{:?}: {}]", s.code(), s.message())
-}
-
-/// What every exec spawns through: the sandbox of the current revision, or a quarantine.
-pub struct PolicySlot {
-    active: RwLock<Active>,
-    /// Start time, program and enforced layers of each running exec, for its end record.
-    running: Mutex<std::collections::HashMap<u32, Started>>,
-}
-
-#[derive(Clone)]
-enum Active {
-    Ready(Sandbox),
-    /// `fail_closed` after a revision that cannot be applied: every exec is refused.
-    Quarantined(String),
-}
-
-struct Started {
-    at: Instant,
-    program: String,
-    layers: String,
-    limits: crate::policy::Limits,
-}
-
-/// Why an exec was not started.
-#[derive(Debug, thiserror::Error)]
-pub enum SpawnError {
-    #[error(
-        "the sandbox policy is quarantined (policy_validation_failure_mode fail_closed): {0}"
-    )]
-    Quarantined(String),
-    #[error(transparent)]
-    Run(#[from] RunError),
-}
-
-impl SpawnError {
-    /// As [`RunError::exit_code`]; a quarantine is the sandbox refusing (125).
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            SpawnError::Quarantined(_) => 125,
-            SpawnError::Run(e) => e.exit_code(),
-        }
-    }
-}
-
-impl PolicySlot {
-    pub fn new(sandbox: Sandbox) -> Arc<Self> {
-        Self::with(Active::Ready(sandbox))
-    }
-
-    fn with(a: Active) -> Arc<Self> {
-        Arc::new(PolicySlot {
-            active: RwLock::new(a),
-            running: Mutex::new(Default::default()),
-        })
-    }
-
-    fn get(&self) -> Active {
-        self.active.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn set(&self, a: Active) {
-        *self.active.write().unwrap_or_else(|p| p.into_inner()) = a;
-    }
-
-    fn has_sandbox(&self) -> bool {
-        matches!(self.get(), Active::Ready(_))
-    }
-
-    /// Start one command under the current revision's sandbox; one OCSF launch record.
-    pub fn spawn(&self, spec: SpawnSpec) -> Result<Child, SpawnError> {
-        let program = spec
-            .argv
-            .first()
-            .map(|a| {
-                Path::new(a)
-                    .file_name()
-                    .unwrap_or(a)
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .unwrap_or_default();
-        let command = command_line(&spec.argv);
-        let sandbox = match self.get() {
-            Active::Ready(s) => s,
-            Active::Quarantined(reason) => {
-                ocsf::Event::process(ocsf::Activity::LAUNCH, ocsf::Severity::Medium)
-                    .denied()
-                    .subject(format!("{program}(0)"))
-                    .detail("reason", format!("policy quarantined: {reason}"))
-                    .emit();
-                return Err(SpawnError::Quarantined(reason));
-            }
-        };
-        let child = match sandbox.spawn(spec) {
-            Ok(c) => c,
-            Err(e) => {
-                ocsf::Event::process(ocsf::Activity::LAUNCH, ocsf::Severity::Medium)
-                    .failed()
-                    .subject(format!("{program}(0)"))
-                    .detail("reason", e.to_string())
-                    .emit();
-                return Err(e.into());
-            }
-        };
-        let layers = layer_list(&sandbox);
-        ocsf::Event::process(ocsf::Activity::LAUNCH, ocsf::Severity::Informational)
-            .subject(format!("{program}({})", child.pid()))
-            .detail("cmd", command)
-            .detail("layers", layers.clone())
-            .emit();
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                child.pid(),
-                Started {
-                    at: Instant::now(),
-                    program,
-                    layers,
-                    limits: sandbox.policy().limits.clone(),
-                },
-            );
-        Ok(child)
-    }
-
-    /// The exec's end record, carrying its exit report. `info` is `None` when the client went
-    /// away and the tree was killed; `bytes` are stdout and stderr as forwarded.
-    pub fn exec_ended(&self, child: &Child, info: Option<&ExitInfo>, bytes: (u64, u64)) {
-        let Some(st) = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&child.pid())
-        else {
-            return;
-        };
-        let wall_ms = st.at.elapsed().as_millis() as u64;
-        let subject = format!("{}({})", st.program, child.pid());
-        let Some(info) = info else {
-            ocsf::Event::process(ocsf::Activity::TERMINATE, ocsf::Severity::Low)
-                .subject(subject)
-                .detail("reason", "channel_closed: the client went away, tree killed".into())
-                .detail("wall_ms", wall_ms.to_string())
-                .detail("layers", st.layers)
-                .emit();
-            return;
-        };
-        use crate::exec::report::{Context, classify};
-        use crate::exec::stream::StreamStats;
-        let stats = |b| StreamStats {
-            bytes: b,
-            forwarded: b,
-            ..Default::default()
-        };
-        let cx = Context {
-            timed_out: false,
-            cpu_limit_secs: st.limits.cpu_secs,
-            memory_limit_bytes: st.limits.memory_bytes,
-            cgroup_memory_hit: child.hit_memory_limit(),
-        };
-        let reason = classify(info, &cx, &stats(bytes.0), &stats(bytes.1));
-        let limit_hit = matches!(
-            reason,
-            crate::exec::report::Reason::CpuLimit | crate::exec::report::Reason::MemoryLimit
-        );
-        let how = match (info.code, info.signal) {
-            (Some(c), _) => format!("exit:{c}"),
-            (None, Some(s)) => format!("signal:{s}"),
-            (None, None) => "exit:255".into(),
-        };
-        let sev = if limit_hit {
-            ocsf::Severity::Medium
-        } else {
-            ocsf::Severity::Informational
-        };
-        let mut ev = ocsf::Event::process(ocsf::Activity::TERMINATE, sev)
-            .subject(subject)
-            .tag(how)
-            .detail("reason", reason.as_str().into())
-            .detail("wall_ms", wall_ms.to_string())
-            .detail("user_cpu_ms", info.user_cpu.as_millis().to_string())
-            .detail("sys_cpu_ms", info.sys_cpu.as_millis().to_string())
-            .detail("peak_rss_kib", info.max_rss_kib.to_string())
-            .detail("stdout_bytes", bytes.0.to_string())
-            .detail("stderr_bytes", bytes.1.to_string())
-            // serve has no output cap: nothing is ever cut.
-            .detail("truncated", "none".into())
-            .detail("layers", st.layers);
-        if limit_hit {
-            ev = ev.denied();
-        }
-        ev.emit();
-    }
-}
-
-fn command_line(argv: &[std::ffi::OsString]) -> String {
-    // The command string of `sh -c CMD`, or the whole argv; bounded, one line.
-    let s = match argv {
-        [_, flag, cmd] if flag == "-c" || flag == "-lc" => cmd.to_string_lossy().into_owned(),
-        _ => argv
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
-    };
-    let mut s: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
-    if s.len() > 256 {
-        let mut cut = 256;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push('…');
-    }
-    s
-}
-
-fn layer_list(s: &Sandbox) -> String {
-    use crate::sandbox::Enforcement;
-    s.layers()
-        .iter()
-        .map(|l| {
-            let st = match l.status {
-                Enforcement::Enforced => "enforced",
-                Enforcement::Degraded => "degraded",
-                Enforcement::NotRequested => "not_requested",
-            };
-            format!("{}={st}", l.layer)
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// Everything the plane needs; built by `gateway::supervise`.
@@ -455,33 +222,74 @@ struct Tracked {
 
 pub struct Plane {
     cfg: PlaneConfig,
-    channel: Channel,
+    /// The plane's own channel, made on first use; tonic reconnects it after a failure.
+    channel: tokio::sync::Mutex<Option<Channel>>,
     slot: Arc<PolicySlot>,
     reports: mpsc::UnboundedSender<Report>,
     tracked: tokio::sync::Mutex<Tracked>,
 }
 
 impl Plane {
-    /// The startup sequence of §11.5: fetch (with retry), fall back to a local policy when
-    /// the gateway has none and sync it back, apply, report. Returns the plane, whose
-    /// [`PolicySlot`] every exec spawns through. Errors are fatal: the supervisor exits.
+    /// The startup sequence of §11.5: fetch (with §11.1's retries), fall back to a local
+    /// policy when the gateway has none and sync it back, apply, report. Returns the plane,
+    /// whose [`PolicySlot`] every exec spawns through.
+    ///
+    /// OpenShell exits when the fetch keeps failing. We fail closed instead: the slot stays
+    /// quarantined (every exec refused, saying why), the session still comes up so its own
+    /// errors are logged with what they mean, and the poll loop keeps fetching. Only a local
+    /// policy file that exists and cannot be read is fatal.
     pub async fn start(cfg: PlaneConfig) -> Result<Arc<Plane>, PlaneError> {
-        let channel = channel::connect(&cfg.gateway).await?;
-        auth::ensure_token(&cfg.tokens, &channel).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let plane = Arc::new(Plane {
-            channel,
-            slot: PolicySlot::with(Active::Quarantined("no policy loaded yet".into())),
+            channel: tokio::sync::Mutex::new(None),
+            slot: PolicySlot::with(Active::Quarantined(
+                "no policy could be fetched from the gateway yet".into(),
+            )),
             reports: tx,
             tracked: tokio::sync::Mutex::new(Tracked::default()),
             cfg,
         });
         tokio::spawn(report_loop(plane.clone(), rx));
-        let raw = plane.fetch_with_retry().await?;
-        let mut resp = openshell::decode_config_response(&raw)?;
-        resp = plane.sync_if_needed(resp).await?;
-        plane.handle(resp).await;
+        let resp = match plane.fetch_with_retry().await {
+            Ok(raw) => openshell::decode_config_response(&raw).map_err(PlaneError::from),
+            Err(e) => Err(e),
+        };
+        match resp {
+            Ok(resp) => plane.load(resp).await?,
+            Err(e) => {
+                tracing::error!(
+                    "no sandbox policy: {e}; every exec is refused until the policy can be fetched (retried every {:?})",
+                    plane.cfg.interval
+                );
+                plane
+                    .slot
+                    .set(Active::Quarantined(format!("no policy could be fetched: {e}")));
+            }
+        }
         Ok(plane)
+    }
+
+    /// The first policy: §11.5 steps 2-5.
+    async fn load(&self, resp: ConfigResponse) -> Result<(), PlaneError> {
+        let resp = self.sync_if_needed(resp).await?;
+        self.handle(resp).await;
+        Ok(())
+    }
+
+    /// The channel, connected (and the first token obtained) on first use.
+    async fn channel(&self) -> Result<Channel, Status> {
+        let mut ch = self.channel.lock().await;
+        if let Some(c) = ch.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = channel::connect(&self.cfg.gateway)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        auth::ensure_token(&self.cfg.tokens, &c)
+            .await
+            .map_err(|e| Status::unauthenticated(e.to_string()))?;
+        *ch = Some(c.clone());
+        Ok(c)
     }
 
     pub fn slot(&self) -> Arc<PolicySlot> {
@@ -495,7 +303,7 @@ impl Plane {
 
     async fn fetch(&self) -> Result<Bytes, Status> {
         get_sandbox_config(
-            self.channel.clone(),
+            self.channel().await?,
             &self.cfg.tokens,
             &self.cfg.gateway.sandbox_id,
         )
@@ -568,7 +376,11 @@ impl Plane {
             policy: Some(policy.to_proto()),
             workspace: resp.workspace.clone(),
         };
-        let mut client = channel::client(self.channel.clone(), &self.cfg.tokens);
+        let ch = self.channel().await.map_err(|status| PlaneError::Fetch {
+            status,
+            attempts: 1,
+        })?;
+        let mut client = channel::client(ch, &self.cfg.tokens);
         let synced = tokio::time::timeout(CALL_TIMEOUT, client.update_config(req)).await;
         match synced {
             Ok(Ok(_)) => {
@@ -737,6 +549,14 @@ impl Plane {
                 return;
             }
         };
+        if self.tracked.lock().await.seen.is_none() {
+            // Nothing was loaded at start: this is the startup sequence, late.
+            tracing::info!(version = resp.version, "policy poll: the first policy");
+            if let Err(e) = self.load(resp).await {
+                tracing::error!("loading the first policy: {e}");
+            }
+            return;
+        }
         {
             let mut t = self.tracked.lock().await;
             let key = (resp.config_revision, resp.policy_hash.clone());
@@ -779,7 +599,6 @@ fn local_answer(mut resp: ConfigResponse, policy: SandboxPolicy) -> ConfigRespon
 /// Deliver reports in order; retryable errors after 1, 2, 4 ... 32 s, others drop the report
 /// (§11.8).
 async fn report_loop(plane: Arc<Plane>, mut rx: mpsc::UnboundedReceiver<Report>) {
-    let mut client = channel::client(plane.channel.clone(), &plane.cfg.tokens);
     while let Some(r) = rx.recv().await {
         let mut delay = Duration::from_secs(1);
         loop {
@@ -789,9 +608,15 @@ async fn report_loop(plane: Arc<Plane>, mut rx: mpsc::UnboundedReceiver<Report>)
                 status: r.status as i32,
                 load_error: r.load_error.clone(),
             };
-            let res = tokio::time::timeout(CALL_TIMEOUT, client.report_policy_status(req))
-                .await
-                .unwrap_or_else(|_| Err(Status::deadline_exceeded("timed out")));
+            let res = match plane.channel().await {
+                Ok(ch) => {
+                    let mut client = channel::client(ch, &plane.cfg.tokens);
+                    tokio::time::timeout(CALL_TIMEOUT, client.report_policy_status(req))
+                        .await
+                        .unwrap_or_else(|_| Err(Status::deadline_exceeded("timed out")))
+                }
+                Err(s) => Err(s),
+            };
             match res {
                 Ok(_) => {
                     tracing::info!(version = r.version, status = ?r.status, "policy status reported");
