@@ -73,11 +73,18 @@ fn plane_opts(extra: &[(&str, &str)]) -> SupOpts {
 
 /// Root, so the sandbox (Landlock, the identity switch) is what the policy says.
 fn need_root() -> bool {
-    require(is_root(), "root: the policy's grants are enforced by Landlock as uid 65534")
+    require(
+        is_root(),
+        "root: the policy's grants are enforced by Landlock as uid 65534",
+    )
 }
 
 /// Wait for a report of `version` and return it.
-async fn wait_report(gw: &TestGateway, version: u32, sup: &Supervisor) -> ReportPolicyStatusRequest {
+async fn wait_report(
+    gw: &TestGateway,
+    version: u32,
+    sup: &Supervisor,
+) -> ReportPolicyStatusRequest {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(r) = gw
@@ -115,7 +122,12 @@ async fn the_gateways_policy_is_applied_at_start_and_reported_loaded() {
     let mut sup = Supervisor::start(&gw, plane_opts(&[]));
     gw.wait_ready(&mut sup).await;
     let r = cat(&gw, &granted.join("secret.txt")).await;
-    assert_eq!((r.out().as_str(), r.exit), ("granted\n", Some(0)), "{r:?}\n{}", sup.log());
+    assert_eq!(
+        (r.out().as_str(), r.exit),
+        ("granted\n", Some(0)),
+        "{r:?}\n{}",
+        sup.log()
+    );
     let r = cat(&gw, &other.join("secret.txt")).await;
     assert_eq!(r.exit, Some(1), "{r:?}");
     assert!(r.err().contains("Permission denied"), "{r:?}");
@@ -211,9 +223,16 @@ async fn retain_last_valid_keeps_the_last_good_policy_and_failed_names_what() {
         .unwrap();
     let rep = wait_report(&gw, v2, &sup).await;
     assert_eq!(rep.status, PolicyStatus::Failed as i32, "{rep:?}");
-    assert!(rep.load_error.contains("unknown field 99 in SandboxPolicy"), "{rep:?}");
+    assert!(
+        rep.load_error.contains("unknown field 99 in SandboxPolicy"),
+        "{rep:?}"
+    );
     let r = cat(&gw, &granted.join("secret.txt")).await;
-    assert_eq!((r.out().as_str(), r.exit), ("granted\n", Some(0)), "v1 kept: {r:?}");
+    assert_eq!(
+        (r.out().as_str(), r.exit),
+        ("granted\n", Some(0)),
+        "v1 kept: {r:?}"
+    );
 
     // A path that does not exist under hard_requirement: FAILED naming the key.
     let mut missing = base.clone();
@@ -317,10 +336,7 @@ async fn network_rules_are_reported_failed_and_egress_stays_denied() {
         ])
         .await;
     assert!(!r.out().contains("connected"), "{r:?}");
-    assert!(
-        r.err().contains("socket: Operation not permitted"),
-        "{r:?}"
-    );
+    assert!(r.err().contains("socket: Operation not permitted"), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,7 +369,10 @@ async fn local_fallback_is_synced_back_with_update_config() {
         "{synced:?}"
     );
     // The sync made revision 1, re-fetched and loaded.
-    let rev = gw.state.current_revision().expect("a revision after the sync");
+    let rev = gw
+        .state
+        .current_revision()
+        .expect("a revision after the sync");
     let rep = wait_report(&gw, rev.version, &sup).await;
     assert_eq!(rep.status, PolicyStatus::Loaded as i32, "{rep:?}");
     let r = cat(&gw, &granted.join("secret.txt")).await;
@@ -395,9 +414,16 @@ async fn log_batches_carry_exec_launch_and_end_records() {
     let is_end = |l: &SandboxLogLine| {
         l.message.starts_with("PROC:TERMINATE [INFO] ") && l.message.contains("[exit:3]")
     };
-    let lines = wait_lines(&gw, &sup, "the exec's end record", |ls| ls.iter().any(is_end)).await;
+    let lines = wait_lines(&gw, &sup, "the exec's end record", |ls| {
+        ls.iter().any(is_end)
+    })
+    .await;
     let end = lines.iter().find(|l| is_end(l)).unwrap();
-    assert_eq!((end.level.as_str(), end.target.as_str()), ("OCSF", "ocsf"), "{end:?}");
+    assert_eq!(
+        (end.level.as_str(), end.target.as_str()),
+        ("OCSF", "ocsf"),
+        "{end:?}"
+    );
     assert_eq!(end.source, "sandbox");
     assert_eq!(end.sandbox_id, SANDBOX_ID);
     assert!(end.fields.is_empty(), "{end:?}");
@@ -413,7 +439,11 @@ async fn log_batches_carry_exec_launch_and_end_records() {
         "landlock-fs=",
         "seccomp=",
     ] {
-        assert!(end.message.contains(part), "{part} missing: {}", end.message);
+        assert!(
+            end.message.contains(part),
+            "{part} missing: {}",
+            end.message
+        );
     }
     let launch = lines
         .iter()
@@ -428,7 +458,11 @@ async fn log_batches_carry_exec_launch_and_end_records() {
     assert_eq!(accepted.level, "INFO");
     assert!(accepted.fields.contains_key("session_id"), "{accepted:?}");
     // Nothing below INFO with the default push level; no batch above 50 lines.
-    assert!(lines.iter().all(|l| l.level != "DEBUG" && l.level != "TRACE"));
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.level != "DEBUG" && l.level != "TRACE")
+    );
     let sizes = gw.state.logs.lock().unwrap().batch_sizes.clone();
     assert!(sizes.iter().all(|n| *n <= 50 && *n > 0), "{sizes:?}");
 }
@@ -455,7 +489,10 @@ async fn logs_are_kept_while_the_gateway_is_down_and_flushed_after() {
     let back_at = support::jwt::now_ms();
     gw.restart().await;
     let lines = wait_lines(&gw, &sup, "the lines logged while down", |ls| {
-        ls.iter().any(|l| l.message.contains("log lines dropped while the gateway was unreachable"))
+        ls.iter().any(|l| {
+            l.message
+                .contains("log lines dropped while the gateway was unreachable")
+        })
     })
     .await;
     let during: Vec<_> = lines
@@ -469,12 +506,17 @@ async fn logs_are_kept_while_the_gateway_is_down_and_flushed_after() {
         during.len()
     );
     assert!(
-        during.iter().any(|l| l.level == "WARN" && l.message.starts_with("gateway session")),
+        during
+            .iter()
+            .any(|l| l.level == "WARN" && l.message.starts_with("gateway session")),
         "the session failures are among them: {during:?}"
     );
     let sup_log = sup.log();
     let attempts = sup_log.matches("reconnecting to the gateway in").count();
-    assert!(attempts > 200, "the outage logged only {attempts} retries:\n{sup_log}");
+    assert!(
+        attempts > 200,
+        "the outage logged only {attempts} retries:\n{sup_log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,7 +525,8 @@ async fn unauthenticated_turns_log_push_off_for_good() {
     refuse_logs(&gw.state, true);
     let mut sup = Supervisor::start(&gw, plane_opts(&[]));
     gw.wait_ready(&mut sup).await;
-    sup.wait_log("log push is off", Duration::from_secs(20)).await;
+    sup.wait_log("log push is off", Duration::from_secs(20))
+        .await;
     refuse_logs(&gw.state, false);
     let calls = log_calls(&gw.state);
     assert_eq!(calls, 1);
@@ -493,7 +536,11 @@ async fn unauthenticated_turns_log_push_off_for_good() {
     }
     // Longer than the first reconnect delays: no new attempt.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(log_calls(&gw.state), 1, "log push tried again after UNAUTHENTICATED");
+    assert_eq!(
+        log_calls(&gw.state),
+        1,
+        "log push tried again after UNAUTHENTICATED"
+    );
     assert!(gw.state.log_lines().is_empty());
 }
 
@@ -540,7 +587,11 @@ async fn a_refused_startup_fetch_fails_closed_until_the_poll_gets_the_policy() {
     );
     gw.wait_ready(&mut sup).await;
     // Not retried at start: UNIMPLEMENTED is not a transient code (§11.1).
-    assert!(!sup.log().contains("GetSandboxConfig attempt 1 failed"), "{}", sup.log());
+    assert!(
+        !sup.log().contains("GetSandboxConfig attempt 1 failed"),
+        "{}",
+        sup.log()
+    );
     let r = cat(&gw, &granted.join("secret.txt")).await;
     assert_eq!(r.exit, Some(125), "{r:?}\n{}", sup.log());
     assert!(r.err().contains("no policy could be fetched"), "{r:?}");

@@ -116,7 +116,8 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.message = value.to_owned();
         } else {
-            self.fields.insert(field.name().to_owned(), value.to_owned());
+            self.fields
+                .insert(field.name().to_owned(), value.to_owned());
         }
     }
 
@@ -189,7 +190,16 @@ async fn run(
         match ch {
             Ok(ch) => {
                 backoff.reset();
-                match stream(&cfg, &tokens, ch, &mut rx, &mut kept, &mut dropped, &mut stop).await
+                match stream(
+                    &cfg,
+                    &tokens,
+                    ch,
+                    &mut rx,
+                    &mut kept,
+                    &mut dropped,
+                    &mut stop,
+                )
+                .await
                 {
                     StreamEnd::Stopped => return,
                     StreamEnd::Unauthenticated => {

@@ -50,7 +50,8 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
     let matches = ServeArgs::command().get_matches_from(argv);
     let args = ServeArgs::from_arg_matches(&matches).map_err(|e| anyhow::anyhow!("{e}"))?;
     // With a gateway policy only an explicit --network overrides its network section.
-    let network_explicit = matches.value_source("network") == Some(clap::parser::ValueSource::CommandLine);
+    let network_explicit =
+        matches.value_source("network") == Some(clap::parser::ValueSource::CommandLine);
     crate::logging::init_with_push(&args.policy.log_level, args.policy.log_format);
     let cfg = args.resolve()?;
     warn_ignored(&args);
@@ -137,7 +138,11 @@ async fn supervise(
             )
             .context("building the sandbox policy")?;
             let workdir = policy.fs.workdir.clone();
-            (workdir, policy_plane::PolicySlot::new(Sandbox::new(policy)?), None)
+            (
+                workdir,
+                policy_plane::PolicySlot::new(Sandbox::new(policy)?),
+                None,
+            )
         }
     };
     if let Some(p) = plane {

@@ -39,8 +39,8 @@ use crate::proto::sandbox::v1::GetSandboxConfigRequest;
 use crate::proto::v1::{PolicyStatus, ReportPolicyStatusRequest, UpdateConfigRequest};
 
 use super::logpush::ocsf;
-pub use super::policy_slot::{PolicySlot, SpawnError};
 use super::policy_slot::Active;
+pub use super::policy_slot::{PolicySlot, SpawnError};
 
 /// The gRPC path of GetSandboxConfig (not declared in our proto on purpose, see above).
 pub const GET_SANDBOX_CONFIG: &str = "/openshell.v1.OpenShell/GetSandboxConfig";
@@ -261,9 +261,9 @@ impl Plane {
                     "no sandbox policy: {e}; every exec is refused until the policy can be fetched (retried every {:?})",
                     plane.cfg.interval
                 );
-                plane
-                    .slot
-                    .set(Active::Quarantined(format!("no policy could be fetched: {e}")));
+                plane.slot.set(Active::Quarantined(format!(
+                    "no policy could be fetched: {e}"
+                )));
             }
         }
         Ok(plane)

@@ -33,9 +33,7 @@ struct Started {
 /// Why an exec was not started.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
-    #[error(
-        "the sandbox policy is quarantined (policy_validation_failure_mode fail_closed): {0}"
-    )]
+    #[error("the sandbox policy is quarantined (policy_validation_failure_mode fail_closed): {0}")]
     Quarantined(String),
     #[error(transparent)]
     Run(#[from] RunError),
@@ -64,7 +62,10 @@ impl PolicySlot {
     }
 
     fn get(&self) -> Active {
-        self.active.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.active
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub(super) fn set(&self, a: Active) {
@@ -148,7 +149,10 @@ impl PolicySlot {
         let Some(info) = info else {
             ocsf::Event::process(ocsf::Activity::TERMINATE, ocsf::Severity::Low)
                 .subject(subject)
-                .detail("reason", "channel_closed: the client went away, tree killed".into())
+                .detail(
+                    "reason",
+                    "channel_closed: the client went away, tree killed".into(),
+                )
                 .detail("wall_ms", wall_ms.to_string())
                 .detail("layers", st.layers)
                 .emit();
@@ -239,4 +243,3 @@ fn layer_list(s: &Sandbox) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
-

@@ -219,7 +219,9 @@ impl State {
         let principal = self.principal(&req)?;
         let r = req.into_inner();
         if r.sandbox_id.is_empty() || r.version == 0 {
-            return Err(Status::invalid_argument("sandbox_id and version are required"));
+            return Err(Status::invalid_argument(
+                "sandbox_id and version are required",
+            ));
         }
         let loaded = PolicyStatus::Loaded as i32;
         let failed = PolicyStatus::Failed as i32;

@@ -236,7 +236,10 @@ fn audit_end(ctx: &ExecContext, child: &Child, o: &Outcome, bytes: &[AtomicU64; 
         Outcome::Exited(i) => Some(i),
         _ => None,
     };
-    let b = (bytes[0].load(Ordering::Relaxed), bytes[1].load(Ordering::Relaxed));
+    let b = (
+        bytes[0].load(Ordering::Relaxed),
+        bytes[1].load(Ordering::Relaxed),
+    );
     ctx.sandbox.exec_ended(child, info, b);
 }
 
