@@ -600,3 +600,63 @@ async fn a_refused_startup_fetch_fails_closed_until_the_poll_gets_the_policy() {
     let r = cat(&gw, &granted.join("secret.txt")).await;
     assert_eq!((r.out().as_str(), r.exit), ("granted\n", Some(0)), "{r:?}");
 }
+
+/// utime + stime of a process, seconds.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+async fn supervisor_cpu_per_exec(push_level: &str, n: usize) -> f64 {
+    let (gw, sup) = up(
+        AuthMode::Jwt,
+        plane_opts(&[("OPENSHELL_LOG_PUSH_LEVEL", push_level)]),
+    )
+    .await;
+    for _ in 0..10 {
+        gw.exec(&["true"]).await;
+    }
+    let c0 = cpu_secs(sup.pid());
+    for _ in 0..n {
+        let r = gw.exec(&["true"]).await;
+        assert_eq!(r.exit, Some(0), "{r:?}");
+    }
+    // Let the last batch go out: its cost belongs to these execs.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    (cpu_secs(sup.pid()) - c0) / n as f64
+}
+
+/// A benchmark (`cargo test --test gateway_plane -- --ignored --nocapture`): supervisor CPU
+/// per exec with log push at INFO (two OCSF records and the INFO events of every exec
+/// pushed) against ERROR (nothing of an ordinary exec pushed). Target: at most 10 % more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run by hand, on a quiet machine"]
+async fn log_push_overhead_per_exec_is_within_ten_percent() {
+    let n = 300;
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for _ in 0..3 {
+        off.push(supervisor_cpu_per_exec("ERROR", n).await);
+        on.push(supervisor_cpu_per_exec("INFO", n).await);
+    }
+    on.sort_by(f64::total_cmp);
+    off.sort_by(f64::total_cmp);
+    let (on, off) = (on[1], off[1]);
+    eprintln!(
+        "supervisor CPU per exec, median of 3 x {n}: log push INFO {:.3} ms, ERROR {:.3} ms ({:+.1} %)",
+        on * 1e3,
+        off * 1e3,
+        (on / off - 1.0) * 100.0
+    );
+    assert!(
+        on <= off * 1.10,
+        "log push costs {:.1} % per exec",
+        (on / off - 1.0) * 100.0
+    );
+}

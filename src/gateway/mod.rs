@@ -304,6 +304,7 @@ fn start_main(
         .with_context(|| format!("starting the main process {:?}", m.argv))?;
     tracing::info!(pid = child.pid(), argv = ?m.argv, "main process started");
     let grace = ctx.grace;
+    let slot = ctx.sandbox.clone();
     Ok(tokio::spawn(async move {
         let deadline = async {
             match timeout {
@@ -311,7 +312,7 @@ fn start_main(
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let info = tokio::select! {
             info = child.wait() => info,
             _ = deadline => {
                 tracing::warn!("main process hit --timeout; terminating");
@@ -321,6 +322,9 @@ fn start_main(
                 info
             }
             _ = ssh::stopped(&mut stop) => child.terminate_tree(grace).await,
-        }
+        };
+        // Its output goes to the pod's stdout and stderr, not through us: no byte counts.
+        slot.exec_ended(&child, Some(&info), None);
+        info
     }))
 }

@@ -134,8 +134,9 @@ impl PolicySlot {
     }
 
     /// The exec's end record, carrying its exit report. `info` is `None` when the client went
-    /// away and the tree was killed; `bytes` are stdout and stderr as forwarded.
-    pub fn exec_ended(&self, child: &Child, info: Option<&ExitInfo>, bytes: (u64, u64)) {
+    /// away and the tree was killed; `bytes` are stdout and stderr as forwarded, `None` when
+    /// the output did not pass through us (the main process writes to the pod's own).
+    pub fn exec_ended(&self, child: &Child, info: Option<&ExitInfo>, bytes: Option<(u64, u64)>) {
         let Some(st) = self
             .running
             .lock()
@@ -171,7 +172,8 @@ impl PolicySlot {
             memory_limit_bytes: st.limits.memory_bytes,
             cgroup_memory_hit: child.hit_memory_limit(),
         };
-        let reason = classify(info, &cx, &stats(bytes.0), &stats(bytes.1));
+        let (out, err) = bytes.unwrap_or_default();
+        let reason = classify(info, &cx, &stats(out), &stats(err));
         let limit_hit = matches!(
             reason,
             crate::exec::report::Reason::CpuLimit | crate::exec::report::Reason::MemoryLimit
@@ -193,12 +195,15 @@ impl PolicySlot {
             .detail("wall_ms", wall_ms.to_string())
             .detail("user_cpu_ms", info.user_cpu.as_millis().to_string())
             .detail("sys_cpu_ms", info.sys_cpu.as_millis().to_string())
-            .detail("peak_rss_kib", info.max_rss_kib.to_string())
-            .detail("stdout_bytes", bytes.0.to_string())
-            .detail("stderr_bytes", bytes.1.to_string())
-            // serve has no output cap: nothing is ever cut.
-            .detail("truncated", "none".into())
-            .detail("layers", st.layers);
+            .detail("peak_rss_kib", info.max_rss_kib.to_string());
+        if bytes.is_some() {
+            ev = ev
+                .detail("stdout_bytes", out.to_string())
+                .detail("stderr_bytes", err.to_string())
+                // serve has no output cap: nothing is ever cut.
+                .detail("truncated", "none".into());
+        }
+        ev = ev.detail("layers", st.layers);
         if limit_hit {
             ev = ev.denied();
         }

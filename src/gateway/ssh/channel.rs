@@ -240,7 +240,7 @@ fn audit_end(ctx: &ExecContext, child: &Child, o: &Outcome, bytes: &[AtomicU64; 
         bytes[0].load(Ordering::Relaxed),
         bytes[1].load(Ordering::Relaxed),
     );
-    ctx.sandbox.exec_ended(child, info, b);
+    ctx.sandbox.exec_ended(child, info, Some(b));
 }
 
 async fn run_piped(
