@@ -409,7 +409,11 @@ async fn wait_lines(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_batches_carry_exec_launch_and_end_records() {
     let (gw, sup) = up(AuthMode::Jwt, plane_opts(&[])).await;
-    let r = gw.sh("echo hello; exit 3").await;
+    // ExecSandbox's environment lands in the command string as NAME=value.
+    let mut req = gw.request(&["sh", "-c", "echo hello; exit 3"]);
+    req.environment
+        .insert("API_TOKEN".into(), "tok-do-not-log-7f3a".into());
+    let r = exec_collect(gw.state.clone(), req).await;
     assert_eq!(r.exit, Some(3), "{r:?}");
     let is_end = |l: &SandboxLogLine| {
         l.message.starts_with("PROC:TERMINATE [INFO] ") && l.message.contains("[exit:3]")
@@ -447,7 +451,7 @@ async fn log_batches_carry_exec_launch_and_end_records() {
     }
     let launch = lines
         .iter()
-        .find(|l| l.message.starts_with("PROC:LAUNCH [INFO] ") && l.message.contains("echo hello"))
+        .find(|l| l.message.starts_with("PROC:LAUNCH [INFO] ") && l.message.contains("cmd:sh "))
         .unwrap_or_else(|| panic!("no launch record: {lines:?}"));
     assert_eq!(launch.level, "OCSF");
     // Plain INFO events of the supervisor itself, with their fields.
@@ -457,6 +461,11 @@ async fn log_batches_carry_exec_launch_and_end_records() {
         .unwrap_or_else(|| panic!("no session line: {lines:?}"));
     assert_eq!(accepted.level, "INFO");
     assert!(accepted.fields.contains_key("session_id"), "{accepted:?}");
+    assert!(
+        lines.iter().all(|l| !l.message.contains("tok-do-not-log")
+            && l.fields.values().all(|v| !v.contains("tok-do-not-log"))),
+        "a secret reached the log: {lines:?}"
+    );
     // Nothing below INFO with the default push level; no batch above 50 lines.
     assert!(
         lines

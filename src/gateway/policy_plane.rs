@@ -451,7 +451,11 @@ impl Plane {
                 format!("refused on a live sandbox: {e}"),
             );
         }
-        t.baseline = Some(policy.clone());
+        // A local policy (version 0) is not a gateway revision: the gateway's own §11.7 check
+        // has nothing to compare a first revision with, and neither do we.
+        if version > 0 {
+            t.baseline = Some(policy.clone());
+        }
         drop(t);
         let host = Host::current();
         let built = openshell::resolve(

@@ -211,26 +211,105 @@ impl PolicySlot {
     }
 }
 
+/// The program an exec runs, for its launch record: for `sh -c CMD` the first word of CMD
+/// after a leading `cd DIR &&` and `NAME=value` assignments (the gateway puts ExecSandbox's
+/// environment there), never the arguments or the values. Both can carry secrets, and the
+/// record goes to the gateway's log tail, where every reader of `openshell logs` sees it.
 fn command_line(argv: &[std::ffi::OsString]) -> String {
-    // The command string of `sh -c CMD`, or the whole argv; bounded, one line.
-    let s = match argv {
-        [_, flag, cmd] if flag == "-c" || flag == "-lc" => cmd.to_string_lossy().into_owned(),
-        _ => argv
-            .iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
-    };
-    let mut s: String = s.chars().map(|c| if c == '\n' { ' ' } else { c }).collect();
-    if s.len() > 256 {
-        let mut cut = 256;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
+    let first = match argv {
+        [_, flag, cmd] if flag == "-c" || flag == "-lc" => {
+            let words = shell_words(&cmd.to_string_lossy());
+            let mut i = 0;
+            if words.first().map(String::as_str) == Some("cd")
+                && words.get(2).map(String::as_str) == Some("&&")
+            {
+                i = 3;
+            }
+            while words.get(i).is_some_and(|w| is_assignment(w)) {
+                i += 1;
+            }
+            words.get(i).cloned().unwrap_or_default()
         }
-        s.truncate(cut);
-        s.push('…');
+        [a, ..] => a.to_string_lossy().into_owned(),
+        [] => String::new(),
+    };
+    let mut s: String = first
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(128)
+        .collect();
+    if s.is_empty() {
+        s.push('-');
     }
     s
+}
+
+fn is_assignment(w: &str) -> bool {
+    match w.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        }
+        None => false,
+    }
+}
+
+/// Split a command string into shell words: whitespace outside quotes separates, `'...'` and
+/// `"..."` quote, a backslash escapes the next character outside single quotes. Enough for
+/// the gateway's own quoting (single quotes, `'"'"'` for an embedded quote).
+fn shell_words(s: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    cur.push(q);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(e) = chars.next() {
+                                cur.push(e);
+                            }
+                        }
+                        _ => cur.push(q),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(e) = chars.next() {
+                    cur.push(e);
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    words
 }
 
 fn layer_list(s: &Sandbox) -> String {
@@ -247,4 +326,27 @@ fn layer_list(s: &Sandbox) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command_line;
+
+    fn argv(cmd: &str) -> Vec<std::ffi::OsString> {
+        vec!["/bin/bash".into(), "-lc".into(), cmd.into()]
+    }
+
+    #[test]
+    fn the_launch_record_names_the_program_and_never_a_value() {
+        assert_eq!(command_line(&argv("echo hello; exit 3")), "echo");
+        let c = command_line(&argv(
+            "cd '/w d' && API_KEY='s3cret value'\"'\"'x' B= python3 -c 'print(1)' TOKEN=zzz",
+        ));
+        assert_eq!(c, "python3");
+        assert_eq!(command_line(&argv("A=1 B=2")), "-");
+        assert_eq!(
+            command_line(&["/bin/sleep".into(), "5".into()]),
+            "/bin/sleep"
+        );
+    }
 }
