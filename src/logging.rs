@@ -15,14 +15,18 @@ use crate::cli::LogFormat;
 
 static JSON: AtomicBool = AtomicBool::new(false);
 
-/// Install the global subscriber. Safe to call more than once (later calls are no-ops).
-pub fn init(level: &str, format: LogFormat) {
-    let filter = std::env::var("RUST_LOG")
+fn console_filter(level: &str) -> EnvFilter {
+    std::env::var("RUST_LOG")
         .ok()
         .filter(|s| !s.is_empty())
         .and_then(|s| EnvFilter::try_new(s).ok())
         .or_else(|| EnvFilter::try_new(level).ok())
-        .unwrap_or_else(|| EnvFilter::new("warn"));
+        .unwrap_or_else(|| EnvFilter::new("warn"))
+}
+
+/// Install the global subscriber. Safe to call more than once (later calls are no-ops).
+pub fn init(level: &str, format: LogFormat) {
+    let filter = console_filter(level);
     // Colour only on a terminal: pod logs (`kubectl logs`) must not fill with escape codes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
@@ -82,5 +86,31 @@ mod tests {
     fn rfc3339_is_utc_with_microseconds() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_764_580_299_000_042);
         assert_eq!(super::rfc3339(t), "2025-12-01T09:11:39.000042Z");
+    }
+}
+
+/// `serve`'s subscriber: the console as [`init`], plus the gateway log push layer with its own
+/// level (`OPENSHELL_LOG_PUSH_LEVEL`, default INFO), so a quiet console still pushes INFO. The
+/// layer is inert until `gateway::logpush::start`.
+pub fn init_with_push(level: &str, format: LogFormat) {
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::prelude::*;
+    let filter = console_filter(level);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let push = crate::gateway::logpush::PushLayer.with_filter(LevelFilter::from_level(
+        crate::gateway::logpush::push_level_from_env(),
+    ));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let registry = tracing_subscriber::registry().with(push);
+    let installed = match format {
+        LogFormat::Human => registry
+            .with(fmt.with_target(false).with_filter(filter))
+            .try_init(),
+        LogFormat::Json => registry.with(fmt.json().with_filter(filter)).try_init(),
+    };
+    if installed.is_ok() {
+        JSON.store(format == LogFormat::Json, Ordering::Relaxed);
     }
 }

@@ -23,7 +23,7 @@ use super::auth::{self, TokenStore};
 use super::channel;
 use super::config::GatewayConfig;
 use super::ssh::{self, ExecContext, pty};
-use crate::exec::{ExitInfo, RunError, SpawnSpec, Stdio};
+use crate::exec::{ExitInfo, SpawnSpec, Stdio};
 use crate::proto::v1::ReportMainProcessExitRequest;
 
 /// A spec larger than this is not a command line anyone meant.
@@ -141,7 +141,7 @@ pub enum StartError {
     Spawn {
         argv: Vec<OsString>,
         #[source]
-        source: RunError,
+        source: crate::gateway::policy_slot::SpawnError,
     },
 }
 
@@ -305,6 +305,7 @@ pub async fn start(
 
     let grace = ctx.grace;
     let log = session.clone();
+    let slot = ctx.sandbox.clone();
     let task = tokio::spawn(async move {
         let deadline = async {
             match timeout {
@@ -343,6 +344,8 @@ pub async fn start(
         if let Err(e) = child.kill_tree().await {
             tracing::error!(error = %e, "containment failed: the main process's tree could not be swept");
         }
+        // The end record (OCSF process terminate); its output went to attachers, not counted.
+        slot.exec_ended(&child, Some(&info), None);
         aborts.iter().for_each(|a| a.abort());
         log.push(Event::Exit(info.shell_code()));
         info

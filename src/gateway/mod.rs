@@ -7,6 +7,8 @@
 //! - `ssh`: the SSH exec server; every command runs through the sandbox core (`crate::exec`).
 //! - `main_process`: the optional canonical main process (on a pty or pipes, attached with
 //!   the `openshell-main` subsystem) and its exit report.
+//! - `policy_plane`: GetSandboxConfig at start and every poll, applied at the next exec.
+//! - `logpush`: PushSandboxLogs, and the OCSF audit records.
 //!
 //! Order at start: policy and sandbox first (fail closed before anything is reachable), then
 //! the main process, then the session. Order at SIGTERM: refuse new relays, stop the session,
@@ -16,7 +18,10 @@ pub mod auth;
 pub mod channel;
 pub mod config;
 pub mod identity;
+pub mod logpush;
 pub mod main_process;
+pub mod policy_plane;
+pub mod policy_slot;
 pub mod relay;
 pub mod session;
 pub mod ssh;
@@ -29,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
@@ -52,8 +57,12 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     unset_empty_identity_env();
-    let mut args = ServeArgs::parse_from(argv);
-    crate::logging::init(&args.policy.log_level, args.policy.log_format);
+    let matches = ServeArgs::command().get_matches_from(argv);
+    let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // With a gateway policy only an explicit --network overrides its network section.
+    let network_explicit =
+        matches.value_source("network") == Some(clap::parser::ValueSource::CommandLine);
+    crate::logging::init_with_push(&args.policy.log_level, args.policy.log_format);
     if let Some(spec) = args.oci_image_user.as_deref() {
         let (uid, gid) = identity::oci_user(spec, Path::new("/etc"))?;
         if args.policy.uid.is_none() && uid.is_some() {
@@ -72,7 +81,7 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(supervise(args, cfg))
+    rt.block_on(supervise(args, cfg, network_explicit))
 }
 
 /// The Docker and Podman drivers set `OPENSHELL_SANDBOX_UID=""` and `_GID=""` and put the
@@ -115,18 +124,66 @@ enum Stop {
     MainExited(ExitInfo),
 }
 
-async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
+async fn supervise(
+    args: ServeArgs,
+    cfg: Config,
+    network_explicit: bool,
+) -> anyhow::Result<ExitCode> {
     crate::exec::workdir::serve_create(&args.policy, Path::new(DEFAULT_WORKDIR));
-    let policy = crate::policy::Policy::from_args(
-        &args.policy,
-        Path::new(DEFAULT_WORKDIR),
-        cfg.secret_paths.clone(),
-    )
-    .context("building the sandbox policy")?;
-    crate::exec::workdir::serve_check(&policy);
-    let workdir = policy.fs.workdir.clone();
-    let sandbox = Sandbox::new(policy)?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let tokens = cfg
+        .gateway
+        .as_ref()
+        .map(|g| auth::TokenStore::new(g.token.clone()));
+    let mut background = Vec::new();
+    // With a gateway the policy comes from it (§11.5); without one, from the flags.
+    let (workdir, sandbox, plane) = match (&cfg.gateway, &tokens) {
+        (Some(g), Some(tokens)) => {
+            background.extend(logpush::start(g.clone(), tokens.clone(), stop_rx.clone()));
+            let mut flags = crate::policy::PolicyFlags::from(&args.policy);
+            if !network_explicit {
+                flags.network = None;
+            }
+            let workdir = std::path::absolute(
+                args.policy
+                    .workdir
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_WORKDIR.into()),
+            )
+            .context("the workdir")?;
+            let plane = policy_plane::Plane::start(policy_plane::PlaneConfig {
+                gateway: g.clone(),
+                tokens: tokens.clone(),
+                sandbox_name: args.sandbox_name.clone(),
+                flags,
+                default_workdir: DEFAULT_WORKDIR.into(),
+                secret_paths: cfg.secret_paths.clone(),
+                interval: policy_plane::PlaneConfig::poll_interval_from_env(),
+                local_paths: policy_plane::local_policy_paths(),
+            })
+            .await
+            .context("loading the sandbox policy from the gateway")?;
+            (workdir, plane.slot(), Some(plane))
+        }
+        _ => {
+            let policy = crate::policy::Policy::from_args(
+                &args.policy,
+                Path::new(DEFAULT_WORKDIR),
+                cfg.secret_paths.clone(),
+            )
+            .context("building the sandbox policy")?;
+            crate::exec::workdir::serve_check(&policy);
+            let workdir = policy.fs.workdir.clone();
+            (
+                workdir,
+                policy_plane::PolicySlot::new(Sandbox::new(policy)?),
+                None,
+            )
+        }
+    };
+    if let Some(p) = plane {
+        background.push(tokio::spawn(p.poll_loop(stop_rx.clone())));
+    }
     let tracker = Arc::new(Tracker::default());
     let ctx = Arc::new(ExecContext {
         sandbox: sandbox.clone(),
@@ -166,11 +223,6 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         None => None,
     };
 
-    let tokens = cfg
-        .gateway
-        .as_ref()
-        .map(|g| auth::TokenStore::new(g.token.clone()));
-    let mut background = Vec::new();
     if let (Some(g), Some(tokens)) = (&cfg.gateway, &tokens) {
         if !tokens.has_source() {
             tracing::info!(

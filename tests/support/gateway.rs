@@ -84,6 +84,10 @@ pub struct State {
     pub silent_hello: AtomicBool,
     /// Fail this many ReportMainProcessExit calls with FAILED_PRECONDITION.
     pub fail_reports: AtomicU32,
+    /// Policy revisions, reports and config syncs (`plane.rs`).
+    pub plane: Mutex<super::plane::PlaneState>,
+    /// Pushed log lines (`plane.rs`).
+    pub logs: Mutex<super::plane::LogState>,
 }
 
 impl State {
@@ -108,6 +112,8 @@ impl State {
             reject_code: Mutex::new(Code::Unavailable),
             silent_hello: AtomicBool::new(false),
             fail_reports: AtomicU32::new(0),
+            plane: Mutex::new(Default::default()),
+            logs: Mutex::new(Default::default()),
         })
     }
 
@@ -124,7 +130,7 @@ impl State {
     }
 
     /// The principal's sandbox id, checking the bearer as the gateway's auth chain does.
-    fn principal<T>(&self, req: &Request<T>) -> Result<Option<String>, Status> {
+    pub(super) fn principal<T>(&self, req: &Request<T>) -> Result<Option<String>, Status> {
         if self.auth == AuthMode::CertOnly {
             return Ok(None);
         }
@@ -136,7 +142,7 @@ impl State {
         }
     }
 
-    fn same_sandbox(&self, principal: &Option<String>, id: &str) -> Result<(), Status> {
+    pub(super) fn same_sandbox(&self, principal: &Option<String>, id: &str) -> Result<(), Status> {
         match principal {
             Some(p) if p != id => Err(Status::permission_denied("sandbox principal mismatch")),
             _ => Ok(()),
@@ -481,6 +487,27 @@ impl OpenShell for Service {
         }))
     }
 
+    async fn update_config(
+        &self,
+        req: Request<UpdateConfigRequest>,
+    ) -> Result<Response<UpdateConfigResponse>, Status> {
+        self.0.update_config(req).map(Response::new)
+    }
+
+    async fn report_policy_status(
+        &self,
+        req: Request<ReportPolicyStatusRequest>,
+    ) -> Result<Response<ReportPolicyStatusResponse>, Status> {
+        self.0.report_policy_status(req).map(Response::new)
+    }
+
+    async fn push_sandbox_logs(
+        &self,
+        req: Request<Streaming<PushSandboxLogsRequest>>,
+    ) -> Result<Response<PushSandboxLogsResponse>, Status> {
+        self.0.push_sandbox_logs(req).await.map(Response::new)
+    }
+
     async fn health(&self, _: Request<HealthRequest>) -> Result<Response<HealthResponse>, Status> {
         Ok(Response::new(HealthResponse {
             status: ServiceStatus::Healthy as i32,
@@ -506,6 +533,57 @@ impl Service {
             token,
             expires_at_ms: if ttl == 0 { 0 } else { exp },
         }
+    }
+}
+
+/// The OpenShell service plus GetSandboxConfig, which is served by path with raw bytes so a
+/// revision can carry fields our proto does not declare (as a newer gateway's would).
+#[derive(Clone)]
+struct WithConfig {
+    inner: OpenShellServer<Service>,
+    state: Arc<State>,
+}
+
+type BoxFut<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl tower::Service<http::Request<tonic::body::Body>> for WithConfig {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFut<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        use openshell_sandbox::gateway::policy_plane::{GET_SANDBOX_CONFIG, RawCodec};
+        if req.uri().path() == GET_SANDBOX_CONFIG {
+            let svc = ConfigSvc(self.state.clone());
+            return Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(RawCodec);
+                Ok(grpc.unary(svc, req).await)
+            });
+        }
+        let mut inner = self.inner.clone();
+        Box::pin(async move { tower::Service::call(&mut inner, req).await })
+    }
+}
+
+impl tonic::server::NamedService for WithConfig {
+    const NAME: &'static str = "openshell.v1.OpenShell";
+}
+
+struct ConfigSvc(Arc<State>);
+
+impl tonic::server::UnaryService<Bytes> for ConfigSvc {
+    type Response = Bytes;
+    type Future = BoxFut<Result<Response<Bytes>, Status>>;
+    fn call(&mut self, req: Request<Bytes>) -> Self::Future {
+        let st = self.0.clone();
+        Box::pin(async move { st.get_sandbox_config(&req).map(Response::new) })
     }
 }
 
@@ -645,7 +723,10 @@ impl Server {
                 });
             }
         };
-        let svc = OpenShellServer::new(Service(state)).max_decoding_message_size(1 << 20);
+        let svc = WithConfig {
+            inner: OpenShellServer::new(Service(state.clone())).max_decoding_message_size(1 << 20),
+            state,
+        };
         let serve = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(20)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))

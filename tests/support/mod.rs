@@ -7,6 +7,7 @@ pub mod exec;
 pub mod gateway;
 pub mod jwt;
 pub mod pki;
+pub mod plane;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -108,6 +108,42 @@ impl RawGateway {
     }
 }
 
+/// The policy plane and log push (features sheet §11, §12): answered here, as a gateway with
+/// no policy for the sandbox and a log sink, so tests see only the session and relay calls.
+const PLANE_PATHS: [&str; 4] = [
+    "/openshell.v1.OpenShell/GetSandboxConfig",
+    "/openshell.v1.OpenShell/UpdateConfig",
+    "/openshell.v1.OpenShell/ReportPolicyStatus",
+    "/openshell.v1.OpenShell/PushSandboxLogs",
+];
+
+/// Read the request to its end, then answer one empty message (for GetSandboxConfig: no
+/// policy, version 0) and OK.
+async fn answer_plane(mut body: RecvStream, mut respond: SendResponse<Bytes>) {
+    while let Some(chunk) = body.data().await {
+        match chunk {
+            Ok(c) => {
+                let _ = body.flow_control().release_capacity(c.len());
+            }
+            Err(_) => return,
+        }
+    }
+    let Ok(resp) = Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())
+    else {
+        return;
+    };
+    let Ok(mut stream) = respond.send_response(resp, false) else {
+        return;
+    };
+    let _ = stream.send_data(Bytes::from(frame(&[]).to_vec()), false);
+    let mut t = HeaderMap::new();
+    t.insert("grpc-status", HeaderValue::from_static("0"));
+    let _ = stream.send_trailers(t);
+}
+
 async fn serve_connection(
     tcp: tokio::net::TcpStream,
     conn_id: usize,
@@ -123,6 +159,10 @@ async fn serve_connection(
         tokio::select! {
             next = conn.accept() => match next {
                 Some(Ok((req, respond))) => {
+                    if PLANE_PATHS.contains(&req.uri().path()) {
+                        tokio::spawn(answer_plane(req.into_body(), respond));
+                        continue;
+                    }
                     let call = Call {
                         path: req.uri().path().to_owned(),
                         inbound: Inbound::new(req.into_body()),

@@ -8,6 +8,7 @@
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -371,7 +372,8 @@ fn watched<W>(inner: W, stuck: &Arc<std::sync::atomic::AtomicBool>) -> Watched<W
     }
 }
 
-async fn pump<R, W>(mut r: R, mut w: W) -> io::Result<()>
+/// Copy until EOF; `count` adds up what was forwarded, for the exec's end record.
+async fn pump<R, W>(mut r: R, mut w: W, count: &AtomicU64) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -383,7 +385,21 @@ where
             return w.flush().await;
         }
         w.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
     }
+}
+
+/// The end record of an exec (policy_plane::PolicySlot::exec_ended).
+fn audit_end(ctx: &ExecContext, child: &Child, o: &Outcome, bytes: &[AtomicU64; 2]) {
+    let info = match o {
+        Outcome::Exited(i) => Some(i),
+        _ => None,
+    };
+    let b = (
+        bytes[0].load(Ordering::Relaxed),
+        bytes[1].load(Ordering::Relaxed),
+    );
+    ctx.sandbox.exec_ended(child, info, Some(b));
 }
 
 async fn run_piped(
@@ -415,15 +431,17 @@ async fn run_piped(
         watched(wr.make_writer(), &stuck),
         watched(wr.make_writer_ext(Some(1)), &stuck),
     );
+    let bytes = [AtomicU64::new(0), AtomicU64::new(0)];
+    let counts = &bytes;
     let outputs = async move {
         let a = async {
             if let Some(r) = out {
-                let _ = pump(r, w_out).await;
+                let _ = pump(r, w_out, &counts[0]).await;
             }
         };
         let b = async {
             if let Some(r) = err {
-                let _ = pump(r, w_err).await;
+                let _ = pump(r, w_err, &counts[1]).await;
             }
         };
         tokio::join!(a, b);
@@ -433,7 +451,9 @@ async fn run_piped(
         wr,
         stuck: &stuck,
     };
-    drive(ctx, &mut child, io, &mut in_tx, outputs, |_, _| {}).await
+    let o = drive(ctx, &mut child, io, &mut in_tx, outputs, |_, _| {}).await;
+    audit_end(ctx, &child, &o, &bytes);
+    o
 }
 
 async fn run_tty(
@@ -467,6 +487,8 @@ async fn run_tty(
     let reader = master.clone();
     let stuck = Arc::default();
     let mut w = watched(wr.make_writer(), &stuck);
+    let bytes = [AtomicU64::new(0), AtomicU64::new(0)];
+    let counts = &bytes;
     let outputs = async move {
         let mut buf = vec![0u8; CHUNK];
         loop {
@@ -476,6 +498,7 @@ async fn run_tty(
                     if w.write_all(&buf[..n]).await.is_err() {
                         break;
                     }
+                    counts[0].fetch_add(n as u64, Ordering::Relaxed);
                 }
             }
         }
@@ -486,7 +509,7 @@ async fn run_tty(
         wr,
         stuck: &stuck,
     };
-    drive(
+    let o = drive(
         ctx,
         &mut child,
         io,
@@ -498,7 +521,9 @@ async fn run_tty(
             }
         },
     )
-    .await
+    .await;
+    audit_end(ctx, &child, &o, &bytes);
+    o
 }
 
 /// The channel as `drive` uses it: both halves, and whether an output write is waiting.

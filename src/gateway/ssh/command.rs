@@ -84,7 +84,8 @@ impl Drop for TrackGuard {
 
 /// Everything an exec needs from the supervisor.
 pub struct ExecContext {
-    pub sandbox: crate::exec::Sandbox,
+    /// The current policy revision's sandbox (swapped by the policy plane).
+    pub sandbox: std::sync::Arc<crate::gateway::policy_plane::PolicySlot>,
     pub shell: ShellMode,
     /// OPENSHELL_USER_ENVIRONMENT, already without OPENSHELL_* keys.
     pub user_env: Vec<(String, String)>,

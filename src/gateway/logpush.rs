@@ -1,0 +1,540 @@
+//! Logs and audit to the gateway (features sheet §12): `PushSandboxLogs`.
+//!
+//! - [`PushLayer`] is a `tracing` layer: every event at or above `OPENSHELL_LOG_PUSH_LEVEL`
+//!   (default INFO, independent of the console filter) becomes a `SandboxLogLine`, put on a
+//!   bounded channel of 1024 lines with `try_send`, so logging never blocks; overflow is
+//!   dropped.
+//! - [`start`] runs the pusher: batches of 50 lines or every 500 ms on one client stream (at
+//!   most 32 batches queued on it), its own channel, reconnecting after 1 s doubling to 30 s.
+//!   While disconnected it keeps the first 200 lines (contiguous with what was delivered),
+//!   drops the rest and says how many after reconnecting. UNAUTHENTICATED on the stream turns
+//!   log push off for good.
+//! - [`ocsf`] builds the audit records: exec launch and end (carrying the exit report), the
+//!   supervisor's own refusals and policy state changes, each one line on target `ocsf` in
+//!   OpenShell's shorthand (§12.4). The pushed line has level `OCSF` and no fields.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
+
+use super::auth::TokenStore;
+use super::channel;
+use super::config::GatewayConfig;
+use super::session::Backoff;
+use crate::proto::v1::{PushSandboxLogsRequest, SandboxLogLine};
+
+/// The local buffer between the tracing layer and the pusher (§12.2).
+pub const CHANNEL_LINES: usize = 1024;
+/// Lines per request.
+pub const BATCH_LINES: usize = 50;
+/// A partial batch is sent after this long.
+pub const BATCH_INTERVAL: Duration = Duration::from_millis(500);
+/// Requests queued on the open stream.
+pub const QUEUED_BATCHES: usize = 32;
+/// Lines kept while disconnected.
+pub const KEPT_WHILE_DOWN: usize = 200;
+
+/// Where the layer puts lines once [`start`] has run; unset before (and in other commands).
+static SINK: OnceLock<Sink> = OnceLock::new();
+
+struct Sink {
+    tx: mpsc::Sender<SandboxLogLine>,
+    sandbox_id: String,
+    /// Set for good on UNAUTHENTICATED.
+    off: AtomicBool,
+    /// Lines the full channel refused.
+    overflow: AtomicU64,
+}
+
+/// `OPENSHELL_LOG_PUSH_LEVEL`, default INFO; an unreadable value is INFO too.
+pub fn push_level_from_env() -> tracing::Level {
+    std::env::var("OPENSHELL_LOG_PUSH_LEVEL")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(tracing::Level::INFO)
+}
+
+/// The tracing layer; install it with a `LevelFilter` of [`push_level_from_env`].
+pub struct PushLayer;
+
+/// Targets never pushed: the transport's own chatter would describe (and feed) the push.
+const QUIET_TARGETS: [&str; 6] = ["h2", "hyper", "tonic", "tower", "rustls", "russh"];
+
+impl<S: Subscriber> Layer<S> for PushLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let Some(sink) = SINK.get() else { return };
+        if sink.off.load(Ordering::Relaxed) {
+            return;
+        }
+        let meta = event.metadata();
+        let target = meta.target();
+        if QUIET_TARGETS.iter().any(|q| {
+            target
+                .strip_prefix(q)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        }) {
+            return;
+        }
+        let mut v = Fields::default();
+        event.record(&mut v);
+        let ocsf = target == ocsf::TARGET;
+        let line = SandboxLogLine {
+            sandbox_id: sink.sandbox_id.clone(),
+            timestamp_ms: now_ms(),
+            level: if ocsf {
+                "OCSF".into()
+            } else {
+                meta.level().to_string()
+            },
+            target: target.to_owned(),
+            message: v.message,
+            source: "sandbox".into(),
+            fields: if ocsf { HashMap::new() } else { v.fields },
+        };
+        if sink.tx.try_send(line).is_err() {
+            sink.overflow.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Fields {
+    message: String,
+    fields: HashMap<String, String>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_owned();
+        } else {
+            self.fields
+                .insert(field.name().to_owned(), value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.fields
+                .insert(field.name().to_owned(), format!("{value:?}"));
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Turn log push on (§12.2: only with a sandbox id and an endpoint, which `cfg` has) and run
+/// the pusher until `stop`. Events before this call are not pushed.
+pub fn start(
+    cfg: GatewayConfig,
+    tokens: Arc<TokenStore>,
+    stop: watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let (tx, rx) = mpsc::channel(CHANNEL_LINES);
+    let sink = Sink {
+        tx,
+        sandbox_id: cfg.sandbox_id.clone(),
+        off: AtomicBool::new(false),
+        overflow: AtomicU64::new(0),
+    };
+    if SINK.set(sink).is_err() {
+        return None;
+    }
+    Some(tokio::spawn(run(cfg, tokens, rx, stop)))
+}
+
+/// How one stream ended.
+enum StreamEnd {
+    Unauthenticated,
+    Broken,
+    Stopped,
+}
+
+async fn run(
+    cfg: GatewayConfig,
+    tokens: Arc<TokenStore>,
+    mut rx: mpsc::Receiver<SandboxLogLine>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut kept: VecDeque<SandboxLogLine> = VecDeque::new();
+    let mut dropped = 0u64;
+    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+    loop {
+        let connected = async {
+            // The token is obtained by the policy plane and the session; exchanging it here
+            // too would race them into a second IssueSandboxToken.
+            while tokens.has_source() && tokens.get().is_none() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            channel::connect(&cfg).await.map_err(|e| e.to_string())
+        };
+        let ch = tokio::select! {
+            c = connected => c,
+            _ = super::ssh::stopped(&mut stop) => return,
+        };
+        match ch {
+            Ok(ch) => {
+                backoff.reset();
+                match stream(
+                    &cfg,
+                    &tokens,
+                    ch,
+                    &mut rx,
+                    &mut kept,
+                    &mut dropped,
+                    &mut stop,
+                )
+                .await
+                {
+                    StreamEnd::Stopped => return,
+                    StreamEnd::Unauthenticated => {
+                        if let Some(s) = SINK.get() {
+                            s.off.store(true, Ordering::Relaxed);
+                        }
+                        tracing::warn!(
+                            "PushSandboxLogs: the gateway answered UNAUTHENTICATED; log push is off for the rest of this process"
+                        );
+                        return;
+                    }
+                    StreamEnd::Broken => {}
+                }
+            }
+            Err(e) => tracing::debug!("log push: connecting: {e}"),
+        }
+        // Disconnected: keep the first lines up to the bound until the next attempt.
+        let delay = backoff.next_delay();
+        let wait = tokio::time::sleep(delay);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => break,
+                _ = super::ssh::stopped(&mut stop) => return,
+                line = rx.recv() => match line {
+                    Some(l) if kept.len() < KEPT_WHILE_DOWN => kept.push_back(l),
+                    Some(_) => dropped += 1,
+                    None => return,
+                },
+            }
+        }
+    }
+}
+
+/// One PushSandboxLogs stream: the kept lines first, then batches, until it breaks.
+async fn stream(
+    cfg: &GatewayConfig,
+    tokens: &Arc<TokenStore>,
+    ch: tonic::transport::Channel,
+    rx: &mut mpsc::Receiver<SandboxLogLine>,
+    kept: &mut VecDeque<SandboxLogLine>,
+    dropped: &mut u64,
+    stop: &mut watch::Receiver<bool>,
+) -> StreamEnd {
+    let mut client = channel::client(ch, tokens);
+    let (req_tx, req_rx) = mpsc::channel::<PushSandboxLogsRequest>(QUEUED_BATCHES);
+    let call = client.push_sandbox_logs(ReceiverStream::new(req_rx));
+    tokio::pin!(call);
+    let batch = |logs: Vec<SandboxLogLine>| PushSandboxLogsRequest {
+        sandbox_id: cfg.sandbox_id.clone(),
+        logs,
+    };
+    if *dropped > 0 {
+        // Said on the new stream, right after the kept lines, so the gap is visible where it is.
+        kept.push_back(SandboxLogLine {
+            sandbox_id: cfg.sandbox_id.clone(),
+            timestamp_ms: now_ms(),
+            level: "WARN".into(),
+            target: module_path!().into(),
+            message: format!(
+                "{dropped} log lines dropped while the gateway was unreachable (at most {KEPT_WHILE_DOWN} are kept)"
+            ),
+            source: "sandbox".into(),
+            fields: HashMap::new(),
+        });
+        *dropped = 0;
+    }
+    while !kept.is_empty() {
+        let n = kept.len().min(BATCH_LINES);
+        let logs: Vec<_> = kept.drain(..n).collect();
+        if req_tx.try_send(batch(logs)).is_err() {
+            break;
+        }
+    }
+    let mut buf: Vec<SandboxLogLine> = Vec::with_capacity(BATCH_LINES);
+    let mut flush = tokio::time::interval(BATCH_INTERVAL);
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            res = &mut call => {
+                // Whatever was still buffered goes first on the next stream.
+                kept.extend(buf.drain(..).take(KEPT_WHILE_DOWN));
+                return match res {
+                    Err(s) if s.code() == Code::Unauthenticated => StreamEnd::Unauthenticated,
+                    Err(s) => {
+                        tracing::info!("PushSandboxLogs stream ended: {:?}: {}; reconnecting", s.code(), s.message());
+                        StreamEnd::Broken
+                    }
+                    Ok(_) => StreamEnd::Broken,
+                };
+            }
+            _ = super::ssh::stopped(stop) => {
+                // Best effort: what is buffered goes out before the stream is dropped.
+                if !buf.is_empty() {
+                    let _ = req_tx.try_send(batch(std::mem::take(&mut buf)));
+                }
+                drop(req_tx);
+                let _ = tokio::time::timeout(Duration::from_secs(1), &mut call).await;
+                return StreamEnd::Stopped;
+            }
+            line = rx.recv() => {
+                let Some(line) = line else { return StreamEnd::Stopped };
+                buf.push(line);
+                if buf.len() >= BATCH_LINES
+                    && req_tx.send(batch(std::mem::take(&mut buf))).await.is_err()
+                {
+                    return StreamEnd::Broken;
+                }
+            }
+            _ = flush.tick() => {
+                if !buf.is_empty() && req_tx.send(batch(std::mem::take(&mut buf))).await.is_err() {
+                    return StreamEnd::Broken;
+                }
+            }
+        }
+    }
+}
+
+/// OCSF records (§12.4, §12.5) in their one-line shorthand.
+pub mod ocsf {
+    /// The target OCSF events are logged on; the push layer gives them level `OCSF`.
+    pub const TARGET: &str = "ocsf";
+
+    /// An OCSF event class: its uid, and the shorthand's prefix.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Class {
+        pub uid: u32,
+        pub name: &'static str,
+        pub short: &'static str,
+    }
+
+    pub const PROCESS_ACTIVITY: Class = Class {
+        uid: 1007,
+        name: "Process Activity",
+        short: "PROC",
+    };
+    pub const SSH_ACTIVITY: Class = Class {
+        uid: 4007,
+        name: "SSH Activity",
+        short: "SSH",
+    };
+    pub const CONFIG_STATE_CHANGE: Class = Class {
+        uid: 5019,
+        name: "Device Config State Change",
+        short: "CONFIG",
+    };
+
+    /// An activity of a class (OCSF numbering) with its shorthand name.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Activity {
+        pub id: u8,
+        pub name: &'static str,
+    }
+
+    impl Activity {
+        pub const LAUNCH: Activity = Activity {
+            id: 1,
+            name: "LAUNCH",
+        };
+        pub const TERMINATE: Activity = Activity {
+            id: 2,
+            name: "TERMINATE",
+        };
+        /// SSH Activity: Refuse.
+        pub const REFUSE: Activity = Activity {
+            id: 5,
+            name: "REFUSE",
+        };
+    }
+
+    /// OCSF severity_id.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    pub enum Severity {
+        Informational = 1,
+        Low = 2,
+        Medium = 3,
+        High = 4,
+        Critical = 5,
+    }
+
+    impl Severity {
+        fn short(self) -> &'static str {
+            match self {
+                Severity::Informational => "INFO",
+                Severity::Low => "LOW",
+                Severity::Medium => "MED",
+                Severity::High => "HIGH",
+                Severity::Critical => "CRIT",
+            }
+        }
+    }
+
+    /// One record. `activity` is the shorthand's second word (for config changes, the
+    /// state); `action` is `DENIED` for refusals, `FAILED` for failures.
+    #[derive(Debug, Clone)]
+    pub struct Event {
+        pub class: Class,
+        pub activity: &'static str,
+        pub activity_id: u8,
+        pub severity: Severity,
+        pub action: Option<&'static str>,
+        pub subject: String,
+        pub tags: Vec<String>,
+        pub details: Vec<(&'static str, String)>,
+    }
+
+    impl Event {
+        pub fn new(class: Class, activity: Activity, severity: Severity) -> Event {
+            Event {
+                class,
+                activity: activity.name,
+                activity_id: activity.id,
+                severity,
+                action: None,
+                subject: String::new(),
+                tags: Vec::new(),
+                details: Vec::new(),
+            }
+        }
+
+        pub fn process(activity: Activity, severity: Severity) -> Event {
+            Event::new(PROCESS_ACTIVITY, activity, severity)
+        }
+
+        /// A policy state change: `CONFIG:<STATE>`.
+        pub fn config(severity: Severity, state: &'static str) -> Event {
+            let mut e = Event::new(
+                CONFIG_STATE_CHANGE,
+                Activity { id: 1, name: state },
+                severity,
+            );
+            e.activity = state;
+            e
+        }
+
+        pub fn denied(mut self) -> Event {
+            self.action = Some("DENIED");
+            self
+        }
+
+        pub fn failed(mut self) -> Event {
+            self.action = Some("FAILED");
+            self
+        }
+
+        pub fn subject(mut self, s: String) -> Event {
+            self.subject = s;
+            self
+        }
+
+        /// A bracketed tag after the subject, e.g. `exit:0`.
+        pub fn tag(mut self, t: String) -> Event {
+            self.tags.push(t);
+            self
+        }
+
+        pub fn detail(mut self, key: &'static str, value: String) -> Event {
+            self.details.push((key, value));
+            self
+        }
+
+        /// OCSF type_uid: class_uid × 100 + activity_id.
+        pub fn type_uid(&self) -> u32 {
+            self.class.uid * 100 + u32::from(self.activity_id)
+        }
+
+        /// `PROC:TERMINATE [INFO] sh(42) [exit:0] [reason:exited wall_ms:3 ...]`: values with
+        /// spaces are quoted.
+        pub fn shorthand(&self) -> String {
+            let mut s = format!(
+                "{}:{} [{}]",
+                self.class.short,
+                self.activity,
+                self.severity.short()
+            );
+            if let Some(a) = self.action {
+                s.push(' ');
+                s.push_str(a);
+            }
+            if !self.subject.is_empty() {
+                s.push(' ');
+                s.push_str(&self.subject);
+            }
+            for t in &self.tags {
+                s.push_str(&format!(" [{t}]"));
+            }
+            if !self.details.is_empty() {
+                let kv: Vec<String> = self
+                    .details
+                    .iter()
+                    .map(|(k, v)| {
+                        if v.contains([' ', ']', '"']) || v.is_empty() {
+                            format!("{k}:{v:?}")
+                        } else {
+                            format!("{k}:{v}")
+                        }
+                    })
+                    .collect();
+                s.push_str(&format!(" [{}]", kv.join(" ")));
+            }
+            s
+        }
+
+        /// Log it on the `ocsf` target; Medium and above at WARN so the console shows it.
+        pub fn emit(&self) {
+            let line = self.shorthand();
+            if self.severity >= Severity::Medium {
+                tracing::warn!(target: "ocsf", class_uid = self.class.uid, type_uid = self.type_uid(), "{line}");
+            } else {
+                tracing::info!(target: "ocsf", class_uid = self.class.uid, type_uid = self.type_uid(), "{line}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ocsf::*;
+
+    #[test]
+    fn shorthand_has_the_class_prefix_and_quotes_spaces() {
+        let e = Event::process(Activity::TERMINATE, Severity::Informational)
+            .subject("sh(42)".into())
+            .tag("exit:3".into())
+            .detail("reason", "exited".into())
+            .detail("cmd", "echo hi".into());
+        assert_eq!(
+            e.shorthand(),
+            "PROC:TERMINATE [INFO] sh(42) [exit:3] [reason:exited cmd:\"echo hi\"]"
+        );
+        assert_eq!(e.type_uid(), 100702);
+        let c = Event::config(Severity::High, "FAILED").subject("policy version 3".into());
+        assert_eq!(c.shorthand(), "CONFIG:FAILED [HIGH] policy version 3");
+        let d = Event::new(SSH_ACTIVITY, Activity::REFUSE, Severity::Medium).denied();
+        assert_eq!(d.shorthand(), "SSH:REFUSE [MED] DENIED");
+        assert_eq!(d.type_uid(), 400705);
+    }
+}
