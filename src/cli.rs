@@ -201,6 +201,11 @@ pub struct CheckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// Check the dial-back path to the gateway instead, with serve's env and flags (handled
+    /// before this parser, in main.rs; see `check --gateway --help` and docs/gateway.md).
+    #[arg(long)]
+    pub gateway: bool,
 }
 
 fn parse_env_pair(s: &str) -> Result<(String, String), String> {

@@ -15,6 +15,10 @@ fn main() -> ExitCode {
     let result = match argv.get(1).and_then(|a| a.to_str()) {
         Some("copy-self") => install::copy_self_main(&argv[2..]),
         Some("run") => exec::run::main(cli::RunArgs::parse_from(&argv[1..])),
+        // `check --gateway` takes serve's flags and env, so it is parsed by its own module.
+        Some("check") if argv[2..].iter().any(|a| a == "--gateway") => {
+            gateway::doctor::main(&argv[1..]).map_err(Into::into)
+        }
         Some("check") => check::main(cli::CheckArgs::parse_from(&argv[1..])),
         Some("install") => install::main(&argv[1..]),
         Some("certs") => certs::main(&argv[1..]),

@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod channel;
 pub mod config;
+pub mod doctor;
 pub mod identity;
 pub mod main_process;
 pub mod relay;
