@@ -390,7 +390,7 @@ fn main_process_step(serve: &ServeArgs, early: Option<Step>) -> Step {
             "main-process",
             "main-process-not-runnable",
             format!(
-                "{shown}: `{prog}` {why}: the main process exits 126/127 at once, the supervisor reports it and exits, and the gateway marks the sandbox ERROR (MainProcessExited)"
+                "{shown}: `{prog}` {why}: the main process cannot start, so the supervisor exits at once and the sandbox never becomes READY (or, once READY, is marked ERROR: MainProcessExited)"
             ),
             "give the sandbox a command that exists in the image and keeps running (exit 0 is terminal too), e.g. `sleep infinity`",
         ),

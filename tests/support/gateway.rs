@@ -62,6 +62,7 @@ pub struct Seen {
     pub issued: u32,
     pub refreshed: u32,
     pub rejected_sessions: u32,
+    pub config_calls: u32,
 }
 
 pub struct State {
@@ -119,12 +120,18 @@ impl State {
         *self.ready.borrow()
     }
 
+    /// Mark the sandbox READY without a session, as a gateway that crashed (so never demoted
+    /// the phase) finds it in its store after a restart.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.send_replace(ready);
+    }
+
     pub fn ready_rx(&self) -> watch::Receiver<bool> {
         self.ready.subscribe()
     }
 
     /// The principal's sandbox id, checking the bearer as the gateway's auth chain does.
-    fn principal<T>(&self, req: &Request<T>) -> Result<Option<String>, Status> {
+    pub(super) fn principal<T>(&self, req: &Request<T>) -> Result<Option<String>, Status> {
         if self.auth == AuthMode::CertOnly {
             return Ok(None);
         }
@@ -136,7 +143,7 @@ impl State {
         }
     }
 
-    fn same_sandbox(&self, principal: &Option<String>, id: &str) -> Result<(), Status> {
+    pub(super) fn same_sandbox(&self, principal: &Option<String>, id: &str) -> Result<(), Status> {
         match principal {
             Some(p) if p != id => Err(Status::permission_denied("sandbox principal mismatch")),
             _ => Ok(()),
@@ -632,7 +639,10 @@ impl Server {
                 });
             }
         };
-        let svc = OpenShellServer::new(Service(state)).max_decoding_message_size(1 << 20);
+        let svc = super::config_rpc::WithConfig {
+            inner: OpenShellServer::new(Service(state.clone())).max_decoding_message_size(1 << 20),
+            state,
+        };
         let serve = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(20)))
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))

@@ -2,6 +2,7 @@
 //! it. Shared by `tests/gateway_*.rs` and `benches/gateway.rs`.
 #![allow(dead_code)]
 
+pub mod config_rpc;
 pub mod exec;
 pub mod gateway;
 pub mod jwt;
