@@ -28,7 +28,10 @@ fn pod_env(gw: &TestGateway, overrides: &[(String, String)]) -> BTreeMap<String,
     set("OPENSHELL_TLS_CERT", path_str(&gw.client.cert));
     set("OPENSHELL_TLS_KEY", path_str(&gw.client.key));
     if gw.state.auth == AuthMode::Jwt {
-        set("OPENSHELL_SANDBOX_TOKEN", gw.state.jwt.mint(SANDBOX_ID, 3600));
+        set(
+            "OPENSHELL_SANDBOX_TOKEN",
+            gw.state.jwt.mint(SANDBOX_ID, 3600),
+        );
         if gw.endpoint().starts_with("http://") {
             set("OPENSHELL_ALLOW_PLAINTEXT_TOKEN", "1".into());
         }
@@ -122,7 +125,10 @@ async fn a_healthy_pod_passes_every_step_and_the_live_session_is_untouched() {
     for s in c.json["steps"].as_array().unwrap() {
         assert_eq!(s["status"], "ok", "{s:#}");
     }
-    assert!(gw.state.seen().config_calls >= 1, "GetSandboxConfig was called");
+    assert!(
+        gw.state.seen().config_calls >= 1,
+        "GetSandboxConfig was called"
+    );
     // No hello: the live supervisor's session is the same one, and still serves execs.
     assert_eq!(gw.state.seen().hellos.len(), hellos);
     assert!(gw.state.is_ready());
@@ -138,11 +144,10 @@ async fn a_healthy_pod_passes_every_step_and_the_live_session_is_untouched() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    for step in [
-        "endpoint", "dns", "tcp", "tls", "token", "health", "config",
-    ] {
+    for step in ["endpoint", "dns", "tcp", "tls", "token", "health", "config"] {
         assert!(
-            text.lines().any(|l| l.starts_with(step) && l.contains(" ok: ")),
+            text.lines()
+                .any(|l| l.starts_with(step) && l.contains(" ok: ")),
             "{step}: {text}"
         );
     }
@@ -158,8 +163,13 @@ async fn no_endpoint_is_never_ready_and_named() {
     never_ready(&gw, &mut sup, Duration::from_secs(2)).await;
     assert!(gw.state.seen().hellos.is_empty());
     let mut env = pod_env(&gw, &o.env);
-    env.insert("OPENSHELL_MAIN_PROCESS_SPEC".into(), r#"{"version":1,"command":["sleep","30"]}"#.into());
-    let d = check(&env, &[]).await.first_failure("endpoint", "endpoint-missing");
+    env.insert(
+        "OPENSHELL_MAIN_PROCESS_SPEC".into(),
+        r#"{"version":1,"command":["sleep","30"]}"#.into(),
+    );
+    let d = check(&env, &[])
+        .await
+        .first_failure("endpoint", "endpoint-missing");
     assert!(d.contains("OPENSHELL_ENDPOINT"), "{d}");
 }
 
@@ -254,13 +264,19 @@ async fn an_expired_client_certificate_is_named() {
         &gw.ca.pem,
         &gw.ca.expired_client(),
     );
-    let o = opts(&[("OPENSHELL_TLS_CERT", &path_str(&files.cert)), ("OPENSHELL_TLS_KEY", &path_str(&files.key))]);
+    let o = opts(&[
+        ("OPENSHELL_TLS_CERT", &path_str(&files.cert)),
+        ("OPENSHELL_TLS_KEY", &path_str(&files.key)),
+    ]);
     let mut sup = Supervisor::start(&gw, o.clone());
     never_ready(&gw, &mut sup, Duration::from_secs(2)).await;
     let d = check(&pod_env(&gw, &o.env), &[])
         .await
         .first_failure("tls", "client-cert-expired");
-    assert!(d.contains("expired") && d.contains("OPENSHELL_TLS_CERT"), "{d}");
+    assert!(
+        d.contains("expired") && d.contains("OPENSHELL_TLS_CERT"),
+        "{d}"
+    );
 }
 
 /// A client certificate the gateway does not trust passes every local check; only the gateway's
@@ -269,8 +285,12 @@ async fn an_expired_client_certificate_is_named() {
 async fn a_client_certificate_the_gateway_refuses_is_named() {
     let gw = TestGateway::start(AuthMode::Jwt).await;
     let other = pki::Ca::new("not-the-client-ca");
-    let files = pki::ClientFiles::write(&gw.dir.path().join("foreign"), &gw.ca.pem, &other.client());
-    let o = opts(&[("OPENSHELL_TLS_CERT", &path_str(&files.cert)), ("OPENSHELL_TLS_KEY", &path_str(&files.key))]);
+    let files =
+        pki::ClientFiles::write(&gw.dir.path().join("foreign"), &gw.ca.pem, &other.client());
+    let o = opts(&[
+        ("OPENSHELL_TLS_CERT", &path_str(&files.cert)),
+        ("OPENSHELL_TLS_KEY", &path_str(&files.key)),
+    ]);
     let mut sup = Supervisor::start(&gw, o.clone());
     never_ready(&gw, &mut sup, Duration::from_secs(2)).await;
     check(&pod_env(&gw, &o.env), &[])
@@ -288,7 +308,10 @@ async fn an_unreadable_key_is_named() {
     let d = check(&pod_env(&gw, &o.env), &[])
         .await
         .first_failure("tls", "unreadable-file");
-    assert!(d.contains("OPENSHELL_TLS_KEY") && d.contains("no-such-dir"), "{d}");
+    assert!(
+        d.contains("OPENSHELL_TLS_KEY") && d.contains("no-such-dir"),
+        "{d}"
+    );
 }
 
 /// The PERMISSION_DENIED row: a token for another sandbox.
@@ -298,12 +321,16 @@ async fn a_token_for_another_sandbox_is_permission_denied_and_named() {
     let tok = gw.state.jwt.mint(OTHER_SANDBOX, 3600);
     let o = opts(&[("OPENSHELL_SANDBOX_TOKEN", &tok)]);
     let mut sup = Supervisor::start(&gw, o.clone());
-    sup.wait_log("PermissionDenied", Duration::from_secs(20)).await;
+    sup.wait_log("PermissionDenied", Duration::from_secs(20))
+        .await;
     never_ready(&gw, &mut sup, Duration::ZERO).await;
     let d = check(&pod_env(&gw, &o.env), &[])
         .await
         .first_failure("token", "token-sandbox-mismatch");
-    assert!(d.contains(OTHER_SANDBOX) && d.contains("PERMISSION_DENIED"), "{d}");
+    assert!(
+        d.contains(OTHER_SANDBOX) && d.contains("PERMISSION_DENIED"),
+        "{d}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,7 +372,10 @@ async fn the_service_account_exchange_is_checked() {
     let c = check(&env, &[]).await;
     assert_eq!(c.code, 0, "{:#}", c.json);
     let detail = c.step("token")["detail"].as_str().unwrap().to_owned();
-    assert!(detail.contains("exchanged") && detail.contains(SANDBOX_ID), "{detail}");
+    assert!(
+        detail.contains("exchanged") && detail.contains(SANDBOX_ID),
+        "{detail}"
+    );
 
     // A service-account token the gateway does not accept.
     std::fs::write(&sa, "some-other-service-account").unwrap();
@@ -362,7 +392,11 @@ async fn a_token_over_plaintext_is_refused_and_named() {
     let mut sup = Supervisor::start(&gw, o.clone());
     let st = sup.wait_exit(Duration::from_secs(20)).await;
     assert!(!st.success());
-    assert!(sup.log().contains("OPENSHELL_ALLOW_PLAINTEXT_TOKEN"), "{}", sup.log());
+    assert!(
+        sup.log().contains("OPENSHELL_ALLOW_PLAINTEXT_TOKEN"),
+        "{}",
+        sup.log()
+    );
     let c = check(&pod_env(&gw, &o.env), &[]).await;
     let d = c.first_failure("token", "plaintext-token");
     assert!(d.contains("OPENSHELL_SANDBOX_TOKEN"), "{d}");
@@ -387,7 +421,10 @@ async fn a_main_process_that_cannot_start_is_named() {
     assert!(gw.state.seen().hellos.is_empty());
     let c = check(&pod_env(&gw, &o.env), &[]).await;
     let d = c.first_failure("main-process", "main-process-not-runnable");
-    assert!(d.contains("/nonexistent/agent") && d.contains("does not exist"), "{d}");
+    assert!(
+        d.contains("/nonexistent/agent") && d.contains("does not exist"),
+        "{d}"
+    );
     // The dial-back path itself is fine.
     assert_eq!(c.step("config")["status"], "ok");
 }

@@ -15,26 +15,31 @@
 
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
 use clap::Parser;
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tonic::Code;
 use tonic::transport::Channel;
 
 use super::auth::{self, TokenError, TokenStore};
 use super::channel;
-use super::config::{ALLOW_PLAINTEXT_TOKEN, ConfigError, GatewayConfig, ServeArgs, TokenSource};
-use super::main_process::MainProcess;
-use super::ssh::command::DEFAULT_PATH;
-use super::tls::{self, TlsError};
+use super::config::{GatewayConfig, ServeArgs, TokenSource};
+use super::tls;
 use crate::proto::sandbox::v1::{GetSandboxConfigRequest, GetSandboxConfigResponse};
 use crate::proto::v1::{HealthRequest, ServiceStatus, open_shell_client::OpenShellClient};
+
+mod causes;
+mod local;
+
+use self::causes::{
+    client_cert_refused, handshake_failure, jwt_claims, not_after, status_failure,
+    tls_file_failure, token_failure,
+};
+use self::local::{Early, main_process_step, resolve};
 
 /// The method path of the read-only, authenticated probe (features sheet §11.1).
 const GET_SANDBOX_CONFIG: &str = "/openshell.v1.OpenShell/GetSandboxConfig";
@@ -138,9 +143,7 @@ pub enum DoctorError {
 }
 
 /// The dial-back steps, in the order the supervisor takes them.
-const PATH_STEPS: [&str; 7] = [
-    "endpoint", "dns", "tcp", "tls", "token", "health", "config",
-];
+const PATH_STEPS: [&str; 7] = ["endpoint", "dns", "tcp", "tls", "token", "health", "config"];
 
 /// Entry point; `argv[0]` is `check`.
 pub fn main(argv: &[OsString]) -> Result<ExitCode, DoctorError> {
@@ -235,198 +238,6 @@ fn skip_after(steps: &mut Vec<Step>, failed: &str) {
     }
 }
 
-/// Problems `ServeArgs::resolve` stops at that belong to a later step: they are taken out, the
-/// configuration is resolved again, and the step reports them in its turn, so the steps before
-/// it still run.
-#[derive(Default)]
-struct Early {
-    tls: Option<Step>,
-    token: Option<Step>,
-    main: Option<Step>,
-}
-
-fn resolve(serve: &mut ServeArgs) -> (Result<GatewayConfig, Step>, Early) {
-    let mut early = Early::default();
-    // Each pass removes one cause; four causes at most, so this ends.
-    for _ in 0..5 {
-        match serve.resolve() {
-            Ok(cfg) => {
-                let gw = cfg.gateway.ok_or_else(|| {
-                    Step::failed(
-                        "endpoint",
-                        "endpoint-missing",
-                        "OPENSHELL_ENDPOINT (and OPENSHELL_GATEWAY_ENDPOINT, --endpoint) is not set: serve runs the main process only and never dials the gateway, so the sandbox never becomes READY",
-                        "set OPENSHELL_ENDPOINT to the gateway Service URL, e.g. https://openshell.openshell.svc.cluster.local:8080 (the gateway's OPENSHELL_GRPC_ENDPOINT)",
-                    )
-                });
-                return (gw, early);
-            }
-            Err(ConfigError::PlaintextToken(var, ep)) => {
-                early.token = Some(Step::failed(
-                    "token",
-                    "plaintext-token",
-                    format!("serve refuses to send the bearer token ({var}) over the plaintext endpoint {ep}"),
-                    format!("use an https:// endpoint with the client TLS Secret mounted; only in a test setup set {ALLOW_PLAINTEXT_TOKEN}=1"),
-                ));
-                serve.allow_plaintext_token = Some("1".into());
-            }
-            Err(ConfigError::EmptyToken) => {
-                early.token = Some(Step::failed(
-                    "token",
-                    "token-empty",
-                    "OPENSHELL_SANDBOX_TOKEN is set but empty",
-                    "unset OPENSHELL_SANDBOX_TOKEN, or give it the gateway JWT",
-                ));
-                serve.sandbox_token = None;
-            }
-            Err(ConfigError::BadServerName(name)) => {
-                early.tls = Some(Step::failed(
-                    "tls",
-                    "bad-server-name",
-                    format!("OPENSHELL_GATEWAY_TLS_SERVER_NAME `{name}` is not a DNS name or IP address"),
-                    "set it to a name in the gateway certificate's subjectAltName, or unset it to use the endpoint host",
-                ));
-                serve.tls_server_name = None;
-            }
-            Err(e @ ConfigError::MainProcess(_)) => {
-                early.main = Some(Step::failed(
-                    "main-process",
-                    "main-process-spec",
-                    format!("{e}: serve exits 2 at start, before dialing"),
-                    "fix the sandbox spec's command (OPENSHELL_MAIN_PROCESS_SPEC must be {\"version\":1,\"command\":[...],\"tty\":bool})",
-                ));
-                serve.command.clear();
-                serve.main_process_spec = None;
-                serve.sandbox_command = None;
-            }
-            Err(e) => return (Err(config_failure(e)), early),
-        }
-    }
-    unreachable_config()
-}
-
-fn unreachable_config() -> (Result<GatewayConfig, Step>, Early) {
-    (
-        Err(Step::failed(
-            "endpoint",
-            "config",
-            "the configuration could not be resolved",
-            "run `openshell-sandbox serve` with the same env to see the error",
-        )),
-        Early::default(),
-    )
-}
-
-fn config_failure(e: ConfigError) -> Step {
-    match e {
-        ConfigError::MissingSandboxId => Step::failed(
-            "endpoint",
-            "sandbox-id-missing",
-            e.to_string(),
-            "the pod's OPENSHELL_SANDBOX_ID comes from the gateway's driver; set it to the sandbox's UUID",
-        ),
-        ConfigError::BadEndpoint { .. } => Step::failed(
-            "endpoint",
-            "endpoint-invalid",
-            e.to_string(),
-            "OPENSHELL_ENDPOINT must be https://HOST:PORT (mTLS) or http://HOST:PORT (plaintext), no path",
-        ),
-        ConfigError::NothingToDo => Step::failed(
-            "endpoint",
-            "endpoint-missing",
-            e.to_string(),
-            "set OPENSHELL_ENDPOINT to the gateway Service URL, e.g. https://openshell.openshell.svc.cluster.local:8080",
-        ),
-        other => Step::failed(
-            "endpoint",
-            "config",
-            other.to_string(),
-            "fix the flag or variable named",
-        ),
-    }
-}
-
-/// The canonical main process serve would start: a spec it cannot parse, or a program that is
-/// not there, ends the sandbox at once (the gateway marks it ERROR, `MainProcessExited`).
-fn main_process_step(serve: &ServeArgs, early: Option<Step>) -> Step {
-    if let Some(s) = early {
-        return s;
-    }
-    let main = match MainProcess::from_sources(
-        &serve.command,
-        serve.main_process_spec.as_deref(),
-        serve.sandbox_command.as_deref(),
-    ) {
-        Ok(m) => m,
-        Err(e) => {
-            return Step::failed(
-                "main-process",
-                "main-process-spec",
-                e.to_string(),
-                "fix the sandbox spec's command",
-            );
-        }
-    };
-    let Some(main) = main else {
-        return Step::ok(
-            "main-process",
-            "none configured (no OPENSHELL_MAIN_PROCESS_SPEC, OPENSHELL_SANDBOX_COMMAND or command words)",
-        );
-    };
-    let argv: Vec<String> = main
-        .argv
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let prog = &argv[0];
-    let path = std::env::var("PATH")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_PATH.into());
-    let shown = format!("{argv:?} (tty {})", main.tty);
-    match find_program(prog, &path) {
-        Ok(p) => Step::ok("main-process", format!("{shown}: {}", p.display())),
-        Err(why) => Step::failed(
-            "main-process",
-            "main-process-not-runnable",
-            format!(
-                "{shown}: `{prog}` {why}: the main process cannot start, so the supervisor exits at once and the sandbox never becomes READY (or, once READY, is marked ERROR: MainProcessExited)"
-            ),
-            "give the sandbox a command that exists in the image and keeps running (exit 0 is terminal too), e.g. `sleep infinity`",
-        ),
-    }
-}
-
-/// Where `prog` resolves: a path is taken as is, a bare name searched in `path`.
-fn find_program(prog: &str, path: &str) -> Result<PathBuf, &'static str> {
-    let candidates: Vec<PathBuf> = if prog.contains('/') {
-        vec![PathBuf::from(prog)]
-    } else {
-        path.split(':')
-            .filter(|d| !d.is_empty())
-            .map(|d| Path::new(d).join(prog))
-            .collect()
-    };
-    let mut found_not_exec = false;
-    for c in candidates {
-        let Ok(meta) = std::fs::metadata(&c) else {
-            continue;
-        };
-        use std::os::unix::fs::PermissionsExt;
-        if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-            return Ok(c);
-        }
-        found_not_exec = true;
-    }
-    Err(if found_not_exec {
-        "is not an executable file"
-    } else if prog.contains('/') {
-        "does not exist"
-    } else {
-        "is not found on PATH"
-    })
-}
-
 struct Walk {
     cfg: GatewayConfig,
     early: Early,
@@ -488,9 +299,7 @@ impl Walk {
                 .push(Step::ok("dns", format!("{ip} is an address; no lookup")));
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
-        let fix = format!(
-            "check the Service name and namespace in OPENSHELL_ENDPOINT (`kubectl -n NAMESPACE get svc`; the form is SERVICE.NAMESPACE.svc.cluster.local) and the pod's DNS (/etc/resolv.conf, `kubectl -n kube-system get pods -l k8s-app=kube-dns`)"
-        );
+        let fix = "check the Service name and namespace in OPENSHELL_ENDPOINT (`kubectl -n NAMESPACE get svc`; the form is SERVICE.NAMESPACE.svc.cluster.local) and the pod's DNS (/etc/resolv.conf, `kubectl -n kube-system get pods -l k8s-app=kube-dns`)".to_owned();
         let addrs: Vec<SocketAddr> = match tokio::time::timeout(
             self.timeout,
             tokio::net::lookup_host((host.as_str(), port)),
@@ -535,7 +344,8 @@ impl Walk {
         for a in addrs {
             match tokio::time::timeout(self.timeout, TcpStream::connect(a)).await {
                 Ok(Ok(s)) => {
-                    self.steps.push(Step::ok("tcp", format!("connected to {a}")));
+                    self.steps
+                        .push(Step::ok("tcp", format!("connected to {a}")));
                     return Ok(s);
                 }
                 Ok(Err(e)) => {
@@ -637,7 +447,10 @@ impl Walk {
             Err(_) => Err(Step::failed(
                 "tls",
                 "no-h2-answer",
-                format!("no HTTP/2 answer within {:?} after the handshake", self.timeout),
+                format!(
+                    "no HTTP/2 answer within {:?} after the handshake",
+                    self.timeout
+                ),
                 "the endpoint is not the gateway's gRPC port",
             )),
         }
@@ -750,8 +563,12 @@ impl Walk {
                 "token-expired",
                 format!("{how}: the JWT expired {} s ago", now - exp),
                 match source {
-                    TokenSource::ServiceAccount(_) => "the gateway minted an expired token: check the gateway's clock and server.sandboxJwt.ttlSecs",
-                    _ => "give a fresh token (the file is re-read on UNAUTHENTICATED), or use the projected service-account token (OPENSHELL_K8S_SA_TOKEN_FILE)",
+                    TokenSource::ServiceAccount(_) => {
+                        "the gateway minted an expired token: check the gateway's clock and server.sandboxJwt.ttlSecs"
+                    }
+                    _ => {
+                        "give a fresh token (the file is re-read on UNAUTHENTICATED), or use the projected service-account token (OPENSHELL_K8S_SA_TOKEN_FILE)"
+                    }
                 },
             ));
         }
@@ -777,12 +594,15 @@ impl Walk {
                 format!("no Health answer within {:?}", self.timeout),
                 "the gateway is overloaded or stuck: `kubectl -n NAMESPACE logs deploy/openshell` (or the StatefulSet)",
             )),
-            Ok(Err(status)) => Err(status_failure("health", "Health", &status, self)),
+            Ok(Err(status)) => Err(status_failure("health", "Health", &status, &self.cfg)),
             Ok(Ok(r)) => {
                 let r = r.into_inner();
                 let st = ServiceStatus::try_from(r.status).unwrap_or(ServiceStatus::Unspecified);
                 if st == ServiceStatus::Healthy {
-                    Ok(Step::ok("health", format!("HEALTHY, version {}", r.version)))
+                    Ok(Step::ok(
+                        "health",
+                        format!("HEALTHY, version {}", r.version),
+                    ))
                 } else {
                     Err(Step::failed(
                         "health",
@@ -835,7 +655,12 @@ impl Walk {
                 format!("no GetSandboxConfig answer within {:?}", self.timeout),
                 "the gateway is overloaded or stuck: look at its logs",
             )),
-            Ok(Err(status)) => Err(status_failure("config", "GetSandboxConfig", &status, self)),
+            Ok(Err(status)) => Err(status_failure(
+                "config",
+                "GetSandboxConfig",
+                &status,
+                &self.cfg,
+            )),
             Ok(Ok(r)) => {
                 let r = r.into_inner();
                 let policy = if r.policy.is_some() {
@@ -845,236 +670,19 @@ impl Walk {
                 };
                 Ok(Step::ok(
                     "config",
-                    format!("GetSandboxConfig as sandbox {}: {policy}", self.cfg.sandbox_id),
+                    format!(
+                        "GetSandboxConfig as sandbox {}: {policy}",
+                        self.cfg.sandbox_id
+                    ),
                 ))
             }
         }
     }
 }
 
-fn tls_file_failure(e: TlsError) -> Step {
-    let secret = "the client TLS Secret (openshell-client-tls: ca.crt, tls.crt, tls.key) must be in the sandbox namespace and mounted at /etc/openshell-tls/client: `kubectl -n NAMESPACE get secret openshell-client-tls`; rerun the cert Job to reissue it";
-    let kind = match &e {
-        TlsError::Read { .. } => "unreadable-file",
-        TlsError::Empty { .. } => "not-pem",
-        TlsError::BadCa { .. } => "bad-ca-file",
-        TlsError::BadCert { .. } => "bad-client-cert",
-        TlsError::CertNotValidNow { when, .. } if when.contains("expired") => {
-            "client-cert-expired"
-        }
-        TlsError::CertNotValidNow { .. } => "client-cert-not-yet-valid",
-        TlsError::CertKey { .. } => "cert-key-mismatch",
-        TlsError::ServerName(_) => "bad-server-name",
-    };
-    let fix = match kind {
-        "client-cert-expired" => format!("the client certificate must be reissued: {secret}"),
-        "client-cert-not-yet-valid" => {
-            "this node's clock is behind the certificate's start: fix the clock (NTP), or reissue the certificate".to_owned()
-        }
-        "cert-key-mismatch" => format!("tls.crt and tls.key must be one pair: {secret}"),
-        "bad-server-name" => {
-            "set OPENSHELL_GATEWAY_TLS_SERVER_NAME to a name in the gateway certificate".to_owned()
-        }
-        _ => secret.to_owned(),
-    };
-    Step::failed("tls", kind, e.to_string(), fix)
-}
-
-/// Name a failed handshake by the rustls error inside the I/O error.
-fn handshake_failure(e: &std::io::Error, name: &str, ca: &Path) -> Step {
-    use rustls::CertificateError as C;
-    let inner = e
-        .get_ref()
-        .and_then(|i| i.downcast_ref::<rustls::Error>())
-        .cloned();
-    match inner {
-        Some(rustls::Error::InvalidCertificate(c)) => match c {
-            C::UnknownIssuer | C::BadSignature => Step::failed(
-                "tls",
-                "wrong-ca",
-                format!(
-                    "the gateway's certificate is not signed by the CA in {} (OPENSHELL_TLS_CA): {c:?}",
-                    ca.display()
-                ),
-                "ca.crt of the client Secret must be the CA that signed the gateway's server certificate: copy the Secret again from the gateway's namespace, or rerun the cert Job so both are from one CA",
-            ),
-            C::NotValidForName | C::NotValidForNameContext { .. } => Step::failed(
-                "tls",
-                "wrong-server-name",
-                format!("the gateway's certificate does not carry the name `{name}`: {c:?}"),
-                "dial the Service by a name the certificate lists (the cert Job's SANs), or set OPENSHELL_GATEWAY_TLS_SERVER_NAME to one of them",
-            ),
-            C::Expired | C::ExpiredContext { .. } => Step::failed(
-                "tls",
-                "server-cert-expired",
-                format!("the gateway's certificate has expired: {c:?}"),
-                "reissue the gateway's server certificate (rerun the cert Job) and restart the gateway",
-            ),
-            C::NotValidYet | C::NotValidYetContext { .. } => Step::failed(
-                "tls",
-                "server-cert-not-yet-valid",
-                format!("the gateway's certificate is not valid yet: {c:?}"),
-                "this node's clock is behind: fix the clock (NTP)",
-            ),
-            other => Step::failed(
-                "tls",
-                "server-cert-invalid",
-                format!("the gateway's certificate was refused: {other:?}"),
-                "reissue the gateway's server certificate with the cert Job",
-            ),
-        },
-        Some(rustls::Error::AlertReceived(alert)) => {
-            client_cert_refused(&format!("the gateway sent the TLS alert {alert:?}"), Path::new(""))
-        }
-        Some(other) => Step::failed(
-            "tls",
-            "tls-failed",
-            format!("TLS handshake with `{name}` failed: {other}"),
-            "if the gateway runs without TLS, use an http:// endpoint",
-        ),
-        None => Step::failed(
-            "tls",
-            "tls-failed",
-            format!("TLS handshake with `{name}` failed: {e}"),
-            "the peer closed or does not speak TLS; if the gateway runs without TLS, use an http:// endpoint",
-        ),
-    }
-}
-
-fn client_cert_refused(what: &str, cert: &Path) -> Step {
-    let file = if cert.as_os_str().is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", cert.display())
-    };
-    Step::failed(
-        "tls",
-        "client-cert-refused",
-        format!("{what}: it refused our client certificate{file}"),
-        "tls.crt must be signed by the CA the gateway trusts for clients (its OPENSHELL_TLS_CLIENT_CA), with clientAuth usage, and be in date: rerun the cert Job and copy openshell-client-tls into the sandbox namespace",
-    )
-}
-
-/// The `notAfter` of a DER certificate, for the ok line.
-fn not_after(der: &[u8]) -> Option<String> {
-    let (_, c) = x509_parser::parse_x509_certificate(der).ok()?;
-    Some(format!(
-        "; the gateway's certificate is valid until {}",
-        c.validity().not_after
-    ))
-}
-
-fn token_failure(e: TokenError, var: &'static str) -> Step {
-    let (kind, fix) = match &e {
-        TokenError::Read { .. } => (
-            "token-file-unreadable",
-            format!(
-                "the file named by {var} must exist and be readable; for the service-account token, the pod needs the projected volume openshell-sa-token at /var/run/secrets/openshell (audience openshell-gateway)"
-            ),
-        ),
-        TokenError::Empty { .. } => ("token-file-empty", format!("{var} must hold the token")),
-        TokenError::Issue { status, .. } => (
-            "token-exchange-failed",
-            match status.code() {
-                Code::Unauthenticated | Code::PermissionDenied => "the gateway refused the service-account token: it needs audience openshell-gateway, a pod annotated openshell.io/sandbox-id and owned by a Sandbox labelled openshell.ai/sandbox-id, and the gateway's RBAC for TokenReview".to_owned(),
-                Code::Unavailable => "the gateway issues tokens only with a JWT issuer configured and when it runs in-cluster (KUBERNETES_SERVICE_HOST)".to_owned(),
-                Code::NotFound => "the gateway does not know this sandbox: it may have been deleted".to_owned(),
-                _ => "look at the gateway's log for IssueSandboxToken".to_owned(),
-            },
-        ),
-        TokenError::EmptyIssued => (
-            "token-exchange-empty",
-            "the gateway answered IssueSandboxToken with an empty token: look at its log".to_owned(),
-        ),
-        TokenError::NotAHeader => (
-            "token-not-header",
-            format!("{var} must hold only the JWT"),
-        ),
-    };
-    Step::failed("token", kind, e.to_string(), fix)
-}
-
-/// Name a gRPC failure of `Health` or `GetSandboxConfig`.
-fn status_failure(step: &'static str, method: &str, s: &tonic::Status, w: &Walk) -> Step {
-    let detail = format!("{method}: {:?}: {}", s.code(), s.message());
-    let no_token = w.cfg.token == TokenSource::None;
-    match s.code() {
-        Code::Unauthenticated if no_token => Step::failed(
-            step,
-            "no-token",
-            format!("{detail}: this gateway wants a bearer token and none is configured; ConnectSupervisor is refused the same way, so the sandbox never becomes READY"),
-            "mount the projected service-account token and set OPENSHELL_K8S_SA_TOKEN_FILE=/var/run/secrets/openshell/token (the gateway's driver does this), or OPENSHELL_SANDBOX_TOKEN_FILE",
-        ),
-        Code::Unauthenticated => Step::failed(
-            step,
-            "token-rejected",
-            format!("{detail}: the gateway does not accept the token (another gateway's key, expired, or not a gateway JWT); ConnectSupervisor is refused the same way"),
-            format!("give the token of this gateway: {}", match w.cfg.token {
-                TokenSource::ServiceAccount(_) => "the exchange succeeded, so check that the gateway's signing key did not change between replicas",
-                _ => "prefer OPENSHELL_K8S_SA_TOKEN_FILE, which is exchanged at every start",
-            }),
-        ),
-        Code::PermissionDenied => Step::failed(
-            step,
-            "permission-denied",
-            format!("{detail}: the gateway knows the caller but not as sandbox {}: ConnectSupervisor is refused with PERMISSION_DENIED", w.cfg.sandbox_id),
-            "the token must be a sandbox token for OPENSHELL_SANDBOX_ID (not a user's token): use the service-account exchange (OPENSHELL_K8S_SA_TOKEN_FILE)",
-        ),
-        Code::NotFound => Step::failed(
-            step,
-            "sandbox-not-found",
-            format!("{detail}: the gateway has no sandbox {}", w.cfg.sandbox_id),
-            "OPENSHELL_SANDBOX_ID must be the UUID of an existing sandbox: `kubectl -n NAMESPACE get sandboxes`; a deleted sandbox's pod cannot come back",
-        ),
-        Code::Unimplemented => Step::failed(
-            step,
-            "not-implemented",
-            format!("{detail}: the server does not implement it"),
-            "the endpoint is not an OpenShell gateway of a supported version (v0.0.36 or v0.0.111)",
-        ),
-        Code::Unavailable => Step::failed(
-            step,
-            "unavailable",
-            detail,
-            "the connection broke or the gateway is shutting down: rerun; if it persists, read the gateway's log",
-        ),
-        _ => Step::failed(step, "call-failed", detail, "read the gateway's log for this call"),
-    }
-}
-
-/// The claims of a JWT, read without checking the signature (only the gateway can).
-fn jwt_claims(token: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
-    let mut parts = token.split('.');
-    let (_, payload, _) = (parts.next()?, parts.next()?, parts.next()?);
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    match serde_json::from_slice(&bytes).ok()? {
-        serde_json::Value::Object(m) => Some(m),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn programs_resolve_like_the_spawn() {
-        assert!(find_program("sh", DEFAULT_PATH).is_ok());
-        assert_eq!(
-            find_program("/nonexistent/x", DEFAULT_PATH).unwrap_err(),
-            "does not exist"
-        );
-        assert_eq!(
-            find_program("no-such-program-xyz", DEFAULT_PATH).unwrap_err(),
-            "is not found on PATH"
-        );
-        assert_eq!(
-            find_program("/etc/hostname", DEFAULT_PATH).unwrap_err(),
-            "is not an executable file"
-        );
-    }
 
     #[test]
     fn skipped_steps_follow_the_failure() {

@@ -39,8 +39,10 @@ impl tower::Service<http::Request<tonic::body::Body>> for WithConfig {
         if req.uri().path() == GET_SANDBOX_CONFIG {
             let svc = ConfigSvc(self.state.clone());
             return Box::pin(async move {
-                let codec =
-                    tonic_prost::ProstCodec::<GetSandboxConfigResponse, GetSandboxConfigRequest>::default();
+                let codec = tonic_prost::ProstCodec::<
+                    GetSandboxConfigResponse,
+                    GetSandboxConfigRequest,
+                >::default();
                 let mut grpc = tonic::server::Grpc::new(codec);
                 Ok(grpc.unary(svc, req).await)
             });
