@@ -184,7 +184,7 @@ pub fn line(s: &Step) -> String {
         Status::Ok => format!("{:<13} ok: {}", s.step, s.detail),
         Status::Skipped => format!("{:<13} skipped: {}", s.step, s.detail),
         Status::Failed => format!(
-            "{:<11} FAILED: {} [{}]; fix: {}",
+            "{:<13} FAILED: {} [{}]; fix: {}",
             s.step,
             s.detail,
             s.kind.unwrap_or("failed"),
