@@ -354,6 +354,11 @@ pub struct CheckArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Check the dial-back path to the gateway instead, with serve's env and flags (handled
+    /// before this parser, in main.rs; see `check --gateway --help` and docs/gateway.md).
+    #[arg(long)]
+    pub gateway: bool,
+
     /// The policy flags that were given explicitly (see [`RunArgs::flags`]).
     #[arg(skip)]
     pub flags: PolicyFlags,

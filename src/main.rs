@@ -26,6 +26,10 @@ fn main() -> ExitCode {
     let result = match sub {
         Some("copy-self") => install::copy_self_main(&argv[2..]),
         Some("run") => exec::run::main(parsed(cli::RunArgs::parse_argv(&argv[1..]), &argv)),
+        // `check --gateway` takes serve's flags and env, so it is parsed by its own module.
+        Some("check") if argv[2..].iter().any(|a| a == "--gateway") => {
+            gateway::doctor::main(&argv[1..]).map_err(Into::into)
+        }
         Some("check") => check::main(parsed(cli::CheckArgs::parse_argv(&argv[1..]), &argv)),
         Some("install") => install::main(&argv[1..]),
         Some("certs") => certs::main(&argv[1..]),

@@ -17,6 +17,7 @@
 pub mod auth;
 pub mod channel;
 pub mod config;
+pub mod doctor;
 pub mod identity;
 pub mod logpush;
 pub mod main_process;

@@ -62,6 +62,7 @@ pub struct Seen {
     pub issued: u32,
     pub refreshed: u32,
     pub rejected_sessions: u32,
+    pub config_calls: u32,
 }
 
 pub struct State {
@@ -123,6 +124,12 @@ impl State {
 
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()
+    }
+
+    /// Mark the sandbox READY without a session, as a gateway that crashed (so never demoted
+    /// the phase) finds it in its store after a restart.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.send_replace(ready);
     }
 
     pub fn ready_rx(&self) -> watch::Receiver<bool> {

@@ -143,6 +143,7 @@ impl State {
         if r.sandbox_id != self.sandbox_id {
             return Err(Status::not_found("sandbox not found"));
         }
+        self.seen.lock().unwrap().config_calls += 1;
         let mut p = self.plane.lock().unwrap();
         p.config_calls += 1;
         if p.fail_config > 0 {
