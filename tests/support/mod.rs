@@ -6,6 +6,7 @@ pub mod exec;
 pub mod gateway;
 pub mod jwt;
 pub mod pki;
+pub mod ssh_bridge;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
