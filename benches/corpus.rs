@@ -444,11 +444,12 @@ fn per_layer(dir: &Path, files: &[PathBuf]) {
                         stdout: SStdio::Null,
                         stderr: SStdio::Null,
                         controlling_tty: false,
+                        program_fd: None,
                     })
                     .expect("spawn");
                 let info = c.wait().await;
                 times[i].push(t.elapsed());
-                c.kill_tree();
+                let _ = c.kill_tree();
                 assert_eq!(
                     info.code,
                     Some(0),

@@ -19,6 +19,8 @@ fn main() -> ExitCode {
         Some("install") => install::main(&argv[1..]),
         Some("certs") => certs::main(&argv[1..]),
         Some("serve") => gateway::main(&argv[1..]),
+        // Hidden: what the `sftp` subsystem runs, inside the sandbox (gateway/ssh/sftp.rs).
+        Some(gateway::ssh::sftp::MODE) => return gateway::ssh::sftp::serve_stdio(),
         _ => gateway::main(&argv[..]),
     };
     match result {

@@ -1,5 +1,6 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
+mod fdexec;
 pub mod reaper;
 pub mod report;
 pub mod run;
@@ -102,6 +103,9 @@ pub struct SpawnSpec {
     pub stderr: Stdio,
     /// Make the child's stdin (a pty slave) its controlling terminal.
     pub controlling_tty: bool,
+    /// Exec this fd (execveat AT_EMPTY_PATH) instead of looking argv[0] up: for our own
+    /// binary, which the sandbox may not open by path. argv[0] is then only the name.
+    pub program_fd: Option<Arc<OwnedFd>>,
 }
 
 /// How a child ended.
@@ -210,7 +214,21 @@ impl Sandbox {
                 cwd.display()
             )));
         }
-        let program = resolve_program(argv0, &spec.env, &cwd)?;
+        let program = match &spec.program_fd {
+            // Only a name for errors and for std, which never gets to exec it (see below).
+            Some(_) => PathBuf::from("/proc/self/exe"),
+            None => resolve_program(argv0, &spec.env, &cwd)?,
+        };
+        let by_fd = match &spec.program_fd {
+            Some(fd) => Some((
+                fd.clone(),
+                fdexec::ExecImage::new(&spec.argv, &spec.env).map_err(|source| RunError::Io {
+                    what: "preparing the exec by fd",
+                    source,
+                })?,
+            )),
+            None => None,
+        };
         let prepared = &self.inner.prepared;
         let cgroup = match &prepared.cgroups {
             Some(root) => Some(
@@ -244,7 +262,12 @@ impl Sandbox {
             // its memory) for the whole spawn.
             let cg = cg_addr.map(|a| unsafe { &*(a as *const ExecCgroup) });
             match sandbox::enforce_in_child(&inner.prepared, cg, tty) {
-                Ok(()) => Ok(()),
+                // std would execvp the path next; exec the fd instead, after every layer (and
+                // after std set up stdio and the cwd). Returns only on failure.
+                Ok(()) => match &by_fd {
+                    Some((fd, image)) => Err(image.exec(fd.as_raw_fd())),
+                    None => Ok(()),
+                },
                 Err((step, errno)) => {
                     let e = errno.to_ne_bytes();
                     let buf = [step, 0, 0, 0, e[0], e[1], e[2], e[3]];

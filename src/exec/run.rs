@@ -438,6 +438,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             stdout: Stdio::Fd(slave.stdout),
             stderr: Stdio::Fd(slave.stderr),
             controlling_tty: true,
+            program_fd: None,
         })?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
@@ -480,6 +481,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             stdout: Stdio::Piped,
             stderr: Stdio::Piped,
             controlling_tty: false,
+            program_fd: None,
         })?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");

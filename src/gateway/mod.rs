@@ -283,6 +283,7 @@ fn start_main(
         stdout: dup(std::io::stdout().as_fd()).context("duplicating stdout")?,
         stderr: dup(std::io::stderr().as_fd()).context("duplicating stderr")?,
         controlling_tty: false,
+        program_fd: None,
     };
     let mut child = ctx
         .sandbox

@@ -9,6 +9,7 @@ mod channel;
 pub mod command;
 pub mod forward;
 pub(crate) mod pty;
+pub mod sftp;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -287,6 +288,9 @@ impl russh::server::Handler for Handler {
         name: &str,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
+        if name == sftp::SUBSYSTEM {
+            return session.channel_success(channel);
+        }
         tracing::debug!("subsystem `{name}` refused");
         session.channel_failure(channel)
     }
