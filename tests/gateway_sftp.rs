@@ -135,3 +135,195 @@ async fn sftp_outside_the_grants_is_refused() {
     assert_eq!(r.exit, Some(1), "{r:?}");
     assert!(r.err().contains("Permission denied"), "{r:?}");
 }
+
+/// `ssh -T -o RequestTTY=no sandbox CMD` as the CLI's upload and download run it
+/// (gateway-features §13.2), with `stdin` as the command's stdin.
+async fn ssh_exec(bridge: SshBridge, cmd: String, stdin: Vec<u8>) -> (Output, SshBridge) {
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = bridge
+            .command("ssh")
+            .args(["-T", "-o", "RequestTTY=no", "sandbox"])
+            .arg(&cmd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut w = child.stdin.take().unwrap();
+        let feeder = std::thread::spawn(move || {
+            let _ = w.write_all(&stdin);
+        });
+        let out = child.wait_with_output().unwrap();
+        feeder.join().unwrap();
+        (out, bridge)
+    })
+    .await
+    .unwrap()
+}
+
+/// Single-quote for sh, as the CLI's shell_escape does.
+fn q(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Every entry under `root`: relative path, then the file's bytes, `->target` for a
+/// symlink, or `/` for a directory; sorted.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.push((rel, format!("->{}", t.display()).into_bytes()));
+            } else if m.is_dir() {
+                out.push((rel, b"/".to_vec()));
+                walk(root, &p, out);
+            } else {
+                out.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+fn local_tar(args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+    use std::io::Write;
+    let mut c = std::process::Command::new("tar")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(b) = stdin {
+        c.stdin.take().unwrap().write_all(b).unwrap();
+    }
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "tar {args:?}");
+    out.stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tar_upload_and_download_are_byte_exact() {
+    if !require(have_openssh(), "OpenSSH client (ssh) and busybox") {
+        return;
+    }
+    let (gw, sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    let mut bridge = SshBridge::start(gw.state.clone()).await;
+    // A tree with binary files (every byte value, NULs, no trailing newline), an empty
+    // file, a nested directory, a name with a space and a quote, and a symlink.
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("proj");
+    std::fs::create_dir_all(src.join("sub dir/deeper")).unwrap();
+    std::fs::write(
+        src.join("all-bytes.bin"),
+        (0..=255u8).cycle().take(70_000).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("sub dir/big.bin"),
+        pseudo_random(2 * 1024 * 1024 + 3, 11),
+    )
+    .unwrap();
+    std::fs::write(src.join("sub dir/deeper/it's.txt"), b"no newline").unwrap();
+    std::fs::write(src.join("empty"), b"").unwrap();
+    std::os::unix::fs::symlink("sub dir/big.bin", src.join("link")).unwrap();
+    let want = tree(&src);
+
+    // Upload: the directory wrapped under its basename, streamed on stdin, then EOF.
+    let dest = "up load";
+    let tarball = local_tar(&["cf", "-", "-C", &path_str(local.path()), "proj"], None);
+    let cmd = format!("mkdir -p {} && cat | tar xf - -C {}", q(dest), q(dest));
+    let (out, b) = ssh_exec(bridge, cmd, tarball).await;
+    bridge = b;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&out.stderr),
+        sup.log()
+    );
+    assert_eq!(tree(&sup.workdir.join(dest).join("proj")), want);
+
+    // Download step 1: the workspace root, then the resolved source under it.
+    let path = format!("{dest}/proj");
+    let (out, b) = ssh_exec(
+        bridge,
+        format!("pwd -P && realpath -e -- {}", q(&path)),
+        vec![],
+    )
+    .await;
+    bridge = b;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let root = sup.workdir.canonicalize().unwrap();
+    let resolved = root.join(&path);
+    assert_eq!(
+        text(&out.stdout),
+        format!("{}\n{}\n", path_str(&root), path_str(&resolved))
+    );
+    // A missing source: realpath -e fails, and nothing but its complaint comes back.
+    let (out, b) = ssh_exec(
+        bridge,
+        format!("pwd -P && realpath -e -- {}", q("nope")),
+        vec![],
+    )
+    .await;
+    bridge = b;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), format!("{}\n", path_str(&root)));
+
+    // Step 2: the probe.
+    for (p, kind) in [
+        (resolved.clone(), "dir"),
+        (resolved.join("all-bytes.bin"), "file"),
+        (resolved.join("missing"), "missing"),
+    ] {
+        let p = q(&path_str(&p));
+        let probe = format!(
+            "if [ -d {p} ]; then printf dir; elif [ -e {p} ]; then printf file; else printf missing; fi"
+        );
+        let (out, b) = ssh_exec(bridge, probe, vec![]).await;
+        bridge = b;
+        assert_eq!(
+            (out.status.code(), text(&out.stdout)),
+            (Some(0), kind.to_string())
+        );
+    }
+
+    // Step 3, a directory: `tar cf - -C <path> .`, untarred locally.
+    let (out, b) = ssh_exec(
+        bridge,
+        format!("tar cf - -C {} .", q(&path_str(&resolved))),
+        vec![],
+    )
+    .await;
+    bridge = b;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let got = local.path().join("down");
+    std::fs::create_dir(&got).unwrap();
+    local_tar(&["xf", "-", "-C", &path_str(&got)], Some(&out.stdout));
+    assert_eq!(tree(&got), want);
+
+    // Step 3, a file: `tar cf - -C <parent> -- <name>`.
+    let parent = resolved.join("sub dir");
+    let (out, _b) = ssh_exec(
+        bridge,
+        format!("tar cf - -C {} -- {}", q(&path_str(&parent)), q("big.bin")),
+        vec![],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let one = local.path().join("one");
+    std::fs::create_dir(&one).unwrap();
+    local_tar(&["xf", "-", "-C", &path_str(&one)], Some(&out.stdout));
+    assert!(std::fs::read(one.join("big.bin")).unwrap() == pseudo_random(2 * 1024 * 1024 + 3, 11));
+}
