@@ -327,3 +327,99 @@ async fn tar_upload_and_download_are_byte_exact() {
     local_tar(&["xf", "-", "-C", &path_str(&one)], Some(&out.stdout));
     assert!(std::fs::read(one.join("big.bin")).unwrap() == pseudo_random(2 * 1024 * 1024 + 3, 11));
 }
+
+// Child environment (gateway-features §13.3-§13.6): what every SSH child, sftp and tar
+// included, is started with.
+
+/// The child environment of an exec, once `ready` says the provider environment has arrived
+/// (it is fetched in the background after start-up).
+async fn child_env(gw: &TestGateway, ready: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let r = gw.exec(&["env"]).await;
+        assert_eq!(r.exit, Some(0), "{r:?}");
+        if r.out().lines().any(|l| l.starts_with(ready)) {
+            return r.out();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {ready} in:\n{}",
+            r.out()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+async fn with_provider_env(opts: SupOpts) -> (TestGateway, Supervisor) {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    *gw.state.provider_env.lock().unwrap() = gateway::ProviderEnv {
+        environment: [
+            ("API_URL", "https://api.example"),
+            ("API_KEY", "sk-secret-value"),
+            ("STATIC_TOKEN", "static-secret"),
+            ("HOME", "/provider-home"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        non_secret: vec!["API_URL".into(), "HOME".into()],
+        static_keys: vec!["STATIC_TOKEN".into()],
+    };
+    let mut sup = Supervisor::start(&gw, opts);
+    gw.wait_ready(&mut sup).await;
+    (gw, sup)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_env_gives_children_only_non_secret_keys() {
+    let user_env = r#"{"FOO":"bar","HOME":"/user-home","OPENSHELL_INTERNAL":"no"}"#;
+    let opts = SupOpts {
+        env: vec![("OPENSHELL_USER_ENVIRONMENT".into(), user_env.into())],
+        ..Default::default()
+    };
+    let (gw, _sup) = with_provider_env(opts).await;
+    let env = child_env(&gw, "API_URL=").await;
+    let has = |l: &str| env.lines().any(|x| x == l);
+    assert!(has("API_URL=https://api.example"), "{env}");
+    assert!(has("FOO=bar"), "{env}");
+    assert!(has("OPENSHELL_SANDBOX=1"), "{env}");
+    // Provider env is the last step, over the user environment, over the defaults.
+    assert!(has("HOME=/provider-home"), "{env}");
+    assert!(
+        !env.contains("sk-secret-value") && !env.contains("static-secret"),
+        "{env}"
+    );
+    assert!(!env.contains("OPENSHELL_INTERNAL"), "{env}");
+    let req = gw.state.seen().provider_env_requests;
+    assert!(!req.is_empty());
+    assert!(
+        req.iter()
+            .all(|r| r.sandbox_id == SANDBOX_ID && !r.supports_static_credential_bindings)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_secrets_only_with_the_opt_in() {
+    let opts = SupOpts {
+        env: vec![("OPENSHELL_EXPOSE_PROVIDER_SECRETS".into(), "1".into())],
+        ..Default::default()
+    };
+    let (gw, sup) = with_provider_env(opts).await;
+    let env = child_env(&gw, "API_URL=").await;
+    let has = |l: &str| env.lines().any(|x| x == l);
+    assert!(has("API_KEY=sk-secret-value"), "{env}");
+    assert!(has("STATIC_TOKEN=static-secret"), "{env}");
+    assert!(
+        sup.log()
+            .contains("provider secrets are passed to children"),
+        "{}",
+        sup.log()
+    );
+    assert!(
+        gw.state
+            .seen()
+            .provider_env_requests
+            .iter()
+            .all(|r| r.supports_static_credential_bindings)
+    );
+}

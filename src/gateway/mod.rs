@@ -16,6 +16,7 @@ pub mod channel;
 pub mod config;
 pub mod identity;
 pub mod main_process;
+pub mod provider_env;
 pub mod relay;
 pub mod session;
 pub mod ssh;
@@ -142,6 +143,7 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         exec_permits: Arc::new(tokio::sync::Semaphore::new(cfg.max_execs)),
         max_execs: cfg.max_execs,
         request_timeout: cfg.channel_request_timeout,
+        provider_env: Default::default(),
     });
     let ssh = ssh::SshServer::new(ctx.clone())?;
     let relays = relay::Relays::new(cfg.max_execs, ssh);
@@ -189,6 +191,11 @@ async fn supervise(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         });
         background.push(tokio::spawn(session::run(s, stop_rx.clone())));
         background.push(tokio::spawn(auth::refresh_loop(tokens.clone(), channels)));
+        background.push(tokio::spawn(provider_env::fetch(
+            g.clone(),
+            tokens.clone(),
+            ctx.clone(),
+        )));
     } else {
         tracing::warn!("no gateway endpoint configured: running the main process only");
     }

@@ -62,6 +62,17 @@ pub struct Seen {
     pub issued: u32,
     pub refreshed: u32,
     pub rejected_sessions: u32,
+    pub provider_env_requests: Vec<GetSandboxProviderEnvironmentRequest>,
+}
+
+/// What GetSandboxProviderEnvironment answers (gateway-features §13.5).
+#[derive(Default, Debug, Clone)]
+pub struct ProviderEnv {
+    pub environment: HashMap<String, String>,
+    pub non_secret: Vec<String>,
+    /// Static credential values: removed from the reply unless the supervisor says it
+    /// supports static credential bindings, as the gateway does.
+    pub static_keys: Vec<String>,
 }
 
 pub struct State {
@@ -84,6 +95,7 @@ pub struct State {
     pub silent_hello: AtomicBool,
     /// Fail this many ReportMainProcessExit calls with FAILED_PRECONDITION.
     pub fail_reports: AtomicU32,
+    pub provider_env: Mutex<ProviderEnv>,
 }
 
 impl State {
@@ -108,6 +120,7 @@ impl State {
             reject_code: Mutex::new(Code::Unavailable),
             silent_hello: AtomicBool::new(false),
             fail_reports: AtomicU32::new(0),
+            provider_env: Mutex::new(ProviderEnv::default()),
         })
     }
 
@@ -465,6 +478,31 @@ impl OpenShell for Service {
             token: m.token,
             expires_at_ms: m.expires_at_ms,
             extension_credentials: Vec::new(),
+        }))
+    }
+
+    async fn get_sandbox_provider_environment(
+        &self,
+        req: Request<GetSandboxProviderEnvironmentRequest>,
+    ) -> Result<Response<GetSandboxProviderEnvironmentResponse>, Status> {
+        let st = &self.0;
+        let principal = st.principal(&req)?;
+        let r = req.into_inner();
+        st.same_sandbox(&principal, &r.sandbox_id)?;
+        st.seen
+            .lock()
+            .unwrap()
+            .provider_env_requests
+            .push(r.clone());
+        let p = st.provider_env.lock().unwrap().clone();
+        let mut environment = p.environment;
+        if !r.supports_static_credential_bindings {
+            environment.retain(|k, _| !p.static_keys.contains(k));
+        }
+        Ok(Response::new(GetSandboxProviderEnvironmentResponse {
+            environment,
+            provider_env_revision: 1,
+            non_secret_environment_keys: p.non_secret,
         }))
     }
 

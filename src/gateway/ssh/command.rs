@@ -102,6 +102,9 @@ pub struct ExecContext {
     pub max_execs: usize,
     /// A session channel that has sent no exec, shell or subsystem request by then is closed.
     pub request_timeout: Duration,
+    /// From GetSandboxProviderEnvironment, already filtered (gateway/provider_env.rs);
+    /// empty until fetched.
+    pub provider_env: std::sync::RwLock<Vec<(String, String)>>,
 }
 
 impl ExecContext {
@@ -149,7 +152,10 @@ impl ExecContext {
             ("PATH".into(), self.path.clone()),
             ("TERM".into(), term.into()),
         ];
-        for (k, v) in &self.user_env {
+        // §13.3: the user environment (step 3), then the provider environment (step 6); a
+        // later step overrides an earlier one.
+        let provider = self.provider_env.read().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in self.user_env.iter().chain(provider.iter()) {
             if k.starts_with("OPENSHELL_") {
                 continue;
             }
