@@ -59,6 +59,11 @@ pub async fn fetch(cfg: GatewayConfig, tokens: Arc<TokenStore>, ctx: Arc<ExecCon
             "{EXPOSE_SECRETS_ENV}=1: provider secrets are passed to children as plain environment variables"
         );
     }
+    // The session obtains the first token (a service-account exchange); exchanging a second
+    // one here at the same time would be a wasted, and visible, extra IssueSandboxToken.
+    while tokens.has_source() && tokens.get().is_none() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let mut delay = Duration::from_millis(200);
     loop {
         match fetch_once(&cfg, &tokens, expose).await {
