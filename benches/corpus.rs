@@ -444,6 +444,7 @@ fn per_layer(dir: &Path, files: &[PathBuf]) {
                         stdout: SStdio::Null,
                         stderr: SStdio::Null,
                         controlling_tty: false,
+                        program_fd: None,
                     })
                     .await
                     .expect("spawn");

@@ -36,6 +36,7 @@ fn spec() -> SpawnSpec {
         stdout: Stdio::Null,
         stderr: Stdio::Null,
         controlling_tty: false,
+        program_fd: None,
     }
 }
 

@@ -34,6 +34,8 @@ fn main() -> ExitCode {
         Some("install") => install::main(&argv[1..]),
         Some("certs") => certs::main(&argv[1..]),
         Some("serve") => gateway::main(&argv[1..]),
+        // Hidden: what the `sftp` subsystem runs, inside the sandbox (gateway/ssh/sftp.rs).
+        Some(gateway::ssh::sftp::MODE) => return gateway::ssh::sftp::serve_stdio(),
         Some("help") => help(argv.get(2).map(|a| a.to_string_lossy().into_owned())),
         Some("-h" | "--help") => help(None),
         None => gateway::main(&argv[..]),

@@ -35,7 +35,9 @@ use std::time::Duration;
 use gm::{Case, RelayScript, SessionModel, Step, Target, Verdict};
 use openshell_sandbox::proto::v1::*;
 use proptest::test_runner::TestCaseError;
-use raw_gateway::{CONNECT_SUPERVISOR, Call, Ending, Head, Outbound, RawGateway, header};
+use raw_gateway::{
+    CONNECT_SUPERVISOR, Call, Ending, Head, Outbound, RELAY_STREAM, RawGateway, header,
+};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -221,6 +223,13 @@ async fn next_relay(gw: &mut RawGateway, id: &str) -> Result<Call, String> {
             return Err(format!(
                 "a new session started while relay {id} was expected: the supervisor ended a session the model says survives"
             ));
+        }
+        if call.path != RELAY_STREAM {
+            // A unary call made beside the session (GetSandboxProviderEnvironment): this
+            // gateway does not implement it, as a v0.0.36 one does not.
+            call.responder
+                .start(&Head::TrailersOnly(12, "unimplemented".into()));
+            continue;
         }
         let init = timeout(ANSWER, call.inbound.next::<RelayFrame>()).await;
         match init {

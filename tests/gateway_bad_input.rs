@@ -199,7 +199,8 @@ async fn unknown_channel_types_are_refused() {
     let (gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
     let h = raw_ssh(&gw).await;
     assert!(
-        h.channel_open_direct_tcpip("127.0.0.1", 22, "10.0.0.1", 5)
+        // Forwarding is served to loopback only (tests/gateway_forward.rs).
+        h.channel_open_direct_tcpip("10.0.0.1", 22, "10.0.0.1", 5)
             .await
             .is_err()
     );

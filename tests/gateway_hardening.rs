@@ -395,11 +395,11 @@ async fn a_clean_ssh_close_is_not_a_warning() {
     let (gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
     let before = sup.log().len();
     {
-        // `sftp` / `openshell sandbox connect` against a subsystem we do not serve: the
-        // request fails and the client drops the connection without a disconnect message.
+        // An SSH client against a subsystem we do not serve (sftp now is): the request
+        // fails and the client drops the connection without a disconnect message.
         let h = raw_ssh(&gw).await;
         let mut ch = h.channel_open_session().await.unwrap();
-        ch.request_subsystem(true, "sftp").await.unwrap();
+        ch.request_subsystem(true, "x-not-served").await.unwrap();
         loop {
             match tokio::time::timeout(LONG, ch.wait()).await.unwrap() {
                 Some(ChannelMsg::Failure) => break,

@@ -161,6 +161,9 @@ pub struct SpawnSpec {
     pub stderr: Stdio,
     /// Make the child's stdin (a pty slave) its controlling terminal.
     pub controlling_tty: bool,
+    /// Exec this fd (execveat AT_EMPTY_PATH) instead of looking argv[0] up: for our own
+    /// binary, which the sandbox may not open by path. argv[0] is then only the name.
+    pub program_fd: Option<Arc<OwnedFd>>,
 }
 
 /// How a child ended.
@@ -271,7 +274,11 @@ impl Sandbox {
                 cwd.display()
             )));
         }
-        let program = resolve_program(argv0, &spec.env, &cwd)?;
+        let program = match &spec.program_fd {
+            // Exec'd through the fd (execveat); the path is only a name for errors.
+            Some(_) => PathBuf::from("/proc/self/exe"),
+            None => resolve_program(argv0, &spec.env, &cwd)?,
+        };
         let mut env = spec.env;
         // The view's /tmp is the child's own, writable temp space.
         if self.inner.prepared.view.private_tmp() && !env.iter().any(|(k, _)| k == "TMPDIR") {
@@ -287,6 +294,7 @@ impl Sandbox {
             &cwd,
             [stdin_child, stdout_child, stderr_child],
             spec.controlling_tty,
+            spec.program_fd.clone(),
         )
         .map_err(|_| RunError::Usage("an argument or variable contains a NUL byte".into()))?;
         let started = manager::get()

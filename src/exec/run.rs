@@ -700,6 +700,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 stdout: Stdio::Fd(slave.stdout),
                 stderr: Stdio::Fd(slave.stderr),
                 controlling_tty: true,
+                program_fd: None,
             })
             .await
             .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
@@ -746,6 +747,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 stdout: Stdio::Fd(w),
                 stderr: Stdio::Fd(w2),
                 controlling_tty: false,
+                program_fd: None,
             })
             .await?;
         let r =
@@ -772,6 +774,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 stdout: Stdio::Piped,
                 stderr: Stdio::Piped,
                 controlling_tty: false,
+                program_fd: None,
             })
             .await
             .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;

@@ -236,6 +236,7 @@ pub async fn start(
             stdout: Stdio::Fd(slave.stdout),
             stderr: Stdio::Fd(slave.stderr),
             controlling_tty: true,
+            program_fd: None,
         };
         (Some(Arc::new(master)), spec)
     } else {
@@ -247,6 +248,7 @@ pub async fn start(
             stdout: Stdio::Piped,
             stderr: Stdio::Piped,
             controlling_tty: false,
+            program_fd: None,
         };
         (None, spec)
     };

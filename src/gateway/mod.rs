@@ -23,6 +23,7 @@ pub mod logpush;
 pub mod main_process;
 pub mod policy_plane;
 pub mod policy_slot;
+pub mod provider_env;
 pub mod relay;
 pub mod session;
 pub mod ssh;
@@ -202,6 +203,7 @@ async fn supervise(
         max_execs: cfg.max_execs,
         request_timeout: cfg.channel_request_timeout,
         main: Default::default(),
+        provider_env: Default::default(),
     });
     let ssh = ssh::SshServer::new(ctx.clone())?;
     let relays = relay::Relays::new(cfg.max_execs, ssh);
@@ -248,6 +250,11 @@ async fn supervise(
         });
         background.push(tokio::spawn(session::run(s, stop_rx.clone())));
         background.push(tokio::spawn(auth::refresh_loop(tokens.clone(), channels)));
+        background.push(tokio::spawn(provider_env::fetch(
+            g.clone(),
+            tokens.clone(),
+            ctx.clone(),
+        )));
     } else {
         tracing::warn!("no gateway endpoint configured: running the main process only");
     }

@@ -46,6 +46,9 @@ pub struct ExecPlan {
     /// The child's ends of stdin, stdout, stderr.
     stdio: [OwnedFd; 3],
     controlling_tty: bool,
+    /// Exec this open file (execveat, AT_EMPTY_PATH) instead of `program`: our own binary for
+    /// the sftp-server mode, which the sandbox may not open by name.
+    program_fd: Option<std::sync::Arc<OwnedFd>>,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same struct, which are never
@@ -60,6 +63,7 @@ impl ExecPlan {
         cwd: &Path,
         stdio: [OwnedFd; 3],
         controlling_tty: bool,
+        program_fd: Option<std::sync::Arc<OwnedFd>>,
     ) -> Result<ExecPlan, NulError> {
         let owned_argv = argv
             .iter()
@@ -89,6 +93,7 @@ impl ExecPlan {
             cwd: CString::new(cwd.as_os_str().as_bytes())?,
             stdio,
             controlling_tty,
+            program_fd,
         })
     }
 }
@@ -481,11 +486,27 @@ unsafe fn command_main(
         if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent) {
             fail(e, err_w);
         }
-        libc::execve(
-            plan.program.as_ptr(),
-            plan.argv.as_ptr(),
-            plan.envp.as_ptr(),
-        );
+        match &plan.program_fd {
+            // The fd is close-on-exec by now (enforce_fds); execveat of an ELF binary through
+            // it still works, the kernel has opened the file before it closes the fd.
+            Some(fd) => {
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fd.as_raw_fd(),
+                    c"".as_ptr(),
+                    plan.argv.as_ptr(),
+                    plan.envp.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            }
+            None => {
+                libc::execve(
+                    plan.program.as_ptr(),
+                    plan.argv.as_ptr(),
+                    plan.envp.as_ptr(),
+                );
+            }
+        }
         fail(ChildError::last(Step::Exec), err_w)
     }
 }

@@ -63,6 +63,17 @@ pub struct Seen {
     pub refreshed: u32,
     pub rejected_sessions: u32,
     pub config_calls: u32,
+    pub provider_env_requests: Vec<GetSandboxProviderEnvironmentRequest>,
+}
+
+/// What GetSandboxProviderEnvironment answers (gateway-features §13.5).
+#[derive(Default, Debug, Clone)]
+pub struct ProviderEnv {
+    pub environment: HashMap<String, String>,
+    pub non_secret: Vec<String>,
+    /// Static credential values: removed from the reply unless the supervisor says it
+    /// supports static credential bindings, as the gateway does.
+    pub static_keys: Vec<String>,
 }
 
 pub struct State {
@@ -89,6 +100,7 @@ pub struct State {
     pub plane: Mutex<super::plane::PlaneState>,
     /// Pushed log lines (`plane.rs`).
     pub logs: Mutex<super::plane::LogState>,
+    pub provider_env: Mutex<ProviderEnv>,
 }
 
 impl State {
@@ -115,6 +127,7 @@ impl State {
             fail_reports: AtomicU32::new(0),
             plane: Mutex::new(Default::default()),
             logs: Mutex::new(Default::default()),
+            provider_env: Mutex::new(ProviderEnv::default()),
         })
     }
 
@@ -513,6 +526,31 @@ impl OpenShell for Service {
         req: Request<Streaming<PushSandboxLogsRequest>>,
     ) -> Result<Response<PushSandboxLogsResponse>, Status> {
         self.0.push_sandbox_logs(req).await.map(Response::new)
+    }
+
+    async fn get_sandbox_provider_environment(
+        &self,
+        req: Request<GetSandboxProviderEnvironmentRequest>,
+    ) -> Result<Response<GetSandboxProviderEnvironmentResponse>, Status> {
+        let st = &self.0;
+        let principal = st.principal(&req)?;
+        let r = req.into_inner();
+        st.same_sandbox(&principal, &r.sandbox_id)?;
+        st.seen
+            .lock()
+            .unwrap()
+            .provider_env_requests
+            .push(r.clone());
+        let p = st.provider_env.lock().unwrap().clone();
+        let mut environment = p.environment;
+        if !r.supports_static_credential_bindings {
+            environment.retain(|k, _| !p.static_keys.contains(k));
+        }
+        Ok(Response::new(GetSandboxProviderEnvironmentResponse {
+            environment,
+            provider_env_revision: 1,
+            non_secret_environment_keys: p.non_secret,
+        }))
     }
 
     async fn health(&self, _: Request<HealthRequest>) -> Result<Response<HealthResponse>, Status> {

@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod jwt;
 pub mod pki;
 pub mod plane;
+pub mod ssh_bridge;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

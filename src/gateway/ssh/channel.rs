@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::command::{ExecContext, parse_command};
-use super::{main_session, pty};
+use super::{main_session, pty, sftp};
 use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
@@ -73,6 +73,8 @@ struct PtyReq {
 enum Start {
     Exec(Vec<u8>),
     Shell,
+    /// The `sftp` subsystem: our own binary in its `sftp-server` mode (sftp.rs).
+    Sftp,
 }
 
 /// Input that arrived before the child existed (requests and data are ordered, but the
@@ -146,6 +148,9 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
                 let size = pty.as_ref().map(|p| (p.cols, p.rows));
                 return main_session::serve(&ctx, &mut rd, &wr, size, main_read_only).await;
             }
+            Some(ChannelMsg::RequestSubsystem { name, .. }) if name == sftp::SUBSYSTEM => {
+                break Start::Sftp;
+            }
             Some(ChannelMsg::RequestSubsystem { name, .. }) => {
                 // The handler has answered with a failure; end the channel too, so the
                 // client (OpenSSH's sftp, `openshell sandbox connect`) sees it close and the
@@ -173,9 +178,22 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
             Some(_) => {}
         }
     };
+    let mut program_fd = None;
     let argv = match start {
         Start::Exec(raw) => parse_command(&raw).and_then(|c| ctx.exec_argv(&c, login)),
         Start::Shell => ctx.shell_argv(pty.is_some()),
+        Start::Sftp => match sftp::program_fd() {
+            Ok(fd) => {
+                program_fd = Some(fd);
+                // SFTP is binary on stdin/stdout: never on a pty.
+                pty = None;
+                Ok(vec!["openshell-sandbox".into(), sftp::MODE.into()])
+            }
+            Err(e) => {
+                tracing::warn!(?id, "sftp refused: {e}");
+                return refuse(&wr, &format!("sftp refused: {e}"), REFUSED).await;
+            }
+        },
     };
     let argv = match argv {
         Ok(a) => a,
@@ -205,7 +223,7 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
     let _live = ctx.tracker.enter();
     let outcome = match pty {
         Some(p) => run_tty(&ctx, argv, env, p, &mut rd, &wr, early).await,
-        None => run_piped(&ctx, argv, env, &mut rd, &wr, early).await,
+        None => run_piped(&ctx, (argv, program_fd), env, &mut rd, &wr, early).await,
     };
     match outcome {
         Outcome::Exited(info) => {
@@ -404,7 +422,7 @@ fn audit_end(ctx: &ExecContext, child: &Child, o: &Outcome, bytes: &[AtomicU64; 
 
 async fn run_piped(
     ctx: &ExecContext,
-    argv: Vec<std::ffi::OsString>,
+    (argv, program_fd): (Vec<std::ffi::OsString>, Option<Arc<std::os::fd::OwnedFd>>),
     env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     rd: &mut ChannelReadHalf,
     wr: &ChannelWriteHalf<Msg>,
@@ -418,6 +436,7 @@ async fn run_piped(
         stdout: Stdio::Piped,
         stderr: Stdio::Piped,
         controlling_tty: false,
+        program_fd,
     };
     let mut child = match spawn_child(ctx, spec).await {
         Ok(c) => c,
@@ -477,6 +496,7 @@ async fn run_tty(
         stdout: Stdio::Fd(slave.stdout),
         stderr: Stdio::Fd(slave.stderr),
         controlling_tty: true,
+        program_fd: None,
     };
     let mut child = match spawn_child(ctx, spec).await {
         Ok(c) => c,

@@ -106,6 +106,9 @@ pub struct ExecContext {
     /// The canonical main process once started: what the `openshell-main` subsystem attaches
     /// to. Empty when there is none.
     pub main: std::sync::OnceLock<Arc<crate::gateway::main_process::session::MainSession>>,
+    /// From GetSandboxProviderEnvironment, already filtered (gateway/provider_env.rs);
+    /// empty until fetched.
+    pub provider_env: std::sync::RwLock<Vec<(String, String)>>,
 }
 
 impl ExecContext {
@@ -153,7 +156,10 @@ impl ExecContext {
             ("PATH".into(), self.path.clone()),
             ("TERM".into(), term.into()),
         ];
-        for (k, v) in &self.user_env {
+        // §13.3: the user environment (step 3), then the provider environment (step 6); a
+        // later step overrides an earlier one.
+        let provider = self.provider_env.read().unwrap_or_else(|e| e.into_inner());
+        for (k, v) in self.user_env.iter().chain(provider.iter()) {
             if k.starts_with("OPENSHELL_") {
                 continue;
             }

@@ -7,8 +7,10 @@
 
 mod channel;
 pub mod command;
+pub mod forward;
 mod main_session;
 pub(crate) mod pty;
+pub mod sftp;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,6 +95,7 @@ impl SshServer {
         let handler = Handler {
             ctx: self.ctx.clone(),
             channels: channels.clone(),
+            forwards: Arc::default(),
         };
         match russh::server::run_stream(self.config.clone(), stream, handler).await {
             Ok(running) => {
@@ -125,6 +128,8 @@ impl SshServer {
 struct Handler {
     ctx: Arc<ExecContext>,
     channels: Arc<ChannelCount>,
+    /// Open `direct-tcpip` channels on this connection (capped at forward::MAX_FORWARDS).
+    forwards: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Session channels opened, and finished (exit status sent, or the client went away), on one
@@ -177,8 +182,59 @@ impl russh::server::Handler for Handler {
         Ok(())
     }
 
-    // Other channel types (direct-tcpip, x11, streamlocal) are refused by dropping the open
-    // handle, which russh turns into "administratively prohibited".
+    async fn channel_open_direct_tcpip(
+        &mut self,
+        channel: Channel<Msg>,
+        host_to_connect: &str,
+        port_to_connect: u32,
+        _originator_address: &str,
+        _originator_port: u32,
+        reply: ChannelOpenHandle,
+        _session: &mut Session,
+    ) -> Result<(), Self::Error> {
+        let addr = match forward::target(host_to_connect, port_to_connect) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("direct-tcpip refused: {e}");
+                reply
+                    .reject(russh::ChannelOpenFailure::AdministrativelyProhibited)
+                    .await;
+                return Ok(());
+            }
+        };
+        let slot = match forward::take_slot(&self.forwards) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("direct-tcpip refused: {e}");
+                reply
+                    .reject(russh::ChannelOpenFailure::ResourceShortage)
+                    .await;
+                return Ok(());
+            }
+        };
+        // Accepted before connecting, as upstream does: a refused connect closes the open
+        // channel instead of failing the open.
+        reply.accept().await;
+        forward::spawn(channel, addr, slot);
+        Ok(())
+    }
+
+    // Other channel types (x11, streamlocal) are refused by dropping the open handle, which
+    // russh turns into "administratively prohibited".
+
+    async fn tcpip_forward(
+        &mut self,
+        address: &str,
+        port: &mut u32,
+        _session: &mut Session,
+    ) -> Result<bool, Self::Error> {
+        // Remote forwarding would listen in the sandbox's network on the client's behalf;
+        // upstream does not support it either (REQUEST_FAILURE).
+        tracing::info!(
+            "tcpip-forward {address}:{port} refused: remote forwarding is not supported"
+        );
+        Ok(false)
+    }
 
     async fn pty_request(
         &mut self,
@@ -233,9 +289,9 @@ impl russh::server::Handler for Handler {
         name: &str,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        // `openshell-main` is always answered success (gateway-features §10.3); the channel
-        // task serves it.
-        if name == main_session::NAME {
+        // `openshell-main` is always answered success (gateway-features §10.3), and `sftp` is
+        // served by our own binary; the channel task serves both.
+        if name == main_session::NAME || name == sftp::SUBSYSTEM {
             return session.channel_success(channel);
         }
         tracing::debug!("subsystem `{name}` refused");
