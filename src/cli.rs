@@ -155,13 +155,13 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_cpus)]
     pub cpus: Option<u64>,
 
-    /// Resident memory (swap off) of the whole exec tree: the memory cgroup's limit. Accepts
-    /// suffixes (K, KiB, M, MiB, G, GiB). Without a memory cgroup it is degraded.
+    /// Resident memory (swap off) of the whole exec tree: the memory cgroup's limit (degraded
+    /// without one). Bytes; accepts suffixes (K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB).
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub memory: Option<u64>,
 
     /// Virtual address space per process (RLIMIT_AS). V8, Go, Java and Wasm runtimes reserve
-    /// far more than they use: prefer --memory. Accepts suffixes (K, KiB, M, MiB, G, GiB).
+    /// far more than they use: prefer --memory. Bytes; accepts suffixes (K, KiB, M, MiB, G, GiB).
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
     pub address_space: Option<u64>,
 
@@ -194,7 +194,7 @@ pub struct PolicyArgs {
     pub allow_degraded: bool,
 
     /// Size of the private tmpfs mounted on /tmp in the sandbox's view (ENOSPC past it).
-    /// Accepts suffixes (K, KiB, M, MiB, G, GiB).
+    /// Bytes; accepts suffixes (K, KiB, M, MiB, G, GiB).
     #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = parse_size_arg)]
     pub tmp_size: u64,
 

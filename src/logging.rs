@@ -80,15 +80,6 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn rfc3339_is_utc_with_microseconds() {
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_764_580_299_000_042);
-        assert_eq!(super::rfc3339(t), "2025-12-01T09:11:39.000042Z");
-    }
-}
-
 /// `serve`'s subscriber: the console as [`init`], plus the gateway log push layer with its own
 /// level (`OPENSHELL_LOG_PUSH_LEVEL`, default INFO), so a quiet console still pushes INFO. The
 /// layer is inert until `gateway::logpush::start`.
@@ -112,5 +103,14 @@ pub fn init_with_push(level: &str, format: LogFormat) {
     };
     if installed.is_ok() {
         JSON.store(format == LogFormat::Json, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc3339_is_utc_with_microseconds() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_764_580_299_000_042);
+        assert_eq!(super::rfc3339(t), "2025-12-01T09:11:39.000042Z");
     }
 }

@@ -53,7 +53,7 @@ fn rand_name() -> u64 {
 fn readable_dir() -> tempfile::TempDir {
     let d = tempfile::Builder::new()
         .prefix("osb-ro-")
-        .tempdir()
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(d.path().join("f"), "granted\n").unwrap();
@@ -255,7 +255,7 @@ fn check_workdir_reports_whether_the_sandbox_uid_can_write_it() {
     }
     let d = tempfile::Builder::new()
         .prefix("osb-wd-")
-        .tempdir()
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let check = || {
@@ -291,7 +291,7 @@ fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
     }
     let d = tempfile::Builder::new()
         .prefix("osb-wd-")
-        .tempdir()
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let run = |extra: &[&str]| {
@@ -339,7 +339,7 @@ fn serve_creates_a_missing_workdir_and_logs_an_unwritable_one() {
     }
     let base = tempfile::Builder::new()
         .prefix("osb-serve-")
-        .tempdir()
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
     std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let wd = base.path().join("sandbox");

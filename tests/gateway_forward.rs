@@ -113,20 +113,53 @@ fn openssh_present() -> bool {
     )
 }
 
+/// An echo server as the sandbox's main process, on `port` of the sandbox's own loopback.
+fn sandbox_echo(port: u16) -> SupOpts {
+    let server = format!(
+        r#"
+import socket, threading
+def serve(a):
+    while True:
+        b = a.recv(65536)
+        if not b:
+            a.close(); return
+        a.sendall(b)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", {port})); s.listen(16)
+while True:
+    a, _ = s.accept(); threading.Thread(target=serve, args=(a,), daemon=True).start()
+"#
+    );
+    let spec = serde_json::json!({"version": 1, "command": ["python3", "-c", server]});
+    SupOpts {
+        env: vec![("OPENSHELL_MAIN_PROCESS_SPEC".into(), spec.to_string())],
+        ..Default::default()
+    }
+}
+
+/// A forward reaches the sandbox's loopback, where its main process listens, and never the
+/// supervisor's: with the sandbox's own network namespace (root), a server on the host's
+/// loopback is out of reach.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssh_local_forward_reaches_loopback_both_ways() {
     if !openssh_present() {
         return;
     }
-    let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    let echo = free_port();
+    let (gw, _sup) = up(AuthMode::Jwt, sandbox_echo(echo)).await;
     let bridge = SshBridge::start(gw.state.clone()).await;
-    let echo = echo_server();
+    let host_echo = echo_server();
     let spec = format!("127.0.0.1:{echo}");
     let data: Vec<u8> = (0..2 * 1024 * 1024u32)
         .map(|i| (i * 7 + i / 251) as u8)
         .collect();
     tokio::task::spawn_blocking(move || {
         let (_ssh, local) = forward(&bridge, &spec);
+        // The main process may still be starting: retry the first round trip a while.
+        let end = Instant::now() + Duration::from_secs(20);
+        while !probe_echo(local) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+        }
         assert!(round_trip(local, b"hello") == b"hello");
         // 2 MiB of binary data through the forward and back, byte-exact.
         assert!(round_trip(local, &data) == data);
@@ -141,9 +174,27 @@ async fn ssh_local_forward_reaches_loopback_both_ways() {
                 assert_eq!(round_trip(p, b"x"), b"x", "{host}");
             }
         }
+        if is_root() {
+            // The supervisor's (here: the host's) loopback is another namespace's.
+            let (_s, p) = forward(&bridge, &format!("127.0.0.1:{host_echo}"));
+            assert!(
+                refused(p),
+                "a forward reached the supervisor's own loopback"
+            );
+        }
     })
     .await
     .unwrap();
+}
+
+/// Whether one byte comes back through the forward at `port`.
+fn probe_echo(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut b = [0u8; 1];
+    s.write_all(b"p").is_ok() && s.read(&mut b).map(|n| n == 1).unwrap_or(false)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,11 +230,17 @@ async fn at_most_64_forwarded_channels_per_connection() {
     if !openssh_present() {
         return;
     }
-    let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    let echo = free_port();
+    let (gw, _sup) = up(AuthMode::Jwt, sandbox_echo(echo)).await;
     let bridge = SshBridge::start(gw.state.clone()).await;
-    let echo = echo_server();
     tokio::task::spawn_blocking(move || {
         let (_ssh, local) = forward(&bridge, &format!("127.0.0.1:{echo}"));
+        let end = Instant::now() + Duration::from_secs(20);
+        while !probe_echo(local) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The probes' channels give their slots back once closed.
+        std::thread::sleep(Duration::from_secs(1));
         let mut open = Vec::new();
         for i in 0..64u8 {
             let mut s = TcpStream::connect(("127.0.0.1", local)).unwrap();
@@ -252,8 +309,8 @@ async fn ssh_remote_forward_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_administratively_prohibited() {
     use openshell_sandbox::proto::v1::{SshRelayTarget, relay_open};
-    let (gw, _sup) = up(AuthMode::Jwt, SupOpts::default()).await;
-    let echo = echo_server();
+    let echo = free_port();
+    let (gw, _sup) = up(AuthMode::Jwt, sandbox_echo(echo)).await;
     let relay = gw
         .state
         .open_relay(Some(relay_open::Target::Ssh(SshRelayTarget {})))
@@ -281,14 +338,27 @@ async fn refusals_are_administratively_prohibited() {
             Ok(_) => panic!("{host}:{port} was opened"),
         }
     }
-    let ch = h
-        .channel_open_direct_tcpip("127.0.0.1", u32::from(echo), "127.0.0.1", 40000)
-        .await
-        .unwrap();
-    let mut s = ch.into_stream();
+    // The echo server is the sandbox's main process, maybe still starting: retry a while.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    s.write_all(b"through russh").await.unwrap();
-    let mut b = [0u8; 13];
-    s.read_exact(&mut b).await.unwrap();
-    assert_eq!(&b, b"through russh");
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ch = h
+            .channel_open_direct_tcpip("127.0.0.1", u32::from(echo), "127.0.0.1", 40000)
+            .await
+            .unwrap();
+        let mut s = ch.into_stream();
+        s.write_all(b"through russh").await.unwrap();
+        let mut b = [0u8; 13];
+        match s.read_exact(&mut b).await {
+            Ok(_) => {
+                assert_eq!(&b, b"through russh");
+                break;
+            }
+            Err(e) if Instant::now() < end => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no echo through the forward: {e}"),
+        }
+    }
 }

@@ -253,7 +253,15 @@ async fn token_file_is_read_again_after_unauthenticated() {
     assert!(!gw.state.is_ready());
     std::fs::write(&file, gw.state.jwt.mint(SANDBOX_ID, 3600)).unwrap();
     gw.wait_ready(&mut sup).await;
-    assert_eq!(gw.sh("echo rotated").await.out(), "rotated\n");
+    // The policy fetch failed on the same bad token, so execs are refused (quarantine) until
+    // the plane's next poll, which comes within a second while quarantined.
+    let end = std::time::Instant::now() + Duration::from_secs(15);
+    let mut out = gw.sh("echo rotated").await.out();
+    while out != "rotated\n" && std::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        out = gw.sh("echo rotated").await.out();
+    }
+    assert_eq!(out, "rotated\n", "{}", sup.log());
 }
 
 /// Issue 13 §0: the Docker and Podman drivers set OPENSHELL_SANDBOX_UID="" and

@@ -9,6 +9,16 @@ use std::process::Command;
 use common::*;
 
 /// The static build (`make static` exports its path as OSB_STATIC_BIN).
+/// `chroot ROOT ...` in a mount namespace of its own with a fresh /proc in ROOT, as a
+/// container runtime would give the image.
+fn chroot(root: &std::path::Path) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount -t proc proc "$0/proc" && exec chroot "$0" "$@""#)
+        .arg(root);
+    c
+}
+
 fn static_bin() -> Option<PathBuf> {
     let p = PathBuf::from(std::env::var_os("OSB_STATIC_BIN")?);
     p.exists().then_some(p)
@@ -51,13 +61,15 @@ fn static_binary_has_no_interpreter_and_runs_without_libc() {
     let root = tempfile::tempdir().unwrap();
     std::fs::copy(&bin, root.path().join("openshell-sandbox")).unwrap();
     std::fs::create_dir(root.path().join("work")).unwrap();
+    // A container runtime mounts /proc in every image; the sandbox view needs it (the
+    // namespaces are held through /proc/PID/ns).
+    std::fs::create_dir(root.path().join("proc")).unwrap();
     std::os::unix::fs::chown(root.path().join("work"), Some(65534), Some(65534)).unwrap();
     // Nothing else: no /lib, no /usr, no libc, no loader.
     let entries: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
     assert_eq!(entries.len(), 2);
 
-    let out = Command::new("chroot")
-        .arg(root.path())
+    let out = chroot(root.path())
         .args(["/openshell-sandbox", "check", "--json"])
         .output()
         .expect("chroot");
@@ -75,8 +87,7 @@ fn static_binary_has_no_interpreter_and_runs_without_libc() {
     assert_eq!(report["seccomp"], true);
 
     // A sandboxed run inside the libc-less root: the binary execs itself under every layer.
-    let out = Command::new("chroot")
-        .arg(root.path())
+    let out = chroot(root.path())
         .args([
             "/openshell-sandbox",
             "run",

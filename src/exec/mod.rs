@@ -218,6 +218,10 @@ pub struct Child {
     /// The tree was killed after the leader exited; never signal by these ids again, they
     /// may be reused.
     cleaned: bool,
+    /// The sandbox this exec runs in, kept for the exec's whole life: its view (namespaces
+    /// and the helper that holds them) must outlive every exec that joined it, even when a
+    /// new policy revision replaced the sandbox for the execs that come next.
+    _sandbox: Arc<Inner>,
 }
 
 impl Sandbox {
@@ -251,6 +255,13 @@ impl Sandbox {
     /// What each layer enforces.
     pub fn layers(&self) -> &[LayerStatus] {
         &self.inner.prepared.layers
+    }
+
+    /// The view's network namespace, when the sandbox has one of its own (`--network none`
+    /// with the namespace enforced): where forwarded connections must be made.
+    pub fn net_namespace(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.inner.prepared.view.net.as_ref().map(|f| f.as_fd())
     }
 
     pub fn landlock_abi(&self) -> i32 {
@@ -327,6 +338,7 @@ impl Sandbox {
             supervisor_pid: self.inner.prepared.supervisor_pid,
             started: Instant::now(),
             cleaned: false,
+            _sandbox: self.inner.clone(),
         })
     }
 }

@@ -581,12 +581,24 @@ impl Plane {
     }
 
     /// Poll every interval until `stop`; the first poll runs at once (§11.7).
+    ///
+    /// While the sandbox is quarantined (no policy could be loaded, or `fail_closed` refused the
+    /// last one) every exec is refused, so the poll runs every second until a usable policy
+    /// arrives: a fetch that failed only because the token was being rotated must not keep
+    /// the sandbox shut for a whole interval.
     pub async fn poll_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(self.cfg.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut first = true;
         loop {
+            let wait = if first {
+                Duration::ZERO
+            } else if self.slot.current().is_none() {
+                self.cfg.interval.min(Duration::from_secs(1))
+            } else {
+                self.cfg.interval
+            };
+            first = false;
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = super::ssh::stopped(&mut stop) => return,
             }
             self.poll_once().await;

@@ -68,6 +68,15 @@ impl PolicySlot {
             .clone()
     }
 
+    /// The current sandbox, if the policy is not quarantined: for work that must happen in its
+    /// view (a forwarded connection's connect).
+    pub fn current(&self) -> Option<Sandbox> {
+        match self.get() {
+            Active::Ready(s) => Some(s),
+            Active::Quarantined(_) => None,
+        }
+    }
+
     pub(super) fn set(&self, a: Active) {
         *self.active.write().unwrap_or_else(|p| p.into_inner()) = a;
     }

@@ -236,6 +236,35 @@ pub fn list_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>, WalkE
 pub struct Walker {
     uid: u32,
     gid: u32,
+    /// In a user namespace of our own (a non-root supervisor), files of ids that are not
+    /// mapped in it, root's among them, show as the kernel's overflow uid: that number, then.
+    overflow_uid: Option<u32>,
+}
+
+/// The overflow uid when this process is in a non-initial user namespace (its uid_map is not
+/// the identity over the whole range), else `None`.
+fn userns_overflow_uid() -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let initial = map.split_whitespace().collect::<Vec<_>>().as_slice() == ["0", "0", "4294967295"];
+    if initial {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether we own the inode behind `fd` (an O_PATH descriptor of a directory), asked of the
+/// kernel by a chmod to its current mode: only its owner (or CAP_FOWNER over it) may. Used
+/// where the uid number alone cannot tell: inside our user namespace, an unmapped root and a
+/// mapped overflow uid look the same.
+fn we_own(fd: BorrowedFd<'_>, mode: u32) -> bool {
+    let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
+    let p = std::ffi::OsStr::new(&path).as_bytes();
+    // SAFETY: a NUL-terminated path; chmod to the mode the inode already has.
+    unsafe { libc::chmod(p.as_ptr().cast(), mode & 0o7777) == 0 }
 }
 
 /// One real directory on the way down.
@@ -247,7 +276,16 @@ struct Step {
 
 impl Walker {
     pub fn new(uid: u32, gid: u32) -> Walker {
-        Walker { uid, gid }
+        Walker {
+            uid,
+            gid,
+            overflow_uid: userns_overflow_uid(),
+        }
+    }
+
+    /// Whether `uid` is root's, or (in our user namespace) an unmapped id that stands for it.
+    fn rootish(&self, uid: u32) -> bool {
+        uid == 0 || self.overflow_uid == Some(uid)
     }
 
     /// Resolve an absolute path without following any symlink the sandbox could have planted.
@@ -336,11 +374,16 @@ impl Walker {
     /// or `None` when it may be: the link and every directory above it are root-owned and
     /// none of those directories is writable by the sandbox.
     fn distrust(&self, link: &Meta, above: &[Step]) -> Option<String> {
-        if link.uid != 0 {
+        if !self.rootish(link.uid) {
             return Some(format!("the link is owned by uid {}, not root", link.uid));
         }
         for d in above {
-            if d.meta.uid != 0 {
+            // The overflow uid is ambiguous when it is also the sandbox's own: ask the kernel
+            // whether the directory is ours.
+            let ours = self.overflow_uid == Some(d.meta.uid)
+                && d.meta.uid == self.uid
+                && we_own(d.fd.as_fd(), d.meta.mode);
+            if !self.rootish(d.meta.uid) || ours {
                 return Some(format!(
                     "{} above it is owned by uid {}, not root",
                     d.path.display(),

@@ -46,6 +46,20 @@ impl Kernel for Real {
     }
 
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError> {
-        namespaces::make_view(plan)
+        #[allow(unused_mut)]
+        let mut probe = namespaces::make_view(plan)?;
+        // Test builds only: `OSB_TEST_DENY_PIDNS=1` makes the PID namespace unavailable, as a
+        // kernel or runtime that refuses it would, so the race tests can reach the degraded
+        // kill sweep (a per-exec PID namespace otherwise makes that sweep unnecessary).
+        #[cfg(feature = "test-pause-points")]
+        if std::env::var_os("OSB_TEST_DENY_PIDNS").is_some_and(|v| v == "1") {
+            use super::namespaces::{Kind, Outcome};
+            probe.view.pid = false;
+            probe.outcomes[Kind::Pid.index()] = Outcome::Failed(super::ChildError::new(
+                super::Step::ClonePidNamespace,
+                libc::EPERM,
+            ));
+        }
+        Ok(probe)
     }
 }

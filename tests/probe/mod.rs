@@ -354,8 +354,9 @@ pub fn launch(scene: &Scene, mode: Mode, flags: &[&str], probe_args: &[String]) 
         }
         Mode::NonRoot => {
             cmd.uid(scene.uid).gid(scene.uid);
-            // Without a memory cgroup --memory is per process only: degraded (SECURITY.md).
-            if flags.contains(&"--memory") {
+            // Without a cgroup an explicit --memory is per process only, and --pids is
+            // RLIMIT_NPROC, shared by the uid: both degraded (SECURITY.md).
+            if flags.contains(&"--memory") || flags.contains(&"--pids") {
                 cmd.arg("--allow-degraded");
             }
         }

@@ -97,9 +97,11 @@ impl TestGateway {
     }
 
     pub async fn start_with(auth: AuthMode, transport: Transport) -> TestGateway {
+        // Outside /tmp: an exec's /tmp is the sandbox's private tmpfs, so files the test
+        // grants or plants for the sandbox must live elsewhere.
         let dir = tempfile::Builder::new()
             .prefix("osb-gw-")
-            .tempdir()
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let ca = pki::Ca::new("openshell-test-ca");

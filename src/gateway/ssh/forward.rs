@@ -53,15 +53,33 @@ pub fn target(host: &str, port: u32) -> Result<SocketAddr, ForwardError> {
     Ok(SocketAddr::new(ip, port))
 }
 
-/// Connect to `addr` as the sandbox sees the network. This is the one place that decides
-/// which network view a forward reaches.
-///
-/// Today the supervisor shares the sandbox's network namespace, so this is a plain connect.
-/// When sandboxes get a namespace of their own, point this at it (a thread that setns()es
-/// into the view's net ns fd, or a helper inside the view passing the fd back over
-/// SCM_RIGHTS): a forward must never reach the supervisor's own loopback then.
-pub fn connect_in_view(addr: SocketAddr) -> io::Result<TcpStream> {
-    TcpStream::connect(addr)
+/// Connect to `addr` inside the sandbox's network view: with a network namespace of its own,
+/// a short-lived thread joins it (setns) and connects there, so that "loopback" is the
+/// sandbox's loopback, where its execs' servers listen, never the supervisor's. A socket keeps
+/// the namespace it was made in, so the thread may end right after. A fresh thread and never a
+/// pool thread: a pooled thread would stay in the sandbox's namespace for whatever it runs
+/// next. Without a namespace of its own (`--network all`, or degraded) the sandbox shares ours.
+pub fn connect_in_view(
+    addr: SocketAddr,
+    sandbox: Option<crate::exec::Sandbox>,
+) -> io::Result<TcpStream> {
+    use std::os::fd::AsRawFd;
+    let Some(sb) = sandbox.filter(|s| s.net_namespace().is_some()) else {
+        return TcpStream::connect(addr);
+    };
+    std::thread::Builder::new()
+        .name("forward-connect".into())
+        .spawn(move || {
+            let fd = sb.net_namespace().expect("checked above").as_raw_fd();
+            // SAFETY: setns on a namespace fd the sandbox keeps open for its whole life; it
+            // changes only this thread's network namespace.
+            if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            TcpStream::connect(addr)
+        })?
+        .join()
+        .map_err(|_| io::Error::other("the forward connect thread panicked"))?
 }
 
 /// One slot of the per-connection cap; released when dropped.
@@ -84,10 +102,15 @@ impl Drop for Slot {
 
 /// Serve an accepted `direct-tcpip` channel: connect, then copy until both sides are done.
 /// A failed connect closes the channel (the client already has it open, as upstream does).
-pub fn spawn(channel: Channel<Msg>, addr: SocketAddr, slot: Slot) {
+pub fn spawn(
+    channel: Channel<Msg>,
+    addr: SocketAddr,
+    slot: Slot,
+    sandbox: Option<crate::exec::Sandbox>,
+) {
     tokio::spawn(async move {
         let _slot = slot;
-        let tcp = match tokio::task::spawn_blocking(move || connect_in_view(addr)).await {
+        let tcp = match tokio::task::spawn_blocking(move || connect_in_view(addr, sandbox)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 tracing::info!(%addr, "forwarded connection failed: {e}");

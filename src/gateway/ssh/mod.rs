@@ -215,7 +215,7 @@ impl russh::server::Handler for Handler {
         // Accepted before connecting, as upstream does: a refused connect closes the open
         // channel instead of failing the open.
         reply.accept().await;
-        forward::spawn(channel, addr, slot);
+        forward::spawn(channel, addr, slot, self.ctx.sandbox.current());
         Ok(())
     }
 

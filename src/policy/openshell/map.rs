@@ -336,6 +336,12 @@ fn map_filesystem(
             }
             granted += 1;
             use std::os::unix::fs::FileTypeExt;
+            if write && (path == Path::new("/tmp") || path == Path::new("/dev/shm")) {
+                // OpenShell grants the container's own /tmp and /dev/shm. Ours are the view's
+                // private tmpfs mounts (one per sandbox, writable, gone with it); granting the
+                // host's here would bind the shared one back over them.
+                continue;
+            }
             if path == Path::new("/proc") && !write {
                 fs.proc_read = true;
             } else if write && meta.file_type().is_char_device() {
