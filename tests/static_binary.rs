@@ -9,12 +9,17 @@ use std::process::Command;
 use common::*;
 
 /// The static build (`make static` exports its path as OSB_STATIC_BIN).
-/// `chroot ROOT ...` in a mount namespace of its own with a fresh /proc in ROOT, as a
-/// container runtime would give the image.
+/// Enter ROOT as a container runtime would: a mount namespace of its own, ROOT a mount point
+/// made the root with pivot_root (not chroot: a process that joins a mount namespace, as the
+/// sandbox view's init does, gets that namespace's root, which chroot does not change), and a
+/// fresh /proc. The host's root stays reachable below /.oldroot (there is no umount in a
+/// libc-less image to detach it); the sandbox's Landlock rules never grant it.
 fn chroot(root: &std::path::Path) -> Command {
     let mut c = Command::new("unshare");
     c.args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"mount -t proc proc "$0/proc" && exec chroot "$0" "$@""#)
+        .arg(
+            r#"mount --bind "$0" "$0" && mount -t proc proc "$0/proc" && mkdir -p "$0/.oldroot" && cd "$0" && pivot_root . .oldroot && cd / && exec "$@""#,
+        )
         .arg(root);
     c
 }
@@ -64,10 +69,14 @@ fn static_binary_has_no_interpreter_and_runs_without_libc() {
     // A container runtime mounts /proc in every image; the sandbox view needs it (the
     // namespaces are held through /proc/PID/ns).
     std::fs::create_dir(root.path().join("proc")).unwrap();
+    // Every image has /tmp and /dev/shm (mount points for the view's private tmpfs).
+    std::fs::create_dir(root.path().join("tmp")).unwrap();
+    std::fs::create_dir_all(root.path().join("dev/shm")).unwrap();
     std::os::unix::fs::chown(root.path().join("work"), Some(65534), Some(65534)).unwrap();
-    // Nothing else: no /lib, no /usr, no libc, no loader.
+    // Nothing else (the binary, /work, the /proc, /tmp and /dev/shm mount points): no /lib, no
+    // /usr, no libc, no loader.
     let entries: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
-    assert_eq!(entries.len(), 2);
+    assert_eq!(entries.len(), 5);
 
     let out = chroot(root.path())
         .args(["/openshell-sandbox", "check", "--json"])
