@@ -50,7 +50,7 @@ test: static tools
 # Only the fuzz targets, each for FUZZ_SECONDS (default 60) seconds.
 fuzz:
 	OSB_FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) $(CARGO) test --test fuzz_policy --test fuzz_seccomp \
-	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages
+	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages --test fuzz_openshell_policy
 
 bench: static
 	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus
