@@ -355,6 +355,9 @@ fn spawn_one(
     sup: RawFd,
     entries: &mut HashMap<libc::pid_t, Entry>,
 ) -> Result<Started, ManagerError> {
+    // A test holds the manager thread here (issue 10 item 23): the async side must go on
+    // serving the running execs meanwhile, because no fork, wait or sweep happens on it.
+    crate::pause::point("manager-spawn");
     let prepared = &sandbox.prepared;
     let cgroup = match &prepared.cgroups {
         Some(root) => Some(Arc::new(

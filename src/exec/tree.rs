@@ -8,10 +8,11 @@
 //! 2. otherwise, the process table: every process whose parent chain leads to the exec, or
 //!    that is in its session;
 //! 3. orphans re-parented to the supervisor (we are a child subreaper) that are not the main
-//!    process of another exec: a double-forked `setsid` daemon ends up here with nothing else
-//!    linking it to its exec. Without a cgroup this is the only trace of it, so such an orphan
-//!    is killed when an exec ends: no exec's daemon may outlive it, and a daemon that escaped
-//!    its session is not told apart from a sibling exec's daemon.
+//!    process of another exec. Without an init, the command is its exec's own subreaper
+//!    (`sandbox/init.rs`), so a double-forked daemon stays below the command while the exec
+//!    runs (found by 2.), and reaches the supervisor only once the command has exited: then its
+//!    exec is over, and the sweep at that exec's end kills it. A running exec's daemons are
+//!    therefore never taken for orphans by another exec's end (issue 10 item 22).
 //!
 //! A member list that cannot be read (EMFILE after a prlimit on us, a vanished group) is a
 //! [`SweepError`], never an empty list: nobody knows then what is still running.

@@ -483,6 +483,17 @@ unsafe fn command_main(
         if libc::chdir(plan.cwd.as_ptr()) != 0 {
             fail(ChildError::last(Step::Chdir), err_w);
         }
+        // Without an init (no PID namespace), the command itself is its exec's child
+        // subreaper: the attribute survives execve, and is not inherited by its children. A
+        // double-forked daemon of this exec is then re-parented to the command while it runs,
+        // not to the supervisor, where it could not be told apart from another exec's orphan:
+        // the end of one exec used to sweep every unregistered orphan of the supervisor, so it
+        // killed a running exec's daemons too (issue 10 item 22). Once the command exits its
+        // orphans do reach the supervisor, and its own sweep kills them. A command that clears
+        // the attribute hands only its own daemons to that sweep.
+        if view.is_some() && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            fail(ChildError::last(Step::Subreaper), err_w);
+        }
         if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent) {
             fail(e, err_w);
         }

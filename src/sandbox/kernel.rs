@@ -38,6 +38,13 @@ impl Kernel for Real {
     }
 
     fn cgroups(&self) -> Option<cgroup::Root> {
+        // Test builds only: `OSB_TEST_DENY_CGROUP=1` makes per-exec cgroups unavailable, as a
+        // pod with a read-only /sys/fs/cgroup does, so a test can reach the cgroup-less tree
+        // kill on a machine that has cgroups.
+        #[cfg(feature = "test-pause-points")]
+        if std::env::var_os("OSB_TEST_DENY_CGROUP").is_some_and(|v| v == "1") {
+            return None;
+        }
         cgroup::detect()
     }
 

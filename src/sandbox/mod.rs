@@ -691,6 +691,7 @@ pub enum Step {
     // The command, in the order of [`enforce_in_child`].
     Stdio,
     Chdir,
+    Subreaper,
     Setsid,
     ControllingTty,
     Rlimit,
@@ -744,6 +745,7 @@ impl Step {
         Step::ForkCommand,
         Step::Stdio,
         Step::Chdir,
+        Step::Subreaper,
         Step::Setsid,
         Step::ControllingTty,
         Step::Rlimit,
@@ -802,6 +804,7 @@ impl Step {
             Step::ForkCommand => "fork the command",
             Step::Stdio => "connect stdin, stdout and stderr",
             Step::Chdir => "change to the working directory",
+            Step::Subreaper => "become the child subreaper of the exec",
             Step::Setsid => "setsid",
             Step::ControllingTty => "make the pty the controlling terminal",
             Step::Rlimit => "setrlimit",
