@@ -22,6 +22,9 @@ fn main() -> ExitCode {
         Some("copy-self" | "install" | "certs" | "--help" | "-h" | "--version" | "-V")
     ) {
         openshell_sandbox::sandbox::namespaces::enter_user_ns();
+        // A root supervisor in a pod finds /sys/fs/cgroup read-only (containerd mounts it so);
+        // it works through a private read-write copy (sandbox/cgroup_remount.rs).
+        openshell_sandbox::sandbox::cgroup_remount::make_writable();
     }
     let result = match sub {
         Some("copy-self") => install::copy_self_main(&argv[2..]),

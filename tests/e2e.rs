@@ -508,6 +508,14 @@ async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
             && !r.out().contains("OPENSHELL_TLS")
     });
 
+    // The pod's cgroup mounts are read-only, yet the exec has a pids group of its own (made
+    // through the supervisor's private read-write copy), visible through the cgroup
+    // namespace as a path below the pod's own group.
+    let r = a.sh("grep ':pids:' /proc/self/cgroup").await;
+    check_exec(&sc, "the exec's pids cgroup", &r, |r| {
+        r.exit == Some(0) && r.out().contains("/openshell-owned-")
+    });
+
     sc.step("5 exec: the sandbox's private view inside the pod");
     checks::namespaces_in_pod(&sc, &a).await;
 

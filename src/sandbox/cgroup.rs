@@ -78,13 +78,30 @@ impl System {
         None
     }
 
+    /// Where the hierarchy mounted at `mount/NAME` ("" = `mount` itself) is used: the mount, or
+    /// the read-write copy start-up made of a read-only one (see `cgroup_remount`). v1's
+    /// `cpu` and `cpuacct` are links to `cpu,cpuacct`: the copy is found by the link's target.
+    fn hierarchy(&self, name: &str) -> PathBuf {
+        let real = self.mount.join(name);
+        if self.mount != Path::new("/sys/fs/cgroup") {
+            return real;
+        }
+        let target = match fs::read_link(&real) {
+            Ok(t) if t.is_relative() && t.components().count() == 1 => {
+                t.to_string_lossy().into_owned()
+            }
+            _ => name.to_string(),
+        };
+        super::cgroup_remount::copy_of(&target).map_or(real, Path::to_path_buf)
+    }
+
     fn is_v2(&self) -> bool {
-        self.mount.join("cgroup.controllers").exists()
+        self.hierarchy("").join("cgroup.controllers").exists()
     }
 
     /// The v1 parent directory for `controller`, when that hierarchy is mounted and we are in it.
     fn v1_parent(&self, controller: &str) -> Option<PathBuf> {
-        let p = self.mount.join(controller).join(self.own_path(controller)?);
+        let p = self.hierarchy(controller).join(self.own_path(controller)?);
         p.is_dir().then_some(p)
     }
 }
@@ -157,7 +174,7 @@ fn v2_controllers(dir: &Path) -> Option<Vec<String>> {
 /// stale group swept. For `check`.
 pub fn probe(sys: &System) -> Option<Probe> {
     if sys.is_v2() {
-        let cur = sys.mount.join(sys.own_path("")?);
+        let cur = sys.hierarchy("").join(sys.own_path("")?);
         let ctrls = v2_controllers(&cur)?;
         if ctrls.iter().any(|c| c == "pids") && writable(&cur) {
             let memory = ctrls.iter().any(|c| c == "memory");
@@ -223,7 +240,7 @@ pub fn detect_in(sys: &System) -> Option<Root> {
     // cgroup v2 (unified only): needs the pids controller delegated to our cgroup.
     if sys.is_v2()
         && let Some(own) = sys.own_path("")
-        && let Some((base, memory, lock)) = setup_v2(&sys.mount.join(own), &name)
+        && let Some((base, memory, lock)) = setup_v2(&sys.hierarchy("").join(own), &name)
     {
         return Some(Root {
             no_memory: (!memory).then(|| no_memory_v2(base.parent().unwrap_or(&base))),

@@ -24,6 +24,7 @@
 //!    syscalls of the steps above. execve itself stays allowed.
 
 pub mod cgroup;
+pub mod cgroup_remount;
 pub mod identity;
 pub mod init;
 pub mod kernel;
@@ -333,27 +334,35 @@ fn prepare_inner(
         Some((describe, ..)) => layers.push(LayerStatus {
             layer: "cgroup",
             status: Enforcement::Enforced,
-            detail: format!("pids.max {} per exec; {describe}", policy.limits.pids),
+            detail: with_remount_note(format!(
+                "pids.max {} per exec; {describe}",
+                policy.limits.pids
+            )),
         }),
         None if target_is_root => degrade(
             "cgroup",
-            "target uid is 0, where RLIMIT_NPROC is not enforced, and no pids cgroup can be created".into(),
+            with_remount_note(
+                "target uid is 0, where RLIMIT_NPROC is not enforced, and no pids cgroup can be created"
+                    .into(),
+            ),
             &mut layers,
         )?,
         // An explicit --pids N promises N processes for this exec. RLIMIT_NPROC counts every
         // process of the uid on the machine: twenty runs with --pids 16 starve each other.
         None if policy.limits.pids_requested => degrade(
             "cgroup",
-            format!(
+            with_remount_note(format!(
                 "no writable pids cgroup: --pids {} is RLIMIT_NPROC, shared by every process of the uid on this machine",
                 policy.limits.pids
-            ),
+            )),
             &mut layers,
         )?,
         None => layers.push(LayerStatus {
             layer: "cgroup",
             status: Enforcement::NotRequested,
-            detail: "no writable pids cgroup; RLIMIT_NPROC bounds processes per uid".into(),
+            detail: with_remount_note(
+                "no writable pids cgroup; RLIMIT_NPROC bounds processes per uid".into(),
+            ),
         }),
     }
     // --memory is resident memory of the whole exec, swap included: only a memory cgroup
@@ -961,3 +970,11 @@ mod step_tests {
 
 #[cfg(test)]
 mod prepare_tests;
+
+/// The cgroup layer's detail, with what start-up did about read-only cgroup mounts.
+fn with_remount_note(detail: String) -> String {
+    match cgroup_remount::note() {
+        Some(n) => format!("{detail} ({n})"),
+        None => detail,
+    }
+}

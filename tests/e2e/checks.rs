@@ -118,10 +118,10 @@ pub fn runtime_shape(sc: &Scenario, pod: &Pod) {
 }
 
 /// What the supervisor makes of the pod: `check --json` run in the pod by the runtime (same
-/// namespaces, capabilities, seccomp and cgroup as PID 1). The read-only cgroup mount: Today: no
-/// writable pids cgroup, so the cgroup layer is not requested and the policy still counts as
-/// fully enforced. docs/e2e.md records this; the lead decides between remounting read-write
-/// and reporting degraded, and this expectation changes with that decision.
+/// namespaces, capabilities, seccomp and cgroup as PID 1). The pod's cgroup mounts are
+/// read-only (checked by `runtime_shape`, on PID 1 itself, so the supervisor left them so); the
+/// supervisor works through a private read-write copy of them (src/sandbox/cgroup_remount.rs),
+/// so the cgroup layer is enforced and says so.
 pub fn supervisor_on_read_only_cgroups(sc: &Scenario, pod: &Pod) -> String {
     let out = sc.ok(pod.container.exec(&[SUPERVISOR, "check", "--json"]));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -137,10 +137,11 @@ pub fn supervisor_on_read_only_cgroups(sc: &Scenario, pod: &Pod) -> String {
         .cloned()
         .unwrap_or_default();
     sc.check(
-        row["status"] == "notrequested"
-            && row["detail"]
-                .as_str()
-                .is_some_and(|d| d.contains("no writable pids cgroup")),
+        row["status"] == "enforced"
+            && row["detail"].as_str().is_some_and(|d| {
+                d.contains("read-only cgroup mounts used through a private read-write copy")
+                    && d.contains("/sys/fs/cgroup/pids")
+            }),
         || format!("the supervisor's cgroup layer in the pod: {row}"),
     );
     // The sandbox view can be made in the pod (root with CAP_SYS_ADMIN, under either seccomp
