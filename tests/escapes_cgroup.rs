@@ -13,7 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{BIN, PauseDir, Workdir, require, require_pause_points, require_root, run};
+use common::{
+    BIN, PauseDir, Workdir, kill, read_pid, require, require_pause_points, require_root, run,
+    wait_until,
+};
 
 const PIDS_ROOT: &str = "/sys/fs/cgroup/pids";
 
@@ -29,35 +32,6 @@ fn which(tool: &str) -> bool {
 fn alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence.
     unsafe { libc::kill(pid, 0) == 0 }
-}
-
-fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    f()
-}
-
-fn read_pid(path: &Path, secs: u64) -> Option<i32> {
-    let mut pid = None;
-    wait_until(secs, || {
-        pid = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
-        pid.is_some()
-    });
-    pid
-}
-
-fn kill(pid: i32) {
-    if pid > 0 {
-        // SAFETY: kill with integer arguments.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
 }
 
 /// The supervisor groups whose name carries `pid` (`openshell-owned-PID-...`, or the older

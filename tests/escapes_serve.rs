@@ -10,10 +10,9 @@
 mod common;
 mod support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{PauseDir, require_pause_points};
+use common::{PauseDir, kill, read_pid, require_pause_points, wait_until};
 use openshell_sandbox::proto::v1::exec_sandbox_event::Payload;
 use support::exec::exec_stream;
 use support::{AuthMode, SupOpts, TestGateway, is_root, require, up};
@@ -30,35 +29,6 @@ fn alive(pid: i32) -> bool {
             .and_then(|i| s[i + 1..].split_whitespace().next())
             .is_some_and(|state| state != "Z"),
         Err(_) => false,
-    }
-}
-
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    f()
-}
-
-fn read_pid(path: &Path, limit: Duration) -> Option<i32> {
-    let mut pid = None;
-    wait_until(limit, || {
-        pid = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
-        pid.is_some()
-    });
-    pid
-}
-
-fn kill9(pid: i32) {
-    if pid > 0 {
-        // SAFETY: kill with integer arguments.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
 
@@ -118,7 +88,7 @@ async fn a_degraded_execs_end_spares_another_running_execs_daemon() {
     let st = gw.state.clone();
     let req_a = gw.request(&["sh", "-c", &script_a]);
     let a = tokio::spawn(async move { support::exec_collect(st, req_a).await });
-    let daemon = read_pid(&pid_file, Duration::from_secs(30)).unwrap_or(-1);
+    let daemon = read_pid(&pid_file, 30).unwrap_or(-1);
     let outcome = async {
         if daemon <= 0 {
             return Err("exec A's daemon never started".to_string());
@@ -145,8 +115,8 @@ async fn a_degraded_execs_end_spares_another_running_execs_daemon() {
         std::fs::write(&done, b"").ok();
         None
     };
-    let gone = outcome.is_ok() && wait_until(Duration::from_secs(10), || !alive(daemon));
-    kill9(daemon);
+    let gone = outcome.is_ok() && wait_until(10, || !alive(daemon));
+    kill(daemon);
     drop(sup);
     outcome.unwrap();
     let a_res = a_res.unwrap().expect("exec A timed out").unwrap();

@@ -179,3 +179,35 @@ impl PauseDir {
         std::fs::write(self.dir.path().join(format!("{point}.go")), b"").expect("release");
     }
 }
+
+/// Poll `f` every 10 ms for at most `secs` seconds; its last answer.
+pub fn wait_until(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    f()
+}
+
+/// The pid a sandboxed script wrote to `path`, waiting at most `secs` seconds for it.
+pub fn read_pid(path: &Path, secs: u64) -> Option<i32> {
+    let mut pid = None;
+    wait_until(secs, || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        pid.is_some()
+    });
+    pid
+}
+
+/// SIGKILL `pid` when it is a real pid (cleanup after a test).
+pub fn kill(pid: i32) {
+    if pid > 0 {
+        // SAFETY: kill with integer arguments.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
