@@ -263,7 +263,7 @@ fn check_and_run_leave_a_live_idle_supervisors_groups_alone() {
     let check = Command::new(BIN).arg("check").output().unwrap();
     assert!(base.exists(), "`check` removed a live supervisor's group");
     let _ = check;
-    let other = run(&wd, &[], &["true"]);
+    let other = run(&Workdir::new(), &[], &["true"]);
     assert_eq!(other.code(), 0, "{}", other.stderr());
     assert!(base.exists(), "`run` removed a live supervisor's group");
     pause.release("cgroup-take-exec");
@@ -320,8 +320,12 @@ fn a_starting_supervisor_kills_what_a_killed_one_left_and_nothing_live() {
     let dead = sup_cmd(&wd, &rp, &[], &["sh", "-c", &script])
         .spawn()
         .unwrap();
-    let rp2 = wd.path().join("r2.json");
-    let live = sup_cmd(&wd, &rp2, &[], &["sleep", &lmark]).spawn().unwrap();
+    // Runs with per-run uids need a workdir each (one is locked per run).
+    let wd2 = Workdir::new();
+    let rp2 = wd2.path().join("r2.json");
+    let live = sup_cmd(&wd2, &rp2, &[], &["sleep", &lmark])
+        .spawn()
+        .unwrap();
     let mut daemon = None;
     let mut live_exec = None;
     wait_until(30, || {
@@ -329,8 +333,17 @@ fn a_starting_supervisor_kills_what_a_killed_one_left_and_nothing_live() {
         live_exec = pid_by_mark(&lmark);
         daemon.is_some() && live_exec.is_some()
     });
-    let daemon = daemon.expect("the daemon never started");
-    let live_exec = live_exec.expect("the live exec never started");
+    if daemon.is_none() || live_exec.is_none() {
+        kill(dead.id() as i32);
+        kill(live.id() as i32);
+        let (c1, e1) = finish(dead, 30);
+        let (c2, e2) = finish(live, 30);
+        panic!(
+            "the daemon ({daemon:?}) or the live exec ({live_exec:?}) never started: \
+             first run {c1}: {e1}\nsecond run {c2}: {e2}"
+        );
+    }
+    let (daemon, live_exec) = (daemon.unwrap(), live_exec.unwrap());
     kill(dead.id() as i32);
     let _ = finish(dead, 30);
 
@@ -350,17 +363,6 @@ fn a_starting_supervisor_kills_what_a_killed_one_left_and_nothing_live() {
 }
 
 // Item 4.
-
-/// The lowest fd number `pid` does not use: with the soft RLIMIT_NOFILE set to it, every open
-/// fails with EMFILE.
-fn lowest_free_fd(pid: u32) -> u64 {
-    let used: std::collections::BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-        .collect();
-    (0..).find(|n| !used.contains(n)).unwrap()
-}
 
 /// When the sweep cannot read the exec's members (here: the supervisor's RLIMIT_NOFILE was
 /// lowered at the start of the sweep, as a child of the same uid could with prlimit), the run
@@ -402,7 +404,9 @@ fn a_sweep_that_cannot_read_the_cgroup_fails_closed() {
                 std::ptr::null(),
                 &mut lim,
             );
-            lim.rlim_cur = lowest_free_fd(sup);
+            // Soft limit 0: every new descriptor fails with EMFILE, whichever the supervisor
+            // closes meanwhile (the lowest free fd of a moment ago could be reused).
+            lim.rlim_cur = 0;
             libc::prlimit64(
                 sup as libc::pid_t,
                 libc::RLIMIT_NOFILE,

@@ -790,3 +790,83 @@ async fn serve_handles_sighup_like_sigterm() {
     assert_eq!(status.code(), Some(0), "{}", sup.log());
     assert!(sup.log().contains("SIGHUP: shutting down"), "{}", sup.log());
 }
+
+/// Two concurrent runs with per-run uids in one workdir: the second used to hand the tree over
+/// to its own uid while the first was running, so the first run's next write failed with
+/// EACCES mid-run. Now a workdir is held by one such run at a time: the second is refused at
+/// once with an error that says why and what to do, and the first goes on untouched. With one
+/// explicit `--uid` both may share it.
+#[test]
+fn a_second_run_in_a_busy_workdir_is_refused_and_the_first_keeps_writing() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let a = Command::new(BIN)
+        .args(["run", "-q", "--workdir"])
+        .arg(wd.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo one > a.txt; : > ready; while [ ! -e release ]; do sleep 0.05; done; echo two >> a.txt && cat a.txt",
+        ])
+        .current_dir(wd.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ready = wait_for_file(&wd.path().join("ready"), 30);
+    let b = run(&wd, &[], &["sh", "-c", "echo b > b.txt"]);
+    std::fs::write(wd.path().join("release"), b"").unwrap();
+    let a = a.wait_with_output().unwrap();
+    assert!(
+        ready,
+        "run A never started: {}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    assert_eq!(b.code(), 125, "run B: {}", b.stderr());
+    assert!(
+        b.stderr()
+            .contains("is in use by another run that has a uid of its own")
+            && b.stderr().contains("--uid"),
+        "{}",
+        b.stderr()
+    );
+    assert!(!wd.path().join("b.txt").exists(), "run B ran");
+    assert_eq!(
+        a.status.code(),
+        Some(0),
+        "run A: {}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&a.stdout), "one\ntwo\n");
+    // Sharing on purpose: one explicit uid, no hand-over, no lock.
+    let shared = Workdir::new();
+    std::os::unix::fs::chown(shared.path(), Some(65534), Some(65534)).unwrap();
+    let long = Command::new(BIN)
+        .args(["run", "-q", "--uid", "65534", "--workdir"])
+        .arg(shared.path())
+        .args([
+            "--",
+            "sh",
+            "-c",
+            ": > ready; while [ ! -e release ]; do sleep 0.05; done",
+        ])
+        .current_dir(shared.path())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = wait_for_file(&shared.path().join("ready"), 30);
+    let c = run(
+        &shared,
+        &["--uid", "65534"],
+        &["sh", "-c", "echo c > c.txt"],
+    );
+    std::fs::write(shared.path().join("release"), b"").unwrap();
+    let long = long.wait_with_output().unwrap();
+    assert!(ready);
+    assert_eq!(c.code(), 0, "{}", c.stderr());
+    assert_eq!(long.status.code(), Some(0));
+}

@@ -629,6 +629,14 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     tl.stamp("sandbox-new");
     // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
     // workdir has passed the filesystem policy's checks.
+    // One run with a uid of its own per workdir at a time; held until we return.
+    let _workdir_lock = match &lease {
+        Some(_) => Some(
+            identity::WorkdirLock::take(&sandbox.policy().fs.workdir)
+                .map_err(RunError::Identity)?,
+        ),
+        None => None,
+    };
     if let Some(lease) = &lease {
         let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
         let workdir = &sandbox.policy().fs.workdir;

@@ -1020,8 +1020,11 @@ impl Drop for Root {
         // The spare group lives inside ours: remove it first. The locks are released after
         // the directories are gone (the field drops after this body).
         drop(self.spare.lock().unwrap_or_else(|p| p.into_inner()).take());
+        // An exec group inside may still be on its way out (the process manager removes it
+        // once the exec is reaped, which can come just after this): rmdir answers EBUSY until
+        // then, so retry as for an exec group.
         for b in self.bases() {
-            let _ = fs::remove_dir(b);
+            remove_dir_retrying(b);
         }
     }
 }

@@ -227,6 +227,15 @@ pub enum LeaseError {
     Lock { uid: u32, source: std::io::Error },
     #[error("every uid of --uid-range {start}-{end} is held by a running run")]
     Exhausted { start: u32, end: u32 },
+    #[error(
+        "the workdir {path} is in use by another run that has a uid of its own: concurrent runs with per-run uids need a workdir each (or pass them one --uid to share it)"
+    )]
+    WorkdirBusy { path: std::path::PathBuf },
+    #[error("locking the workdir {path}: {source}")]
+    WorkdirLock {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("handing {path} to uid {uid}: {source}")]
     Chown {
         path: std::path::PathBuf,
@@ -318,6 +327,56 @@ impl UidLease {
             }
         }
         Err(LeaseError::Exhausted { start, end })
+    }
+}
+
+/// A workdir held by one run with a per-run uid, for as long as this value lives: an exclusive
+/// flock on `UID_LOCK_DIR/wd-<dev>-<inode>` (root's directory: nothing sandboxed can take or
+/// hold it). Without it, a second run in the same workdir handed the tree over to its own uid
+/// while the first was running, and the first run's writes then failed (EACCES) mid-run.
+#[derive(Debug)]
+pub struct WorkdirLock {
+    _lock: std::os::fd::OwnedFd,
+}
+
+impl WorkdirLock {
+    pub fn take(path: &std::path::Path) -> Result<WorkdirLock, LeaseError> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::unix::fs::MetadataExt;
+        let err = |source| LeaseError::WorkdirLock {
+            path: path.to_path_buf(),
+            source,
+        };
+        // The inode, not the path: two spellings of one directory are one workdir. (A symlinked
+        // workdir is refused by the filesystem policy before this.)
+        let md = std::fs::symlink_metadata(path).map_err(err)?;
+        let dir = lock_dir()?;
+        let name = std::ffi::CString::new(format!("wd-{}-{}", md.dev(), md.ino()))
+            .expect("digits have no NUL");
+        // SAFETY: openat relative to our directory fd with a NUL-terminated name.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: fd was just opened and is ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: flock on our fd.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return match crate::sandbox::errno() {
+                libc::EWOULDBLOCK => Err(LeaseError::WorkdirBusy {
+                    path: path.to_path_buf(),
+                }),
+                e => Err(err(std::io::Error::from_raw_os_error(e))),
+            };
+        }
+        Ok(WorkdirLock { _lock: fd })
     }
 }
 
