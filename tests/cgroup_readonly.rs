@@ -102,6 +102,11 @@ fn limits_hold_through_read_only_cgroup_mounts() {
         detail.contains("read-only cgroup mounts used through a private read-write copy"),
         "{cg}"
     );
+    // Shown at the mount point it copies, not as the supervisor's descriptor.
+    assert!(
+        detail.contains("pids at /sys/fs/cgroup/pids") && !detail.contains("/proc/self/fd"),
+        "{cg}"
+    );
     assert!(
         stdout
             .lines()

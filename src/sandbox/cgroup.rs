@@ -179,7 +179,7 @@ pub fn probe(sys: &System) -> Option<Probe> {
         if ctrls.iter().any(|c| c == "pids") && writable(&cur) {
             let memory = ctrls.iter().any(|c| c == "memory");
             return Some(Probe {
-                describe: format!("cgroup v2 below {}", cur.display()),
+                describe: format!("cgroup v2 below {}", super::cgroup_remount::shown(&cur)),
                 memory,
                 no_memory: (!memory).then(|| no_memory_v2(&cur)),
                 // cpu.stat's usage_usec is there in every v2 group; cpu.max needs the cpu
@@ -202,7 +202,10 @@ pub fn probe(sys: &System) -> Option<Probe> {
             .is_some_and(|p| writable(&p) && p.join("cpu.cfs_quota_us").exists()),
     };
     Some(Probe {
-        describe: format!("cgroup v1 pids below {}", pids.display()),
+        describe: format!(
+            "cgroup v1 pids below {}",
+            super::cgroup_remount::shown(&pids)
+        ),
         memory: memory.is_some(),
         no_memory: memory.is_none().then(no_memory_v1),
         cpu,
@@ -514,7 +517,9 @@ impl Root {
 
     pub fn describe(&self) -> String {
         match &self.layout {
-            Layout::V2 { base, .. } => format!("cgroup v2 at {}", base.display()),
+            Layout::V2 { base, .. } => {
+                format!("cgroup v2 at {}", super::cgroup_remount::shown(base))
+            }
             Layout::V1 {
                 pids,
                 memory,
@@ -522,14 +527,14 @@ impl Root {
                 ..
             } => format!(
                 "cgroup v1 pids at {}{}{}",
-                pids.display(),
+                super::cgroup_remount::shown(pids),
                 memory
                     .as_ref()
-                    .map(|m| format!(", memory at {}", m.display()))
+                    .map(|m| format!(", memory at {}", super::cgroup_remount::shown(m)))
                     .unwrap_or_default(),
                 freezer
                     .as_ref()
-                    .map(|m| format!(", freezer at {}", m.display()))
+                    .map(|m| format!(", freezer at {}", super::cgroup_remount::shown(m)))
                     .unwrap_or_default()
             ),
         }

@@ -69,6 +69,22 @@ pub fn copy_of(name: &str) -> Option<&'static Path> {
         .map(|(_, p)| p.as_path())
 }
 
+/// `path` for people: a path below a copy is shown below the mount point it copies.
+pub fn shown(path: &Path) -> String {
+    if let Some(st) = STATE.get() {
+        for (name, copy) in &st.copies {
+            if let Ok(rest) = path.strip_prefix(copy) {
+                let mut real = PathBuf::from("/sys/fs/cgroup");
+                if !name.is_empty() {
+                    real.push(name);
+                }
+                return real.join(rest).display().to_string();
+            }
+        }
+    }
+    path.display().to_string()
+}
+
 /// A sentence for the cgroup layer's detail, when there is something to say.
 pub fn note() -> Option<String> {
     match outcome() {
