@@ -185,7 +185,7 @@ async fn run(
         };
         let ch = tokio::select! {
             c = connected => c,
-            _ = super::ssh::stopped(&mut stop) => return,
+            _ = super::exec::stopped(&mut stop) => return,
         };
         match ch {
             Ok(ch) => {
@@ -223,7 +223,7 @@ async fn run(
         loop {
             tokio::select! {
                 _ = &mut wait => break,
-                _ = super::ssh::stopped(&mut stop) => return,
+                _ = super::exec::stopped(&mut stop) => return,
                 line = rx.recv() => match line {
                     Some(l) if kept.len() < KEPT_WHILE_DOWN => kept.push_back(l),
                     Some(_) => dropped += 1,
@@ -291,7 +291,7 @@ async fn stream(
                     Ok(_) => StreamEnd::Broken,
                 };
             }
-            _ = super::ssh::stopped(stop) => {
+            _ = super::exec::stopped(stop) => {
                 // Best effort: what is buffered goes out before the stream is dropped.
                 if !buf.is_empty() {
                     let _ = req_tx.try_send(batch(std::mem::take(&mut buf)));
