@@ -295,7 +295,7 @@ async fn a_full_stdin_queue_closes_the_attachment_with_status_0() {
     assert!(!writer.is_finished(), "the client finished writing first");
     writer.abort();
     let sent = sent.load(Ordering::SeqCst);
-    assert!(sent >= 64 && sent < CHUNKS, "{sent} chunks written");
+    assert!((64..CHUNKS).contains(&sent), "{sent} chunks written");
     assert!(sup.try_status().is_none(), "{}", sup.log());
     // The lease went with the attachment, and the queue is still full (nothing reads it): the
     // next attacher owns input (a read-only one's keystrokes would be dropped silently), so
