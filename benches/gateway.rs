@@ -1,5 +1,7 @@
 //! Supervisor benchmarks against the test gateway on loopback with mTLS (release build):
-//! exec round trip of `true`, stdout throughput, idle RSS, and process start → SessionAccepted.
+//! exec round trip of `true`, stdout throughput, idle RSS, process start → SessionAccepted,
+//! attach latency to the `openshell-main` subsystem, policy change → applied at the next exec,
+//! and the log-push overhead per exec (supervisor CPU with log push at INFO against ERROR).
 //!
 //! Run: `cargo bench --bench gateway` (add `-- --quick` for fewer iterations).
 //!
@@ -7,14 +9,20 @@
 //! - `OSB_BENCH_THROUGHPUT=1`: only the 1 GiB stdout run, three times
 //!   (`OSB_SUP_ENV=NAME=VALUE` adds one variable to the supervisor's environment);
 //! - `OSB_BENCH_TIMELINE=1`: 30 execs of `true`, then the gateway's timestamps of the last one
-//!   next to the supervisor's debug log of it (russh at debug), to see where the time goes.
+//!   next to the supervisor's debug log of it (russh at debug), to see where the time goes;
+//! - `OSB_BENCH_LOGPUSH=1`: only the log-push overhead (5 × 300 execs at each level).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use openshell_sandbox::policy::openshell::{FilesystemPolicy, LandlockPolicy, SandboxPolicy};
+use openshell_sandbox::proto::v1::PolicyStatus;
 use openshell_sandbox::proto::v1::exec_sandbox_event::Payload;
+use support::connect::Attacher;
+use support::plane::SANDBOX_NAME;
 use support::*;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -137,6 +145,178 @@ async fn throughput(gw: &TestGateway, sup: &Supervisor, bytes: u64) -> Throughpu
     }
 }
 
+/// A tty main process that prints a marker once, then waits: each attach replays the marker.
+const MAIN_MARKER: &str = "MAIN-READY";
+
+/// Attach to `openshell-main` (ForwardTcp, SSH handshake, session channel, pty-req, subsystem
+/// request) until the replayed marker arrives, `n` times; each attacher leaves again.
+async fn attach_latency(n: usize) -> Vec<Duration> {
+    let spec = serde_json::json!({
+        "version": 1,
+        "command": ["sh", "-c", format!("echo {MAIN_MARKER}; exec sleep 100000")],
+        "tty": true,
+    });
+    let (gw, mut sup) = up(
+        AuthMode::Jwt,
+        SupOpts {
+            env: vec![("OPENSHELL_MAIN_PROCESS_SPEC".into(), spec.to_string())],
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n + 3 {
+        let t0 = Instant::now();
+        let mut a = Attacher::attach(&gw.state, Some((80, 24)), false)
+            .await
+            .unwrap();
+        a.wait_out(MAIN_MARKER, Duration::from_secs(20)).await;
+        let took = t0.elapsed();
+        // Ctrl-P Ctrl-Q: a clean detach, so the next attacher gets the lease.
+        a.send(b"\x10\x11").await;
+        a.wait_closed(Duration::from_secs(20)).await;
+        if i >= 3 {
+            v.push(took);
+        }
+    }
+    assert!(sup.try_status().is_none(), "{}", sup.log());
+    v.sort();
+    v
+}
+
+/// The policy-plane base: the system directories only, so a directory under the gateway's
+/// temporary directory is outside every grant until a revision adds it.
+fn plane_policy(extra_ro: &[&Path]) -> SandboxPolicy {
+    let mut ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .collect();
+    ro.extend(extra_ro.iter().map(|p| p.display().to_string()));
+    SandboxPolicy {
+        version: 1,
+        filesystem: Some(FilesystemPolicy {
+            include_workdir: true,
+            read_only: ro,
+            read_write: vec!["/dev/null".into()],
+        }),
+        landlock: Some(LandlockPolicy {
+            compatibility: "best_effort".into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn plane_opts(poll_secs: u32, push_level: &str) -> SupOpts {
+    SupOpts {
+        env: vec![
+            ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
+            (
+                "OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(),
+                poll_secs.to_string(),
+            ),
+            (
+                "OPENSHELL_LOCAL_POLICY_PATH".into(),
+                "/nonexistent/openshell/policy.yaml".into(),
+            ),
+            ("OPENSHELL_LOG_PUSH_LEVEL".into(), push_level.into()),
+        ],
+        ..Default::default()
+    }
+}
+
+async fn wait_loaded(gw: &TestGateway, version: u32, sup: &Supervisor) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reports = gw.state.policy_reports();
+        if let Some(r) = reports.iter().rev().find(|r| r.version == version) {
+            assert_eq!(r.status, PolicyStatus::Loaded as i32, "{r:?}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no report of v{version}:\n{}",
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `policy set` of a revision that grants a directory → the first exec that reads a file in
+/// it, with the poll at 1 s (the gateway has no push: the poll interval bounds the time).
+/// Each run: (set → LOADED reported, set → applied at an exec). Needs root (Landlock as the
+/// sandbox uid is what makes the grant visible).
+async fn policy_to_next_exec(runs: usize) -> Vec<(Duration, Duration)> {
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let gw = TestGateway::start(AuthMode::Jwt).await;
+        let dir: PathBuf = gw.dir.path().join("granted");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("secret.txt"), "granted\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let secret = dir.join("secret.txt").display().to_string();
+        let v1 = gw.state.set_policy(&plane_policy(&[])).unwrap();
+        let mut sup = Supervisor::start(&gw, plane_opts(1, "INFO"));
+        gw.wait_ready(&mut sup).await;
+        wait_loaded(&gw, v1, &sup).await;
+        let r = gw.exec(&["cat", &secret]).await;
+        assert_ne!(r.exit, Some(0), "readable before the grant: {r:?}");
+        // Start at a random point of the poll cycle, as a user's `policy set` does.
+        tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
+        let t0 = Instant::now();
+        let v2 = gw.state.set_policy(&plane_policy(&[&dir])).unwrap();
+        let loaded = async {
+            wait_loaded(&gw, v2, &sup).await;
+            t0.elapsed()
+        };
+        let applied = async {
+            loop {
+                let r = gw.exec(&["cat", &secret]).await;
+                if r.exit == Some(0) {
+                    assert_eq!(r.out(), "granted\n");
+                    return t0.elapsed();
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "never applied: {r:?}"
+                );
+            }
+        };
+        out.push(tokio::join!(loaded, applied));
+    }
+    out
+}
+
+/// Supervisor CPU per exec of `true`, with log push at `push_level` (INFO: the launch and
+/// end OCSF records and the exec's INFO events are pushed; ERROR: nothing of an ordinary exec).
+async fn cpu_per_exec_with_push(push_level: &str, n: usize) -> f64 {
+    let (gw, sup) = up(AuthMode::Jwt, plane_opts(10, push_level)).await;
+    for _ in 0..10 {
+        gw.exec(&["true"]).await;
+    }
+    let c0 = cpu_secs(sup.pid());
+    for _ in 0..n {
+        let r = gw.exec(&["true"]).await;
+        assert_eq!(r.exit, Some(0), "{r:?}");
+    }
+    // The last batch goes out within the push interval; its cost belongs to these execs.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    (cpu_secs(sup.pid()) - c0) / n as f64
+}
+
+/// INFO and ERROR interleaved, `rounds` of each, so a change in machine load hits both alike.
+async fn log_push_overhead(rounds: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        off.push(cpu_per_exec_with_push("ERROR", n).await);
+        on.push(cpu_per_exec_with_push("INFO", n).await);
+    }
+    on.sort_by(f64::total_cmp);
+    off.sort_by(f64::total_cmp);
+    (on, off)
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -169,6 +349,24 @@ fn main() {
                     tp.mbps, tp.wall, tp.supervisor_cpu, tp.gateway_cpu
                 );
             }
+        });
+        return;
+    }
+    if std::env::var_os("OSB_BENCH_LOGPUSH").is_some() {
+        rt.block_on(async {
+            let (on, off) = log_push_overhead(5, 300).await;
+            let f = |v: &[f64]| {
+                v.iter()
+                    .map(|c| format!("{:.3}", c * 1e3))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            println!(
+                "supervisor CPU per exec, ms: INFO {} / ERROR {}",
+                f(&on),
+                f(&off)
+            );
+            println!("median: {:+.1} %", (on[2] / off[2] - 1.0) * 100.0);
         });
         return;
     }
@@ -208,6 +406,18 @@ fn main() {
         let cpu_per_exec = (cpu_secs(_sup2.pid()) - c0) / n as f64;
         let parts = breakdown(&gw2, n / 2).await;
 
+        drop(gw2);
+        drop(_sup2);
+
+        let attach = attach_latency(if quick { 10 } else { 50 }).await;
+        let plane = if is_root() {
+            policy_to_next_exec(if quick { 2 } else { 5 }).await
+        } else {
+            Vec::new()
+        };
+        let (rounds, per) = if quick { (3, 50) } else { (5, 300) };
+        let (push_on, push_off) = log_push_overhead(rounds, per).await;
+
         let root = if is_root() { "root, full sandbox" } else { "non-root, --allow-degraded" };
         println!();
         println!("openshell-sandbox gateway benchmark ({root}; test gateway on loopback, mTLS + JWT)");
@@ -245,6 +455,34 @@ fn main() {
             starts.len(),
             ms(percentile(&starts, 0.5)),
             ms(*starts.last().unwrap())
+        );
+        println!(
+            "| attach to `openshell-main` (ForwardTcp → replayed output), p50 / p99 over {} | {:.2} ms / {:.2} ms | – |",
+            attach.len(),
+            ms(percentile(&attach, 0.5)),
+            ms(percentile(&attach, 0.99))
+        );
+        if plane.is_empty() {
+            println!("| policy change → applied at the next exec | skipped: needs root | – |");
+        } else {
+            let f = |v: Vec<Duration>| {
+                v.iter().map(|d| format!("{:.2}", d.as_secs_f64())).collect::<Vec<_>>().join(", ")
+            };
+            println!(
+                "| policy change → LOADED reported / → applied at the next exec, poll 1 s, {} runs | {} s / {} s | within one poll interval |",
+                plane.len(),
+                f(plane.iter().map(|p| p.0).collect()),
+                f(plane.iter().map(|p| p.1).collect())
+            );
+        }
+        let mid = |v: &[f64]| v[v.len() / 2];
+        let (on, off) = (mid(&push_on), mid(&push_off));
+        println!(
+            "| supervisor CPU per exec of `true`, log push INFO vs ERROR, median of {} × {per} interleaved | {:.2} ms vs {:.2} ms ({:+.1} %) | ≤ +10 % |",
+            push_on.len(),
+            on * 1e3,
+            off * 1e3,
+            (on / off - 1.0) * 100.0
         );
         drop(gw);
     });

@@ -6,14 +6,19 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use russh::Sig;
 use support::connect::{Attacher, ProxyListener, Terminal};
 use support::*;
+use tokio::io::AsyncWriteExt;
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_secs(20);
+/// The size of one client write in the flood test.
+const CHUNK: usize = 4096;
 
 fn spec(command: &[&str], tty: bool) -> (String, String) {
     let v = serde_json::json!({ "version": 1, "command": command, "tty": tty });
@@ -255,18 +260,29 @@ async fn a_slow_attacher_is_told_it_fell_behind_and_closed_without_exit_status()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "hangs since the 128 KiB SSH stdin window (issue 10 item 14) was merged: the client's \
-            writes stall before the 64-write queue fills; open, see the session-3 closing note"]
 async fn a_full_stdin_queue_closes_the_attachment_with_status_0() {
     // It never reads stdin: the pipe fills, then the 64-write queue.
     let (gw, mut sup) = start(spec(&["sleep", "1000"], false)).await;
     let mut a = Attacher::attach(&gw.state, None, false).await.unwrap();
-    let chunk = vec![b'x'; 4096];
-    for _ in 0..200 {
-        if a.ch.data(&chunk[..]).await.is_err() {
-            break;
-        }
-    }
+    // The client writes while it reads. Once the supervisor closes the attachment it grants no
+    // more window, and russh's `data` waits for window even on a closed channel: a writer
+    // that must finish before anyone reads never sees the close (this test hung that way once
+    // the window was cut to 128 KiB, below the bytes written here).
+    const CHUNKS: usize = 200;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let writer = {
+        let mut w = a.ch.make_writer();
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            let chunk = vec![b'x'; CHUNK];
+            for _ in 0..CHUNKS {
+                if w.write_all(&chunk).await.is_err() {
+                    return;
+                }
+                sent.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
     a.wait_closed(SHORT).await;
     assert_eq!(
         a.err(),
@@ -274,6 +290,24 @@ async fn a_full_stdin_queue_closes_the_attachment_with_status_0() {
     );
     assert!(a.eof);
     assert_eq!(a.exit, Some(0));
+    // Cut off by the full queue, not by the window: the client was still writing, and the
+    // supervisor had taken at least the 64 queued writes of one chunk each.
+    assert!(!writer.is_finished(), "the client finished writing first");
+    writer.abort();
+    let sent = sent.load(Ordering::SeqCst);
+    assert!((64..CHUNKS).contains(&sent), "{sent} chunks written");
+    assert!(sup.try_status().is_none(), "{}", sup.log());
+    // The lease went with the attachment, and the queue is still full (nothing reads it): the
+    // next attacher owns input (a read-only one's keystrokes would be dropped silently), so
+    // its first write gets the same answer.
+    let mut b = Attacher::attach(&gw.state, None, false).await.unwrap();
+    b.send(b"more").await;
+    b.wait_closed(SHORT).await;
+    assert_eq!(
+        b.err(),
+        "openshell: canonical stdin buffer is full; closing attachment\n"
+    );
+    assert_eq!(b.exit, Some(0));
     assert!(sup.try_status().is_none(), "{}", sup.log());
 }
 

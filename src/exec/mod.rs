@@ -178,15 +178,6 @@ pub struct ExitInfo {
 }
 
 impl ExitInfo {
-    /// The shell's convention: the exit code, or 128 + the signal number.
-    pub fn shell_code(&self) -> i32 {
-        match (self.code, self.signal) {
-            (Some(c), _) => c,
-            (None, Some(s)) => 128 + s,
-            (None, None) => 255,
-        }
-    }
-
     fn from_reaped(r: reaper::Reaped) -> Self {
         let st = r.status;
         let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);

@@ -119,6 +119,24 @@ pub fn host_cgroup_version() -> Option<&'static str> {
     }
 }
 
+/// Exit code when our own wall-clock limit fired, as coreutils' `timeout` uses.
+pub const TIMEOUT_EXIT: i32 = 124;
+
+/// The one exit-code rule, for every place an exec's end becomes a number: `run`'s own exit
+/// code, an SSH exec's `exit-status`, the main process's exit to attachers, to the gateway
+/// (ReportMainProcessExit) and as the supervisor's exit code. [`TIMEOUT_EXIT`] when our
+/// timeout ended it (the signal we sent is not the command's doing); else the exit status;
+/// else 128+N for a death by signal N, as a shell reports it; else 255 (a wait status that is
+/// neither cannot happen for a reaped child, and 255 is no code a shell gives).
+pub fn exit_code(info: &ExitInfo, timed_out: bool) -> i32 {
+    match (timed_out, info.code, info.signal) {
+        (true, _, _) => TIMEOUT_EXIT,
+        (false, Some(c), _) => c,
+        (false, None, Some(s)) => 128 + s,
+        (false, None, None) => 255,
+    }
+}
+
 /// Facts the classifier needs beyond the exit status.
 pub struct Context {
     pub timed_out: bool,
@@ -217,5 +235,37 @@ impl ExitReport {
                 format!("DEGRADED: {}", degraded.join(", "))
             }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(code: Option<i32>, signal: Option<i32>) -> ExitInfo {
+        ExitInfo {
+            code,
+            signal,
+            user_cpu: Duration::ZERO,
+            sys_cpu: Duration::ZERO,
+            max_rss_kib: 0,
+        }
+    }
+
+    #[test]
+    fn the_exit_code_is_the_status_then_128_plus_the_signal() {
+        assert_eq!(exit_code(&ended(Some(0), None), false), 0);
+        assert_eq!(exit_code(&ended(Some(3), None), false), 3);
+        assert_eq!(exit_code(&ended(Some(255), None), false), 255);
+        assert_eq!(exit_code(&ended(None, Some(libc::SIGKILL)), false), 137);
+        assert_eq!(exit_code(&ended(None, Some(libc::SIGTERM)), false), 143);
+        assert_eq!(exit_code(&ended(None, None), false), 255);
+    }
+
+    #[test]
+    fn our_timeout_is_124_whatever_the_child_did() {
+        assert_eq!(exit_code(&ended(None, Some(libc::SIGTERM)), true), 124);
+        assert_eq!(exit_code(&ended(None, Some(libc::SIGKILL)), true), 124);
+        assert_eq!(exit_code(&ended(Some(0), None), true), 124);
     }
 }

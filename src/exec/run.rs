@@ -18,8 +18,7 @@ use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{FsPolicy, Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, SandboxOwners, UidLease};
 
-/// Exit code when the wall-clock limit fired, as coreutils' `timeout` uses.
-pub const TIMEOUT_EXIT: i32 = 124;
+pub use super::report::TIMEOUT_EXIT;
 /// Exit code when processes of the run could not be killed: the sandbox failed its promise.
 pub const CONTAINMENT_FAILED_EXIT: i32 = 125;
 /// How long to wait for the output pipes to close after the tree was killed.
@@ -937,11 +936,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     };
     let reason = report::classify(&info, &cx, &out, &err);
     let contained = survivors.is_empty() && containment_error.is_none();
-    let exit_code = match (reason, forwarded_signal) {
+    let timed_out = reason == Reason::Timeout;
+    let exit_code = match forwarded_signal {
         _ if !contained => CONTAINMENT_FAILED_EXIT,
-        (Reason::Timeout, _) => TIMEOUT_EXIT,
-        (_, Some(sig)) => 128 + sig,
-        _ => info.shell_code(),
+        Some(sig) if !timed_out => 128 + sig,
+        _ => report::exit_code(&info, timed_out),
     };
     let report = ExitReport {
         reason,

@@ -6,6 +6,7 @@
 //!   dropped.
 //! - [`start`] runs the pusher: batches of 50 lines or every 500 ms on one client stream (at
 //!   most 32 batches queued on it), its own channel, reconnecting after 1 s doubling to 30 s.
+//!   It is woken by a full batch or the interval, never per line.
 //!   While disconnected it keeps the first 200 lines (contiguous with what was delivered),
 //!   drops the rest and says how many after reconnecting. UNAUTHENTICATED on the stream turns
 //!   log push off for good.
@@ -47,6 +48,12 @@ static SINK: OnceLock<Sink> = OnceLock::new();
 
 struct Sink {
     tx: mpsc::Sender<SandboxLogLine>,
+    /// Signalled once a full batch is waiting. The pusher does not wait on the channel
+    /// itself: that would wake its task (a futex wake and a context switch when it is parked
+    /// on the other worker) for every line, several times per exec, which was most of what
+    /// log push cost per exec. It drains the channel when a batch is full or the interval
+    /// ticks.
+    batch_ready: tokio::sync::Notify,
     sandbox_id: String,
     /// Set for good on UNAUTHENTICATED.
     off: AtomicBool,
@@ -101,6 +108,9 @@ impl<S: Subscriber> Layer<S> for PushLayer {
         };
         if sink.tx.try_send(line).is_err() {
             sink.overflow.fetch_add(1, Ordering::Relaxed);
+        } else if sink.tx.max_capacity() - sink.tx.capacity() >= BATCH_LINES {
+            // Stores a permit if the pusher is busy, so a full batch is never missed.
+            sink.batch_ready.notify_one();
         }
     }
 }
@@ -148,6 +158,7 @@ pub fn start(
     let (tx, rx) = mpsc::channel(CHANNEL_LINES);
     let sink = Sink {
         tx,
+        batch_ready: tokio::sync::Notify::new(),
         sandbox_id: cfg.sandbox_id.clone(),
         off: AtomicBool::new(false),
         overflow: AtomicU64::new(0),
@@ -185,7 +196,7 @@ async fn run(
         };
         let ch = tokio::select! {
             c = connected => c,
-            _ = super::ssh::stopped(&mut stop) => return,
+            _ = super::exec::stopped(&mut stop) => return,
         };
         match ch {
             Ok(ch) => {
@@ -223,7 +234,7 @@ async fn run(
         loop {
             tokio::select! {
                 _ = &mut wait => break,
-                _ = super::ssh::stopped(&mut stop) => return,
+                _ = super::exec::stopped(&mut stop) => return,
                 line = rx.recv() => match line {
                     Some(l) if kept.len() < KEPT_WHILE_DOWN => kept.push_back(l),
                     Some(_) => dropped += 1,
@@ -277,6 +288,12 @@ async fn stream(
     let mut buf: Vec<SandboxLogLine> = Vec::with_capacity(BATCH_LINES);
     let mut flush = tokio::time::interval(BATCH_INTERVAL);
     flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let batch_ready = || async {
+        match SINK.get() {
+            Some(s) => s.batch_ready.notified().await,
+            None => std::future::pending().await,
+        }
+    };
     loop {
         tokio::select! {
             res = &mut call => {
@@ -291,8 +308,14 @@ async fn stream(
                     Ok(_) => StreamEnd::Broken,
                 };
             }
-            _ = super::ssh::stopped(stop) => {
-                // Best effort: what is buffered goes out before the stream is dropped.
+            _ = super::exec::stopped(stop) => {
+                // Best effort: what is queued goes out before the stream is dropped.
+                while let Ok(l) = rx.try_recv() {
+                    buf.push(l);
+                    if buf.len() >= BATCH_LINES {
+                        let _ = req_tx.try_send(batch(std::mem::take(&mut buf)));
+                    }
+                }
                 if !buf.is_empty() {
                     let _ = req_tx.try_send(batch(std::mem::take(&mut buf)));
                 }
@@ -300,22 +323,43 @@ async fn stream(
                 let _ = tokio::time::timeout(Duration::from_secs(1), &mut call).await;
                 return StreamEnd::Stopped;
             }
-            line = rx.recv() => {
-                let Some(line) = line else { return StreamEnd::Stopped };
-                buf.push(line);
-                if buf.len() >= BATCH_LINES
-                    && req_tx.send(batch(std::mem::take(&mut buf))).await.is_err()
-                {
-                    return StreamEnd::Broken;
+            _ = batch_ready() => {
+                if let Err(end) = drain(rx, &mut buf, &req_tx, &batch, false).await {
+                    return end;
                 }
             }
             _ = flush.tick() => {
-                if !buf.is_empty() && req_tx.send(batch(std::mem::take(&mut buf))).await.is_err() {
-                    return StreamEnd::Broken;
+                if let Err(end) = drain(rx, &mut buf, &req_tx, &batch, true).await {
+                    return end;
                 }
             }
         }
     }
+}
+
+/// Move what the layer queued into batches of [`BATCH_LINES`] and send them; with `partial`
+/// (the interval ticked) the rest goes too.
+async fn drain(
+    rx: &mut mpsc::Receiver<SandboxLogLine>,
+    buf: &mut Vec<SandboxLogLine>,
+    req_tx: &mpsc::Sender<PushSandboxLogsRequest>,
+    batch: impl Fn(Vec<SandboxLogLine>) -> PushSandboxLogsRequest,
+    partial: bool,
+) -> Result<(), StreamEnd> {
+    loop {
+        match rx.try_recv() {
+            Ok(l) => buf.push(l),
+            Err(mpsc::error::TryRecvError::Empty) => break,
+            Err(mpsc::error::TryRecvError::Disconnected) => return Err(StreamEnd::Stopped),
+        }
+        if buf.len() >= BATCH_LINES && req_tx.send(batch(std::mem::take(buf))).await.is_err() {
+            return Err(StreamEnd::Broken);
+        }
+    }
+    if partial && !buf.is_empty() && req_tx.send(batch(std::mem::take(buf))).await.is_err() {
+        return Err(StreamEnd::Broken);
+    }
+    Ok(())
 }
 
 /// OCSF records (§12.4, §12.5) in their one-line shorthand.

@@ -22,8 +22,9 @@ use self::session::{CHUNK, Event, MainSession, STDIN_QUEUE};
 use super::auth::{self, TokenStore};
 use super::channel;
 use super::config::GatewayConfig;
-use super::ssh::{self, ExecContext, pty};
-use crate::exec::{ExitInfo, SpawnSpec, Stdio};
+use super::exec::{self, Ended, ExecContext};
+use super::ssh::pty;
+use crate::exec::{SpawnSpec, Stdio};
 use crate::proto::v1::ReportMainProcessExitRequest;
 
 /// A spec larger than this is not a command line anyone meant.
@@ -191,7 +192,7 @@ fn is_executable(p: &Path) -> bool {
 /// The started main process: what attachers use, and the task that ends with its exit.
 pub struct Running {
     pub session: Arc<MainSession>,
-    pub task: tokio::task::JoinHandle<ExitInfo>,
+    pub task: tokio::task::JoinHandle<Ended>,
 }
 
 /// Where the main process's stdin goes. It is never closed while the supervisor runs: an
@@ -316,23 +317,21 @@ pub async fn start(
             }
         };
         tokio::pin!(deadline);
-        let info = loop {
+        let ended = loop {
             tokio::select! {
                 // First, so a signal request is never taken for a child that has exited.
                 biased;
-                info = child.wait() => break info,
+                info = child.wait() => break Ended::new(info),
                 // The sandbox core's signal for "this exec": the child leads its own session
                 // and process group, so that group is always included (and it never signals
                 // ids it no longer owns).
                 Some(sig) = sig_rx.recv() => child.signal_tree(sig),
                 _ = &mut deadline => {
                     tracing::warn!("main process hit --timeout; terminating");
-                    let mut info = child.terminate_tree(Duration::from_millis(100)).await;
-                    info.code = Some(124);
-                    info.signal = None;
-                    break info;
+                    let info = child.terminate_tree(Duration::from_millis(100)).await;
+                    break Ended { info, timed_out: true };
                 }
-                _ = ssh::stopped(&mut stop) => break child.terminate_tree(grace).await,
+                _ = exec::stopped(&mut stop) => break Ended::new(child.terminate_tree(grace).await),
             }
         };
         // §10.2: let the readers reach EOF (bounded), then publish the exit to attachers.
@@ -347,10 +346,10 @@ pub async fn start(
             tracing::error!(error = %e, "containment failed: the main process's tree could not be swept");
         }
         // The end record (OCSF process terminate); its output went to attachers, not counted.
-        slot.exec_ended(&child, Some(&info), None);
+        slot.exec_ended(&child, Some(&ended), None);
         aborts.iter().for_each(|a| a.abort());
-        log.push(Event::Exit(info.shell_code()));
-        info
+        log.push(Event::Exit(ended.code()));
+        ended
     });
     Ok(Running { session, task })
 }

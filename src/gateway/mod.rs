@@ -4,7 +4,10 @@
 //! - `tls`, `channel`, `auth`: the mTLS HTTP/2 channel and the bearer token.
 //! - `session`: ConnectSupervisor (hello, heartbeats, reconnect).
 //! - `relay`: RelayOpen → RelayStream, bridged to the in-process SSH server or a loopback port.
-//! - `ssh`: the SSH exec server; every command runs through the sandbox core (`crate::exec`).
+//! - `exec`: the one exec service (context, shutdown tracking, exit codes) that SSH execs,
+//!   sftp, forwards and the main process share; every command runs through the sandbox core
+//!   (`crate::exec`).
+//! - `ssh`: the SSH server, a protocol adapter onto `exec`.
 //! - `main_process`: the optional canonical main process (on a pty or pipes, attached with
 //!   the `openshell-main` subsystem) and its exit report.
 //! - `policy_plane`: GetSandboxConfig at start and every poll, applied at the next exec.
@@ -18,6 +21,7 @@ pub mod auth;
 pub mod channel;
 pub mod config;
 pub mod doctor;
+pub mod exec;
 pub mod identity;
 pub mod logpush;
 pub mod main_process;
@@ -41,8 +45,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use self::config::{Config, ServeArgs};
-use self::ssh::command::{DEFAULT_PATH, ExecContext, Tracker};
-use crate::exec::{ExitInfo, Sandbox};
+use self::exec::{DEFAULT_PATH, Ended, ExecContext, Tracker};
+use crate::exec::Sandbox;
 
 /// Where the pod mounts the workspace; the default `--workdir`.
 pub const DEFAULT_WORKDIR: &str = "/sandbox";
@@ -123,7 +127,7 @@ fn warn_ignored(args: &ServeArgs) {
 /// Why the supervisor is stopping.
 enum Stop {
     Signal(&'static str),
-    MainExited(ExitInfo),
+    MainExited(Ended),
 }
 
 async fn supervise(
@@ -276,8 +280,8 @@ async fn supervise(
     };
     match &stop {
         Stop::Signal(name) => tracing::info!("{name}: shutting down"),
-        Stop::MainExited(info) => {
-            tracing::info!(code = ?info.code, signal = ?info.signal, "main process exited; shutting down")
+        Stop::MainExited(e) => {
+            tracing::info!(code = ?e.info.code, signal = ?e.info.signal, timed_out = e.timed_out, "main process exited; shutting down")
         }
     }
     let signalled = matches!(stop, Stop::Signal(_));
@@ -301,7 +305,7 @@ async fn supervise(
     let _ = tokio::time::timeout(Duration::from_secs(3), relays.idle()).await;
 
     if let (Some(info), Some(g), Some(tokens)) = (&main_exit, &cfg.gateway, &tokens) {
-        let code = exit_code(info);
+        let code = info.code();
         // Retried until the gateway says OK, as the sheet asks; a (further) SIGTERM is the
         // operator saying not to wait any longer.
         tokio::select! {
@@ -312,16 +316,7 @@ async fn supervise(
     // A signal means Kubernetes asked us to stop: exit 0. The main process ending on its own
     // ends the supervisor with its code.
     Ok(match main_exit {
-        Some(info) if !signalled => ExitCode::from(exit_code(&info).clamp(0, 255) as u8),
+        Some(info) if !signalled => ExitCode::from(info.code().clamp(0, 255) as u8),
         _ => ExitCode::SUCCESS,
     })
-}
-
-/// The exit code as the gateway wants it: the status, or 128+N for signal N.
-fn exit_code(info: &ExitInfo) -> i32 {
-    match (info.code, info.signal) {
-        (Some(c), _) => c,
-        (None, Some(s)) => 128 + s,
-        (None, None) => 255,
-    }
 }

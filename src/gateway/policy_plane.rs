@@ -599,7 +599,7 @@ impl Plane {
             first = false;
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = super::ssh::stopped(&mut stop) => return,
+                _ = super::exec::stopped(&mut stop) => return,
             }
             self.poll_once().await;
         }

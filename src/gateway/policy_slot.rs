@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use super::logpush::ocsf;
-use crate::exec::{Child, ExitInfo, RunError, Sandbox, SpawnSpec};
+use crate::exec::{Child, RunError, Sandbox, SpawnSpec};
+use crate::gateway::exec::Ended;
 
 /// What every exec spawns through: the sandbox of the current revision, or a quarantine.
 pub struct PolicySlot {
@@ -142,10 +143,10 @@ impl PolicySlot {
         Ok(child)
     }
 
-    /// The exec's end record, carrying its exit report. `info` is `None` when the client went
+    /// The exec's end record, carrying its exit report. `ended` is `None` when the client went
     /// away and the tree was killed; `bytes` are stdout and stderr as forwarded, `None` when
     /// the output did not pass through us (the main process writes to the pod's own).
-    pub fn exec_ended(&self, child: &Child, info: Option<&ExitInfo>, bytes: Option<(u64, u64)>) {
+    pub fn exec_ended(&self, child: &Child, ended: Option<&Ended>, bytes: Option<(u64, u64)>) {
         let Some(st) = self
             .running
             .lock()
@@ -156,7 +157,7 @@ impl PolicySlot {
         };
         let wall_ms = st.at.elapsed().as_millis() as u64;
         let subject = format!("{}({})", st.program, child.pid());
-        let Some(info) = info else {
+        let Some(&Ended { info, timed_out }) = ended else {
             ocsf::Event::process(ocsf::Activity::TERMINATE, ocsf::Severity::Low)
                 .subject(subject)
                 .detail(
@@ -168,7 +169,7 @@ impl PolicySlot {
                 .emit();
             return;
         };
-        use crate::exec::report::{Context, classify};
+        use crate::exec::report::{Context, classify, exit_code};
         use crate::exec::stream::StreamStats;
         let stats = |b| StreamStats {
             bytes: b,
@@ -176,7 +177,7 @@ impl PolicySlot {
             ..Default::default()
         };
         let cx = Context {
-            timed_out: false,
+            timed_out,
             rlimit_cpu_secs: st
                 .limits
                 .cpu_secs
@@ -187,15 +188,14 @@ impl PolicySlot {
             output_limit_kill: false,
         };
         let (out, err) = bytes.unwrap_or_default();
-        let reason = classify(info, &cx, &stats(out), &stats(err));
+        let reason = classify(&info, &cx, &stats(out), &stats(err));
         let limit_hit = matches!(
             reason,
             crate::exec::report::Reason::CpuLimit | crate::exec::report::Reason::MemoryLimit
         );
         let how = match (info.code, info.signal) {
-            (Some(c), _) => format!("exit:{c}"),
             (None, Some(s)) => format!("signal:{s}"),
-            (None, None) => "exit:255".into(),
+            _ => format!("exit:{}", exit_code(&info, false)),
         };
         let sev = if limit_hit {
             ocsf::Severity::Medium

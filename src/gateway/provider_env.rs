@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::auth::{self, TokenStore};
 use super::channel;
 use super::config::GatewayConfig;
-use super::ssh::ExecContext;
+use super::exec::ExecContext;
 use crate::proto::v1::GetSandboxProviderEnvironmentRequest;
 
 /// The opt-in for real secret values.

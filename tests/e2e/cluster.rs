@@ -163,8 +163,9 @@ impl Cluster {
     }
 
     /// A pod's network: its namespace with `eth0`, linked to `vethN` in the gateway namespace,
-    /// and a gateway for this pod's sandbox listening on the gateway end.
-    pub fn pod_network(&mut self, sandbox_id: &str) -> anyhow::Result<PodNet> {
+    /// and a gateway for this pod's sandbox listening on the gateway end, authenticating
+    /// sandboxes as `auth` says (v0.0.36: the client certificate; HEAD: a sandbox JWT too).
+    pub fn pod_network(&mut self, sandbox_id: &str, auth: AuthMode) -> anyhow::Result<PodNet> {
         let n = self.links;
         if n >= 63 {
             bail!("out of /30 blocks in 192.0.2.0/24");
@@ -183,7 +184,7 @@ impl Cluster {
         ip(&format!("-n {pod} addr add {pod_addr}/30 dev eth0"))?;
         ip(&format!("-n {pod} link set eth0 up"))?;
 
-        let state = State::new(sandbox_id, AuthMode::CertOnly);
+        let state = State::new(sandbox_id, auth);
         let addr = SocketAddr::from((gw_addr, GATEWAY_PORT));
         let handle = tokio::runtime::Handle::current();
         let tls = self.server_tls.clone();

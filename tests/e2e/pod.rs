@@ -2,6 +2,8 @@
 //! container `agent` running `/opt/openshell/bin/openshell-sandbox` with no flags, as root, with
 //! the node's hostPath `/opt/openshell/bin` mounted read-only, the `openshell-client-tls` Secret
 //! at `/etc/openshell-tls/client`, the workspace at `/sandbox`, and the driver's environment.
+//! Or as the v0.0.111 driver builds it ([`Contract::V00111`]): the same mounts plus the
+//! projected service-account token, `--workdir /sandbox`, and the HEAD environment.
 //! kubelet's part is here too: the pod's /etc/hosts (with a hostAliases entry naming the
 //! gateway), /etc/resolv.conf and /etc/hostname, and the env it always adds.
 
@@ -12,11 +14,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use openshell_sandbox::proto::v1::ExecSandboxRequest;
 
+use openshell_sandbox::policy::openshell::SandboxPolicy;
+
 use crate::cluster::{Cluster, GATEWAY_DNS, GATEWAY_PORT, PodNet};
 use crate::container::{self, AGENT_ADDED_CAPS, Container, Seccomp, Spec, Volume};
 use crate::images::{BINARY, Node};
 use crate::support::exec::{ExecResult, exec_collect};
-use crate::support::gateway::State;
+use crate::support::gateway::{AuthMode, State};
 
 /// The supervisor as the pod spec names it.
 pub const SUPERVISOR: &str = "/opt/openshell/bin/openshell-sandbox";
@@ -35,12 +39,35 @@ pub struct Pod {
     pub seccomp: Seccomp,
 }
 
+/// Where the v0.0.111 driver projects the service-account token (protocol sheet §5.2).
+pub const SA_TOKEN_DIR: &str = "/var/run/secrets/openshell";
+/// The sandbox identity the v0.0.111 driver resolves by default (protocol sheet §5.1).
+pub const HEAD_SANDBOX_UID: u32 = 1000;
+
+/// Which driver's pod contract the pod follows.
+pub enum Contract {
+    /// v0.0.36: no flags, `OPENSHELL_SANDBOX_COMMAND=sleep infinity`, the SSH handshake
+    /// variables, and the client certificate as the only authentication.
+    V0036,
+    /// v0.0.111 (protocol sheet §5.1 and §5.2, features sheet §10.1): `--workdir /sandbox`,
+    /// `OPENSHELL_MAIN_PROCESS_SPEC`, the projected service-account token that the supervisor
+    /// exchanges for a sandbox JWT (the gateway requires one), the resolved sandbox uid and gid
+    /// with an empty `OPENSHELL_OCI_IMAGE_USER`, `OPENSHELL_USER_ENVIRONMENT`, and a gateway
+    /// that already holds `policy` for the sandbox when the pod starts.
+    V00111 {
+        main_spec: String,
+        user_env: String,
+        policy: Box<SandboxPolicy>,
+    },
+}
+
 pub struct PodOptions<'a> {
     pub name: &'a str,
     /// Builds the image's root filesystem into the given (empty) directory.
     pub image: &'a dyn Fn(&Path) -> anyhow::Result<()>,
     /// The agent container's `seccompProfile`.
     pub seccomp: Seccomp,
+    pub contract: Contract,
 }
 
 impl Pod {
@@ -60,7 +87,16 @@ impl Pod {
         std::fs::create_dir_all(&rootfs)?;
         (opts.image)(&rootfs).context("building the pod's image")?;
 
-        let net = cluster.pod_network(&sandbox_id)?;
+        let auth = match opts.contract {
+            Contract::V0036 => AuthMode::CertOnly,
+            Contract::V00111 { .. } => AuthMode::Jwt,
+        };
+        let net = cluster.pod_network(&sandbox_id, auth)?;
+        if let Contract::V00111 { policy, .. } = &opts.contract {
+            net.state
+                .set_policy(policy)
+                .map_err(|e| anyhow::anyhow!("the gateway refused the pod's policy: {e}"))?;
+        }
 
         // kubelet-managed files. The gateway is named through a hostAliases entry, so the
         // supervisor's own name resolution (static glibc, files backend) has to find it.
@@ -97,7 +133,7 @@ impl Pod {
         let handshake_secret = hex::encode(rand::random::<[u8; 32]>());
         let log = dir.join("agent.log");
         on_log(&log);
-        let env: Vec<(String, String)> = [
+        let mut env: Vec<(String, String)> = [
             // The image's PATH and what the runtime and kubelet always add.
             (
                 "PATH",
@@ -136,6 +172,50 @@ impl Pod {
             path: path.to_owned(),
             read_only,
         };
+        let mut argv = vec![SUPERVISOR.to_owned()];
+        let mut extra_volumes = Vec::new();
+        if let Contract::V00111 {
+            main_spec,
+            user_env,
+            ..
+        } = &opts.contract
+        {
+            // The v0.0.111 driver renders neither the v0.0.36 command nor the handshake.
+            env.retain(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "OPENSHELL_SANDBOX_COMMAND"
+                        | "OPENSHELL_SSH_HANDSHAKE_SECRET"
+                        | "OPENSHELL_SSH_HANDSHAKE_SKEW_SECS"
+                )
+            });
+            let uid = HEAD_SANDBOX_UID.to_string();
+            env.extend(
+                [
+                    (
+                        "OPENSHELL_K8S_SA_TOKEN_FILE",
+                        format!("{SA_TOKEN_DIR}/token"),
+                    ),
+                    ("OPENSHELL_MAIN_PROCESS_SPEC", main_spec.clone()),
+                    ("OPENSHELL_SANDBOX_UID", uid.clone()),
+                    ("OPENSHELL_SANDBOX_GID", uid),
+                    ("OPENSHELL_OCI_IMAGE_USER", String::new()),
+                    ("OPENSHELL_USER_ENVIRONMENT", user_env.clone()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v)),
+            );
+            // A projected token volume: the token file, mode 0400 (root reads it).
+            let sa = dir.join("volumes/openshell-sa-token");
+            std::fs::create_dir_all(&sa)?;
+            std::fs::write(sa.join("token"), format!("{}\n", net.state.sa_token))?;
+            std::fs::set_permissions(
+                sa.join("token"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o400),
+            )?;
+            extra_volumes.push(vol(&sa, SA_TOKEN_DIR, true));
+            argv.extend(["--workdir".to_owned(), "/sandbox".to_owned()]);
+        }
         let spec = Spec {
             hostname: name.clone(),
             rootfs,
@@ -147,10 +227,13 @@ impl Pod {
                 vol(&etc.join("hosts"), "/etc/hosts", false),
                 vol(&etc.join("resolv.conf"), "/etc/resolv.conf", false),
                 vol(&etc.join("hostname"), "/etc/hostname", false),
-            ],
+            ]
+            .into_iter()
+            .chain(extra_volumes)
+            .collect(),
             netns: Some(net.ns.path.clone()),
             env,
-            argv: vec![SUPERVISOR.to_owned()],
+            argv,
             log,
             add_caps: AGENT_ADDED_CAPS.to_vec(),
             seccomp: opts.seccomp,

@@ -17,9 +17,9 @@ use russh::{Channel, ChannelId, ChannelMsg, ChannelReadHalf, ChannelWriteHalf, S
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::command::{ExecContext, parse_command};
 use super::{main_session, pty, sftp};
 use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
+use crate::gateway::exec::{Ended, ExecContext, parse_command, stopped};
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
 const CHUNK: usize = 64 * 1024;
@@ -226,9 +226,9 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
         None => run_piped(&ctx, (argv, program_fd), env, &mut rd, &wr, early).await,
     };
     match outcome {
-        Outcome::Exited(info) => {
-            tracing::debug!(code = ?info.code, signal = ?info.signal, "exec finished");
-            finish(&wr, &handle, id, info).await
+        Outcome::Exited(e) => {
+            tracing::debug!(code = ?e.info.code, signal = ?e.info.signal, "exec finished");
+            finish(&wr, &handle, id, e).await
         }
         Outcome::Refused(msg, code) => refuse(&wr, &msg, code).await,
         Outcome::Gone => {}
@@ -236,19 +236,10 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
 }
 
 enum Outcome {
-    Exited(ExitInfo),
+    Exited(Ended),
     Refused(String, u32),
     /// The client closed the channel or the connection; the tree has been killed.
     Gone,
-}
-
-/// The exit code the shell would report: the code, or 128 + the signal number.
-fn shell_code(info: &ExitInfo) -> u32 {
-    match (info.code, info.signal) {
-        (Some(c), _) => c as u32,
-        (None, Some(s)) => 128 + s as u32,
-        (None, None) => 255,
-    }
 }
 
 async fn spawn_child(ctx: &ExecContext, spec: SpawnSpec) -> Result<Child, Outcome> {
@@ -574,7 +565,7 @@ where
     let mut unstick = false;
     loop {
         if let (Some(info), true) = (&exit, outputs_done) {
-            return Outcome::Exited(*info);
+            return Outcome::Exited(Ended::new(*info));
         }
         // Backpressure: while the child has a full queue of stdin unread, leave the channel
         // unread too (see STDIN_QUEUE); a drained queue wakes us up.
@@ -627,11 +618,6 @@ where
     }
 }
 
-/// Resolves once shutdown begins (or the supervisor is being torn down).
-pub async fn stopped(rx: &mut tokio::sync::watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
-}
-
 fn signal_name(sig: i32) -> Sig {
     match nix::sys::signal::Signal::try_from(sig) {
         Ok(s) => match s.as_str().trim_start_matches("SIG") {
@@ -655,14 +641,14 @@ fn signal_name(sig: i32) -> Sig {
 
 /// eof, then exit-signal for a signal death (for ordinary SSH clients), then exit-status
 /// (the gateway reads only this one, so a signal is reported as 128+N), then close.
-async fn finish(wr: &ChannelWriteHalf<Msg>, handle: &Handle, id: ChannelId, info: ExitInfo) {
+async fn finish(wr: &ChannelWriteHalf<Msg>, handle: &Handle, id: ChannelId, e: Ended) {
     let _ = wr.eof().await;
-    if let Some(sig) = info.signal {
+    if let Some(sig) = e.info.signal {
         let _ = handle
             .exit_signal_request(id, signal_name(sig), false, String::new(), String::new())
             .await;
     }
-    let _ = wr.exit_status(shell_code(&info)).await;
+    let _ = wr.exit_status(e.status()).await;
     let _ = wr.close().await;
 }
 

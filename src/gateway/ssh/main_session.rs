@@ -9,7 +9,7 @@ use bytes::Bytes;
 use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 
-use super::command::ExecContext;
+use crate::gateway::exec::ExecContext;
 use crate::gateway::main_process::session::{Event, Next};
 
 /// The subsystem name `openshell sandbox connect` asks for.

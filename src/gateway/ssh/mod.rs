@@ -6,7 +6,6 @@
 //! handler, which only answers requests, so the russh session loop never waits on a child.
 
 mod channel;
-pub mod command;
 pub mod forward;
 mod main_session;
 pub(crate) mod pty;
@@ -21,8 +20,7 @@ use russh::server::{Auth, ChannelOpenHandle, Msg, Session};
 use russh::{Channel, ChannelId, MethodKind, MethodSet};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use channel::stopped;
-pub use command::ExecContext;
+use crate::gateway::exec::ExecContext;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SshError {
@@ -269,7 +267,7 @@ impl russh::server::Handler for Handler {
         session: &mut Session,
     ) -> Result<(), Self::Error> {
         // The same check runs in the channel task, which reports the reason on stderr.
-        match command::parse_command(data) {
+        match crate::gateway::exec::parse_command(data) {
             Ok(_) => session.channel_success(channel),
             Err(_) => session.channel_failure(channel),
         }

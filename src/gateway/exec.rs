@@ -1,6 +1,15 @@
-//! What an exec runs: the command string check, the shell that runs it, and the child's
-//! environment (sheet §4.2 "Child environment": cleared, a safe base, then the user
-//! environment minus OPENSHELL_* keys; never a supervisor secret).
+//! The one exec service behind every way the gateway runs something in the sandbox: SSH
+//! `exec` and `shell` channels, the `sftp` subsystem (our own binary as an exec), the
+//! canonical main process, and `direct-tcpip` forwards (which connect inside the sandbox's
+//! network view). `ssh/` only maps the protocol onto this.
+//!
+//! - What an exec runs: the command string check, the shell that runs it, and the child's
+//!   environment (sheet §4.2 "Child environment": cleared, a safe base, then the user
+//!   environment minus OPENSHELL_* keys; never a supervisor secret).
+//! - [`ExecContext`]: what every exec needs from the supervisor, shared by all of them.
+//! - [`Tracker`] and [`stopped`]: shutdown waits for live execs and tells them to stop.
+//! - [`Ended`]: how an exec ended, and its exit code by the single rule of
+//!   [`crate::exec::report::exit_code`].
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
@@ -11,6 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use crate::exec::ExitInfo;
 use crate::gateway::config::ShellMode;
 
 /// The gateway refuses command strings above 256 KiB (sheet §4.1); so do we.
@@ -45,6 +55,38 @@ pub fn parse_command(raw: &[u8]) -> Result<String, CommandError> {
         return Err(CommandError::Empty);
     }
     Ok(s)
+}
+
+/// How an exec ended: the child's wait status, and whether our own timeout ended it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ended {
+    pub info: ExitInfo,
+    pub timed_out: bool,
+}
+
+impl Ended {
+    pub fn new(info: ExitInfo) -> Ended {
+        Ended {
+            info,
+            timed_out: false,
+        }
+    }
+
+    /// The exit code by the one rule ([`crate::exec::report::exit_code`]).
+    pub fn code(&self) -> i32 {
+        crate::exec::report::exit_code(&self.info, self.timed_out)
+    }
+
+    /// The code as an SSH `exit-status` (an unsigned number; no code the rule gives is
+    /// negative, but a negative one must not wrap to a huge status).
+    pub fn status(&self) -> u32 {
+        self.code().max(0) as u32
+    }
+}
+
+/// Resolves once shutdown begins (or the supervisor is being torn down).
+pub async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 /// Counts execs with a live child, so shutdown can wait for them to be terminated.
