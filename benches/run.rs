@@ -138,7 +138,14 @@ fn cpu_batch(side: &Side, cwd: &Path, n: usize) -> (f64, f64) {
     let (q1, _) = machine_ticks();
     let busy = (b1 - b0) as f64 / hz;
     let background = (q1 - q0) as f64 / hz;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    BACKGROUND.with(|b| b.borrow_mut().push(background / span.as_secs_f64() / cores));
     ((busy - background).max(0.0) / n as f64, own / n as f64)
+}
+
+thread_local! {
+    /// The machine's busy fraction (0..1 of all cores) in each background pause.
+    static BACKGROUND: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -250,16 +257,36 @@ fn main() {
         wall_med.push(m);
         cpu_med.push(cm);
     }
+    let mut bg = BACKGROUND.with(|b| b.borrow().clone());
+    let bgm = median(&mut bg);
     println!(
-        "RATIO ours / bwrap: wall {:.2} (target <= 0.5), machine CPU {:.2} (target <= 1.0)",
+        "machine busy without us (median of the pauses): {:.0} % of all cores{}",
+        bgm * 100.0,
+        if bgm > 0.25 {
+            " -- too busy: the machine-CPU column is not trustworthy, use the rusage column"
+        } else {
+            ""
+        }
+    );
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 {
+            format!("{:.2}", a / b)
+        } else {
+            "n/a".to_string()
+        }
+    };
+    println!(
+        "RATIO ours / bwrap: wall {:.2} (target <= 0.5), machine CPU {} (target <= 1.0), rusage CPU {:.2}",
         wall_med[0] / wall_med[1],
-        cpu_med[0] / cpu_med[1]
+        ratio(cpu_med[0], cpu_med[1]),
+        median(&mut own[0]) / median(&mut own[1])
     );
     if sides.len() == 4 {
         println!(
-            "RATIO ours / base: wall {:.2}, machine CPU {:.2}",
+            "RATIO ours / base: wall {:.2}, machine CPU {}, rusage CPU {:.2}",
             wall_med[0] / wall_med[2],
-            cpu_med[0] / cpu_med[2]
+            ratio(cpu_med[0], cpu_med[2]),
+            median(&mut own[0]) / median(&mut own[2])
         );
     }
 }
