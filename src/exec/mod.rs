@@ -243,6 +243,13 @@ impl Sandbox {
         }
     }
 
+    /// This sandbox serves one exec (`run`): no cgroup is made ahead for a next one.
+    pub fn one_exec_only(&self) {
+        if let Some(root) = &self.inner.prepared.cgroups {
+            root.one_exec_only();
+        }
+    }
+
     /// What each layer enforces.
     pub fn layers(&self) -> &[LayerStatus] {
         &self.inner.prepared.layers

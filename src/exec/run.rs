@@ -624,7 +624,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     };
     let switch_to = policy.identity.filter(|_| root);
     tl.stamp("uid-scratch-env");
+    // One run, one exec: no cgroup is made ahead for a next exec.
     let sandbox = Sandbox::new(policy)?;
+    sandbox.one_exec_only();
     tl.stamp("sandbox-new");
     // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
     // workdir has passed the filesystem policy's checks.

@@ -235,6 +235,78 @@ fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
     out
 }
 
+/// The deny paths of `policy` that need no split in a run whose mount namespace is private:
+/// each does not exist now, and only root can create it (every existing ancestor, as written
+/// and resolved, is owned by uid 0 and writable by nobody else; a symlink counts as its
+/// directory). The caller takes this set before the view is made and again after, and skips
+/// the split only for paths in both (see `sandbox::prepare_inner` and SECURITY.md, "A missing
+/// deny path is not split around"). Why that is safe:
+/// - a secret reaches such a path in a pod as a mount (a Secret volume). The view's mount
+///   namespace has private propagation, so a mount made on the host after the view was copied
+///   never appears in it; one made before the first check would have made the path exist;
+/// - a mount needs its mount point to exist. Making the point, mounting and removing both
+///   again between the two checks is the one window left, and it needs root on the host;
+/// - a plain file that root creates there during the run is visible (same filesystem): it is
+///   then guarded by its own mode against the sandbox uid, not by Landlock. OpenShell and this
+///   supervisor never write files below the default deny paths; they are mount points.
+///
+/// A path that exists keeps the split: its entries are what must stay unreadable. Without root
+/// (our user namespace shows root as the overflow uid) or with any doubt (an error other than
+/// "not found"), the path is kept too.
+pub fn absent_root_only_denies(policy: &FsPolicy) -> BTreeSet<PathBuf> {
+    policy
+        .deny
+        .iter()
+        .filter(|d| only_root_can_create(d))
+        .cloned()
+        .collect()
+}
+
+fn only_root_can_create(path: &Path) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        _ => return false,
+    }
+    // The nearest ancestor that exists, then every directory above it, as written (lstat: a
+    // link there could be replaced by whoever may write its directory, which is checked one
+    // step up) and as resolved.
+    let Some(existing) = path
+        .ancestors()
+        .skip(1)
+        .find(|a| a.symlink_metadata().is_ok())
+    else {
+        return false;
+    };
+    let Ok(real) = existing.canonicalize() else {
+        return false;
+    };
+    let root_only = |meta: &std::fs::Metadata| {
+        use std::os::unix::fs::MetadataExt;
+        meta.uid() == 0 && (meta.file_type().is_symlink() || meta.mode() & 0o022 == 0)
+    };
+    let written = existing
+        .ancestors()
+        .all(|a| a.symlink_metadata().is_ok_and(|m| root_only(&m)));
+    let resolved = real
+        .ancestors()
+        .all(|a| a.metadata().is_ok_and(|m| m.is_dir() && root_only(&m)));
+    written && resolved
+}
+
+/// [`expand_grants`] with the deny paths in `skip` left out (those of
+/// [`absent_root_only_denies`], in a run with a private mount namespace).
+pub fn expand_grants_skipping(
+    policy: &FsPolicy,
+    skip: &BTreeSet<PathBuf>,
+) -> io::Result<Vec<FsRule>> {
+    if skip.is_empty() {
+        return expand_grants(policy);
+    }
+    let mut p = policy.clone();
+    p.deny.retain(|d| !skip.contains(d));
+    expand_grants(&p)
+}
+
 /// Expand the policy into concrete rules, splitting any grant that contains a denied path into
 /// grants on its other entries (recursively). Roots are resolved through the symlink-safe walk
 /// ([`Walker::resolve`]); entries of a split directory are opened once, `O_PATH|O_NOFOLLOW`,

@@ -12,7 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use flags::PolicyFlags;
-pub use fs::{FsPolicy, FsRule, PathAccess, default_secret_paths, expand_grants};
+pub use fs::{
+    FsPolicy, FsRule, PathAccess, absent_root_only_denies, default_secret_paths, expand_grants,
+    expand_grants_skipping,
+};
 pub use size::{ParseSizeError, parse_size};
 
 /// What the child may do on the network.

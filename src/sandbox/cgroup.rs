@@ -134,6 +134,9 @@ pub struct Root {
     locks: Mutex<Vec<(PathBuf, File)>>,
     /// One exec group made ahead of time (see [`Root::take_exec`]).
     spare: Mutex<Option<ExecCgroup>>,
+    /// Whether a group is made ahead for a next exec. A one-command `run` has no next exec:
+    /// it turns this off ([`Root::one_exec_only`]) and saves a mkdir and rmdir per hierarchy.
+    spare_wanted: AtomicBool,
 }
 
 /// What [`probe`] found, without creating anything.
@@ -250,6 +253,7 @@ pub fn detect_in(sys: &System) -> Option<Root> {
             locks: Mutex::new(vec![(base.clone(), lock)]),
             layout: Layout::V2 { base, memory },
             spare: Default::default(),
+            spare_wanted: AtomicBool::new(true),
         });
     }
     let pids_parent = sys.v1_parent("pids")?;
@@ -301,6 +305,7 @@ pub fn detect_in(sys: &System) -> Option<Root> {
         },
         locks: Mutex::new(locks),
         spare: Default::default(),
+        spare_wanted: AtomicBool::new(true),
     })
 }
 
@@ -465,10 +470,18 @@ impl Root {
     /// Make the next exec's group now, if none is waiting. A failure is not an error here: the
     /// next spawn tries again and reports it.
     pub fn make_spare(&self, limits: &Limits) {
+        if !self.spare_wanted.load(Ordering::Relaxed) {
+            return;
+        }
         let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
         if spare.is_none() {
             *spare = ExecCgroup::create(self, limits).ok();
         }
+    }
+
+    /// No group is made ahead for a next exec: this root serves one exec (`run`).
+    pub fn one_exec_only(&self) {
+        self.spare_wanted.store(false, Ordering::Relaxed);
     }
 
     fn bases(&self) -> Vec<&Path> {

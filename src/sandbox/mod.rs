@@ -36,7 +36,7 @@ pub mod seccomp;
 
 use seccompiler::BpfProgram;
 
-use crate::policy::{FsRule, NetworkMode, PathAccess, Policy, expand_grants};
+use crate::policy::{FsRule, NetworkMode, PathAccess, Policy, expand_grants_skipping};
 
 /// errno of the last failed libc call on this thread. Async-signal-safe.
 pub fn errno() -> i32 {
@@ -155,8 +155,20 @@ fn prepare_inner(
         Ok(())
     };
 
+    // Deny paths that are missing and that only root could create, before the view copies
+    // the mount tree and again after (policy::absent_root_only_denies says why both).
+    let absent_before = crate::policy::absent_root_only_denies(&policy.fs);
     // Namespaces first: the view's private tmpfs roots get Landlock rules below.
     let view = prepare_namespaces(k, policy, &mut layers)?;
+    // With the view's mount namespace (private propagation), a secret mounted at a missing
+    // deny path later never appears in it: nothing there to split a grant around, and /etc
+    // stays one rule instead of one per entry. Without it (degraded), keep every split.
+    let unsplit = if view.mnt.is_some() && !absent_before.is_empty() {
+        let after = crate::policy::absent_root_only_denies(&policy.fs);
+        absent_before.intersection(&after).cloned().collect()
+    } else {
+        Default::default()
+    };
 
     // With --network none and a private network namespace (only `lo`), nothing can leave the
     // namespace: IP sockets, loopback bind and connect are allowed (so an exec can run a
@@ -176,7 +188,8 @@ fn prepare_inner(
     let landlock = match k.landlock() {
         Ok(support) if support.filesystem => {
             landlock_abi = support.abi;
-            let mut rules = expand_grants(&policy.fs).map_err(PrepareError::FsRules)?;
+            let mut rules =
+                expand_grants_skipping(&policy.fs, &unsplit).map_err(PrepareError::FsRules)?;
             // The view's tmpfs roots are other inodes than the supervisor's /tmp: grant them
             // by the descriptor the view opened on each root.
             for (path, fd) in &view.tmpfs {

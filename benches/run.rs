@@ -1,0 +1,292 @@
+//! The whole `run` process against bubblewrap: `openshell-sandbox run -q -- /bin/true` and
+//! `bwrap --unshare-all --die-with-parent --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp
+//! /bin/true`, each spawned and reaped by this bench (fork, exec, every namespace made and torn
+//! down, exit). Run with `make bench` as root (both sides then get every namespace; ours also
+//! every other layer: Landlock, seccomp, cgroup, identity, rlimits).
+//!
+//! Two figures per side:
+//! - **wall**: spawn-to-reaped of one invocation, median over interleaved rounds (each round
+//!   runs every side once, the order rotating), so load drifts hit all sides alike;
+//! - **machine CPU**: the busy time of the whole machine (/proc/stat: everything but idle and
+//!   iowait) over a batch of consecutive invocations of one side plus a settle pause, minus the
+//!   machine's busy rate measured just before in a pause of the same length, per invocation.
+//!   Deferred kernel work (network namespace teardown in its workqueue, RCU callbacks) and
+//!   helper processes count, which the children's rusage would miss; that rusage is printed
+//!   next to it. /proc/stat counts in clock ticks (10 ms), so batches are long and the figure
+//!   is the median over several batches. The machine is shared: other work shows as spread.
+//!
+//! - `-- --quick`: fewer rounds and batches.
+//! - `OSB_BENCH_BASE_BIN=/path/to/openshell-sandbox`: a third side, the same command with that
+//!   binary (a build from before a change), measured in the same interleaved run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
+
+struct Side {
+    name: String,
+    argv: Vec<String>,
+}
+
+impl Side {
+    fn command(&self, cwd: &Path) -> Command {
+        let mut c = Command::new(&self.argv[0]);
+        c.args(&self.argv[1..])
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    }
+
+    /// Spawn-to-reaped wall time of one invocation.
+    fn once(&self, cwd: &Path) -> Duration {
+        let t = Instant::now();
+        let st = self.command(cwd).status().expect("spawning the side");
+        let d = t.elapsed();
+        assert!(st.success(), "{}: {st}", self.name);
+        d
+    }
+}
+
+fn ours(bin: &str) -> Vec<String> {
+    [bin, "run", "-q", "--", "/bin/true"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn bwrap() -> Vec<String> {
+    [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "/bin/true",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(prog))
+        .find(|p| p.is_file())
+}
+
+/// (busy, total) clock ticks of the whole machine since boot.
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let cpu = stat.lines().next().expect("the cpu line");
+    let v: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user already).
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+}
+
+/// CPU time of all reaped children of this process so far.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage fills a zeroed struct we own.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Machine CPU and the children's own CPU per invocation, over one batch of `n`.
+fn cpu_batch(side: &Side, cwd: &Path, n: usize) -> (f64, f64) {
+    let hz = ticks_per_sec();
+    let settle = Duration::from_millis(50);
+    // The batch itself, then a pause in which deferred work finishes.
+    let (b0, _) = machine_ticks();
+    let c0 = children_cpu();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        side.once(cwd);
+    }
+    std::thread::sleep(settle);
+    let span = t0.elapsed();
+    let (b1, _) = machine_ticks();
+    let own = (children_cpu() - c0).as_secs_f64();
+    // The machine's background over a pause of the same length, right after.
+    let (q0, _) = machine_ticks();
+    std::thread::sleep(span);
+    let (q1, _) = machine_ticks();
+    let busy = (b1 - b0) as f64 / hz;
+    let background = (q1 - q0) as f64 / hz;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    BACKGROUND.with(|b| b.borrow_mut().push(background / span.as_secs_f64() / cores));
+    ((busy - background).max(0.0) / n as f64, own / n as f64)
+}
+
+thread_local! {
+    /// The machine's busy fraction (0..1 of all cores) in each background pause.
+    static BACKGROUND: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("benches/run.rs: SKIPPED: needs root (every namespace on both sides)");
+        return;
+    }
+    let Some(bw) = which("bwrap") else {
+        eprintln!("benches/run.rs: SKIPPED: bwrap is not installed (apt-get install bubblewrap)");
+        return;
+    };
+    // The run's workdir is the current directory (as `run -q -- /bin/true` typed in one).
+    // Owned by nobody, so that `run` hands it over to the uid it leases for the run.
+    let wd = tempfile::Builder::new()
+        .prefix("osb-runbench-")
+        .tempdir()
+        .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(wd.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(wd.path(), Some(65534), Some(65534)).unwrap();
+    }
+    let mut sides = vec![
+        Side {
+            name: "openshell-sandbox run -q -- /bin/true".into(),
+            argv: ours(BIN),
+        },
+        Side {
+            name: "bwrap --unshare-all ... /bin/true".into(),
+            argv: {
+                let mut a = bwrap();
+                a[0] = bw.display().to_string();
+                a
+            },
+        },
+    ];
+    if let Some(base) = std::env::var_os("OSB_BENCH_BASE_BIN") {
+        let base = base.to_string_lossy().into_owned();
+        sides.push(Side {
+            name: format!("{base} run -q -- /bin/true (base)"),
+            argv: ours(&base),
+        });
+    }
+    sides.push(Side {
+        name: "bare /bin/true (for scale)".into(),
+        argv: vec!["/bin/true".into()],
+    });
+    for s in &sides {
+        for _ in 0..10 {
+            s.once(wd.path());
+        }
+    }
+
+    let rounds = if quick { 60 } else { 300 };
+    let mut wall: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); sides.len()];
+    for r in 0..rounds {
+        for k in 0..sides.len() {
+            let i = (r + k) % sides.len();
+            wall[i].push(sides[i].once(wd.path()).as_secs_f64() * 1e6);
+        }
+    }
+
+    let (batches, per_batch) = if quick { (3, 40) } else { (9, 60) };
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    let mut own: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    for b in 0..batches {
+        for k in 0..sides.len() {
+            let i = (b + k) % sides.len();
+            let (m, o) = cpu_batch(&sides[i], wd.path(), per_batch);
+            cpu[i].push(m * 1e6);
+            own[i].push(o * 1e6);
+        }
+    }
+
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "whole process, spawn to reaped: {rounds} interleaved rounds (wall), {batches} batches of {per_batch} (CPU); load {}",
+        loadavg
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "| side | wall median | wall p90 | machine CPU per run (median [min–max]) | children's rusage CPU |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut wall_med = Vec::new();
+    let mut cpu_med = Vec::new();
+    for (i, s) in sides.iter().enumerate() {
+        let w = &mut wall[i];
+        let m = median(w);
+        let p90 = w[w.len() * 9 / 10];
+        let c = &mut cpu[i];
+        let cm = median(c);
+        let (cmin, cmax) = (c[0], c[c.len() - 1]);
+        let om = median(&mut own[i]);
+        println!(
+            "| {} | {:.0} µs | {:.0} µs | {:.0} µs [{:.0}–{:.0}] | {:.0} µs |",
+            s.name, m, p90, cm, cmin, cmax, om
+        );
+        wall_med.push(m);
+        cpu_med.push(cm);
+    }
+    let mut bg = BACKGROUND.with(|b| b.borrow().clone());
+    let bgm = median(&mut bg);
+    println!(
+        "machine busy without us (median of the pauses): {:.0} % of all cores{}",
+        bgm * 100.0,
+        if bgm > 0.25 {
+            " -- too busy: the machine-CPU column is not trustworthy, use the rusage column"
+        } else {
+            ""
+        }
+    );
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 {
+            format!("{:.2}", a / b)
+        } else {
+            "n/a".to_string()
+        }
+    };
+    println!(
+        "RATIO ours / bwrap: wall {:.2} (target <= 0.5), machine CPU {} (target <= 1.0), rusage CPU {:.2}",
+        wall_med[0] / wall_med[1],
+        ratio(cpu_med[0], cpu_med[1]),
+        median(&mut own[0]) / median(&mut own[1])
+    );
+    if sides.len() == 4 {
+        println!(
+            "RATIO ours / base: wall {:.2}, machine CPU {}, rusage CPU {:.2}",
+            wall_med[0] / wall_med[2],
+            ratio(cpu_med[0], cpu_med[2]),
+            median(&mut own[0]) / median(&mut own[2])
+        );
+    }
+}
