@@ -32,6 +32,7 @@ pub mod namespaces;
 pub mod process;
 pub mod rlimits;
 pub mod seccomp;
+pub mod view_root;
 
 use seccompiler::BpfProgram;
 
@@ -493,35 +494,62 @@ fn row(layers: &mut Vec<LayerStatus>, layer: &'static str, status: Enforcement, 
     });
 }
 
-/// What the view must keep visible and hide, from the filesystem policy.
+/// What the view must hold and hide, from the filesystem policy. Every grant is resolved by
+/// the policy's symlink-safe walk (as Landlock's rules are): the view binds the inode that walk
+/// decided on, by its device and inode numbers, or fails. A grant that does not resolve (a
+/// missing system directory, a link the sandbox could have planted) is left out, as it is
+/// from the Landlock rules.
 fn view_request(policy: &Policy) -> namespaces::ViewRequest {
-    let canon = |p: &std::path::Path| p.canonicalize().ok();
     let fs = &policy.fs;
+    let walker = fs.walker();
+    let resolve = |p: &std::path::Path, read_only: bool| {
+        walker.resolve(p).ok().map(|r| namespaces::Grant {
+            path: r.path,
+            read_only,
+            dir: r.meta.is_dir(),
+            dev: r.meta.dev,
+            ino: r.meta.ino,
+        })
+    };
+    let written: Vec<(&std::path::PathBuf, bool)> = std::iter::once(&fs.workdir)
+        .chain(&fs.read_write)
+        .chain(&fs.devices)
+        .map(|p| (p, false))
+        .chain(fs.read_only.iter().chain(&fs.system).map(|p| (p, true)))
+        .collect();
     let mut grants = Vec::new();
-    let rw = std::iter::once(&fs.workdir).chain(&fs.read_write);
-    for p in rw {
-        if let Some(path) = canon(p) {
-            grants.push(namespaces::Grant {
-                path,
-                read_only: false,
-            });
+    let mut links = Vec::new();
+    for (p, read_only) in written {
+        let Some(g) = resolve(p, read_only) else {
+            continue;
+        };
+        // The links met on the way, as the walk followed them (it trusted each one): the
+        // first one below `/` is recreated in the view; what it leads to is a grant itself.
+        if g.path != *p {
+            for anc in p.ancestors().collect::<Vec<_>>().into_iter().rev().skip(1) {
+                if let Ok(target) = std::fs::read_link(anc) {
+                    links.push((anc.to_path_buf(), target));
+                    break;
+                }
+            }
         }
+        grants.push(g);
     }
-    for p in fs.read_only.iter().chain(&fs.system) {
-        if let Some(path) = canon(p) {
-            grants.push(namespaces::Grant {
-                path,
-                read_only: true,
-            });
-        }
-    }
+    let proc = resolve(std::path::Path::new("/proc"), false);
     namespaces::ViewRequest {
         private_net: policy.network == NetworkMode::None,
         hostname: policy.namespaces.hostname.clone(),
         tmp_size: policy.namespaces.tmp_size,
         shm_size: policy.namespaces.shm_size,
         grants,
-        denied: fs.deny.iter().filter_map(|p| canon(p)).collect(),
+        denied: fs
+            .deny
+            .iter()
+            .filter_map(|p| p.canonicalize().ok())
+            .collect(),
+        proc,
+        proc_read: fs.proc_read,
+        links,
     }
 }
 
@@ -623,8 +651,16 @@ fn prepare_namespaces(
                     .filter(|t| !plan.tmpfs_targets().iter().any(|p| p == std::path::Path::new(t)))
                     .map(|t| format!("; {t} is itself granted and stays as it is"))
                     .collect();
+                let root = match plan.root() {
+                    Some(r) if view.root => format!(
+                        "a root of the granted paths only ({} binds; top level {}), nothing else exists; ",
+                        r.bind_count(),
+                        r.top_level().join(" ")
+                    ),
+                    _ => "the policy grants /: the view's root is the supervisor's; ".into(),
+                };
                 format!(
-                    "private propagation; private tmpfs mode 1777 on {}{}",
+                    "{root}private propagation; private tmpfs mode 1777 on {}{}",
                     tmpfs.join(" and "),
                     skipped.concat()
                 )
@@ -645,6 +681,14 @@ fn prepare_namespaces(
             Outcome::NotRequested => {
                 degrade_row(policy, kind.layer(), "not attempted".into(), layers)?
             }
+            Outcome::Failed(e) if kind == Kind::Mount && !view.root => degrade_row(
+                policy,
+                kind.layer(),
+                format!(
+                    "{e}: no root of the granted paths only, so paths outside the grants stay visible (pathname unix sockets can be connected to, stat and inotify probe them)"
+                ),
+                layers,
+            )?,
             Outcome::Failed(e) => degrade_row(policy, kind.layer(), e.to_string(), layers)?,
         }
     }
@@ -670,6 +714,11 @@ pub enum Step {
     BindGrant,
     RemountGrantReadOnly,
     HideDenied,
+    MountRoot,
+    MakeViewLink,
+    PivotRoot,
+    DetachOldRoot,
+    RemountRootReadOnly,
     UnshareIpc,
     UnshareUts,
     SetHostname,
@@ -725,6 +774,11 @@ impl Step {
         Step::BindGrant,
         Step::RemountGrantReadOnly,
         Step::HideDenied,
+        Step::MountRoot,
+        Step::MakeViewLink,
+        Step::PivotRoot,
+        Step::DetachOldRoot,
+        Step::RemountRootReadOnly,
         Step::UnshareIpc,
         Step::UnshareUts,
         Step::SetHostname,
@@ -777,12 +831,17 @@ impl Step {
             Step::WriteIdMap => "write the user namespace's id maps",
             Step::UnshareMount => "unshare the mount namespace",
             Step::MakeMountsPrivate => "make every mount private",
-            Step::OpenGrant => "open a granted path below a private tmpfs",
+            Step::OpenGrant => "open a granted path as the policy walk resolved it",
             Step::MountTmpfs => "mount a private tmpfs",
-            Step::MakeMountpoint => "create a mount point in a private tmpfs",
-            Step::BindGrant => "bind-mount a granted path into a private tmpfs",
+            Step::MakeMountpoint => "create a mount point in the view",
+            Step::BindGrant => "bind-mount a granted path into the view",
             Step::RemountGrantReadOnly => "remount a read-only grant read-only",
             Step::HideDenied => "hide a denied path",
+            Step::MountRoot => "mount the tmpfs of the view's new root",
+            Step::MakeViewLink => "recreate a system symlink in the view's root",
+            Step::PivotRoot => "pivot_root into the view's new root",
+            Step::DetachOldRoot => "detach the old root",
+            Step::RemountRootReadOnly => "remount the view's root read-only",
             Step::UnshareIpc => "unshare the IPC namespace",
             Step::UnshareUts => "unshare the UTS namespace",
             Step::SetHostname => "set the hostname",

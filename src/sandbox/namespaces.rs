@@ -37,6 +37,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::sandbox::view_root::{self, Built, RootPlan, RootRequest};
 use crate::sandbox::{ChildError, Step, errno};
 
 /// One kind of namespace, as a layer of the report.
@@ -182,11 +183,16 @@ pub fn enter_user_ns() -> UserNs {
     })
 }
 
-/// A path that must stay visible below a private tmpfs.
+/// A granted path, as the supervisor's symlink-safe walk resolved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
+    /// Symlink-free and absolute.
     pub path: PathBuf,
     pub read_only: bool,
+    pub dir: bool,
+    /// Device and inode of what the walk decided on: the helper binds that inode or nothing.
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// What the view should hold, as plain data (the policy's part).
@@ -196,10 +202,16 @@ pub struct ViewRequest {
     pub hostname: String,
     pub tmp_size: u64,
     pub shm_size: u64,
-    /// Every granted path (workdir, --ro, --rw, scratch), canonical.
+    /// Every granted path (workdir, --ro, --rw, scratch, system directories, devices).
     pub grants: Vec<Grant>,
     /// Every denied path, canonical.
     pub denied: Vec<PathBuf>,
+    /// The supervisor's /proc.
+    pub proc: Option<Grant>,
+    /// The policy grants read on /proc.
+    pub proc_read: bool,
+    /// System symlinks on the way to a grant: (link, its target as written).
+    pub links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// One private tmpfs, prepared for the helper: every string and list built before fork.
@@ -230,6 +242,8 @@ pub struct ViewPlan {
     private_net: bool,
     hostname: CString,
     tmpfs: Vec<TmpfsPlan>,
+    /// The new root of granted paths only (None when the policy grants `/`).
+    root: Option<RootPlan>,
 }
 
 fn cstr(p: &Path) -> CString {
@@ -296,11 +310,28 @@ impl ViewPlan {
                 target,
             });
         }
+        let targets: Vec<PathBuf> = tmpfs.iter().map(|t| t.target.clone()).collect();
+        let root = RootPlan::new(
+            &RootRequest {
+                grants: req.grants.clone(),
+                proc: req.proc.clone(),
+                proc_read: req.proc_read,
+                links: req.links.clone(),
+                denied: req.denied.clone(),
+            },
+            &targets,
+        );
         ViewPlan {
             private_net: req.private_net,
             hostname: CString::new(req.hostname.as_bytes()).unwrap_or_default(),
             tmpfs,
+            root,
         }
+    }
+
+    /// The new root's plan, when there is one.
+    pub fn root(&self) -> Option<&RootPlan> {
+        self.root.as_ref()
     }
 
     /// The mount points that get a private tmpfs.
@@ -344,6 +375,8 @@ pub struct View {
     /// Each exec gets a PID namespace of its own.
     pub pid: bool,
     pub proc: ProcMount,
+    /// The mount namespace's root holds only the granted paths (see view_root.rs).
+    pub root: bool,
     /// The private tmpfs mount points that were made, with an O_PATH descriptor of each root
     /// (for the Landlock rule that makes it writable; dropped after prepare).
     pub tmpfs: Vec<(PathBuf, OwnedFd)>,
@@ -427,6 +460,8 @@ struct HelperReport {
     proc: i32,
     tmpfs_made: i32,
     mnt_usable: i32,
+    /// 1 when the helper pivoted into the new root.
+    root: i32,
 }
 
 impl HelperReport {
@@ -554,6 +589,7 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
         }
         view.pid = rep.kinds[Kind::Pid.index()][0] == 0
             || rep.kinds[Kind::Pid.index()][0] == i32::from(Step::MountProc as u8);
+        view.root = rep.root == 1;
         view.proc = match rep.proc {
             1 => ProcMount::Full,
             2 => ProcMount::SubsetPid,
@@ -586,6 +622,7 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
         proc: 0,
         tmpfs_made: 0,
         mnt_usable: 0,
+        root: 0,
     };
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -596,7 +633,7 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             0,
             0,
         );
-        let mount = (|| {
+        let private = (|| {
             check(libc::unshare(libc::CLONE_NEWNS), Step::UnshareMount)?;
             // Without this, our mounts (and the execs' /proc) would propagate to the host
             // when / is a shared mount, as systemd makes it.
@@ -609,15 +646,56 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
                     std::ptr::null(),
                 ),
                 Step::MakeMountsPrivate,
-            )?;
-            rep.mnt_usable = 1;
-            for (i, t) in plan.tmpfs.iter().enumerate() {
-                mount_tmpfs(t)?;
-                rep.tmpfs_made |= 1 << i;
-            }
-            Ok(())
+            )
         })();
+        // Probed before the new root is built: that root binds the supervisor's /proc only
+        // when no fresh one can be mounted per exec.
+        let (pid, proc) = match private {
+            // Mounting /proc in a mount namespace whose propagation is not private would
+            // reach the host's /proc: do not even try.
+            Err(e) => (Err(ChildError::new(Step::MountProc, e.errno)), 0),
+            Ok(()) => probe_pid(),
+        };
+        rep.set(Kind::Pid, pid);
+        rep.proc = proc;
+        let mount = private.and_then(|()| {
+            rep.mnt_usable = 1;
+            let tmpfs = |rep: &mut HelperReport| {
+                for (i, t) in plan.tmpfs.iter().enumerate() {
+                    mount_tmpfs(t)?;
+                    rep.tmpfs_made |= 1 << i;
+                }
+                Ok(())
+            };
+            let Some(root) = &plan.root else {
+                return tmpfs(&mut rep);
+            };
+            let mut targets: [(&std::ffi::CStr, &std::ffi::CStr); 2] = [(c"", c""); 2];
+            let n = plan.tmpfs.len().min(2);
+            for (i, t) in plan.tmpfs.iter().take(2).enumerate() {
+                targets[i] = (t.c_target.as_c_str(), t.data.as_c_str());
+            }
+            match view_root::build(root, &targets[..n], proc != 0, &mut rep.tmpfs_made) {
+                Built::Root => {
+                    rep.root = 1;
+                    Ok(())
+                }
+                // The old root is untouched: keep what a view without its own root had
+                // (private tmpfs mounts in place), and report the failure.
+                Built::RolledBack(e) => tmpfs(&mut rep).and(Err(e)),
+                Built::Broken(e) => Err(e),
+            }
+        });
         rep.set(Kind::Mount, mount);
+        if rep.root == 1 {
+            // In a user namespace the kernel allows a fresh full /proc only while another
+            // full one is visible in the mount namespace (mount_too_revealing): after the
+            // pivot there is none, so probe again where the execs will mount theirs
+            // (subset=pid then, which that check does not apply to).
+            let (pid, proc) = probe_pid();
+            rep.set(Kind::Pid, pid);
+            rep.proc = proc;
+        }
         rep.set(
             Kind::Ipc,
             check(libc::unshare(libc::CLONE_NEWIPC), Step::UnshareIpc),
@@ -638,20 +716,6 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             })();
             rep.set(Kind::Net, net);
         }
-        let (pid, proc) = match mount {
-            // Mounting /proc in a mount namespace whose propagation is not private would
-            // reach the host's /proc: do not even try.
-            _ if rep.mnt_usable == 0 => {
-                let errno = match mount {
-                    Err(e) => e.errno,
-                    Ok(()) => libc::EPERM,
-                };
-                (Err(ChildError::new(Step::MountProc, errno)), 0)
-            }
-            _ => probe_pid(),
-        };
-        rep.set(Kind::Pid, pid);
-        rep.proc = proc;
         let size = std::mem::size_of::<HelperReport>();
         libc::write(report_w, (&rep as *const HelperReport).cast(), size);
         // Hold the namespaces until the supervisor has opened them, then go.
@@ -776,7 +840,7 @@ unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
 }
 
 /// "/proc/self/fd/N\0" into `buf`, without allocating.
-fn fd_path(buf: &mut [u8; 32], fd: RawFd) {
+pub(super) fn fd_path(buf: &mut [u8; 32], fd: RawFd) {
     let prefix = b"/proc/self/fd/";
     buf[..prefix.len()].copy_from_slice(prefix);
     let mut digits = [0u8; 12];
