@@ -969,6 +969,16 @@ mod tests {
         assert_eq!(&b[..16], b"/proc/self/fd/0\0");
     }
 
+    fn grant(path: impl Into<PathBuf>, read_only: bool) -> Grant {
+        Grant {
+            path: path.into(),
+            read_only,
+            dir: true,
+            dev: 0,
+            ino: 0,
+        }
+    }
+
     #[test]
     fn grants_below_tmp_are_bound_back_and_their_denied_paths_hidden() {
         let wd = tempfile::Builder::new()
@@ -986,20 +996,14 @@ mod tests {
             tmp_size: 1 << 20,
             shm_size: 1 << 20,
             grants: vec![
-                Grant {
-                    path: inner.clone(),
-                    read_only: true,
-                },
-                Grant {
-                    path: wd.clone(),
-                    read_only: false,
-                },
-                Grant {
-                    path: "/usr".into(),
-                    read_only: true,
-                },
+                grant(inner.clone(), true),
+                grant(wd.clone(), false),
+                grant("/usr", true),
             ],
             denied: vec![secret.clone(), "/etc/shadow".into()],
+            proc: None,
+            proc_read: true,
+            links: Vec::new(),
         };
         let plan = ViewPlan::new(&req);
         let tmp = plan
@@ -1019,10 +1023,7 @@ mod tests {
         assert_eq!(tmp.hides, vec![(cstr(&secret), false)]);
         // A grant of /tmp itself leaves /tmp alone.
         let whole = ViewRequest {
-            grants: vec![Grant {
-                path: "/tmp".into(),
-                read_only: false,
-            }],
+            grants: vec![grant("/tmp", false)],
             ..req
         };
         assert!(
