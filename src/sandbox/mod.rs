@@ -535,6 +535,12 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
         }
         grants.push(g);
     }
+    // The terminal's devpts, read-only and with no Landlock rule: a pty handed over as a
+    // descriptor (the tty main process, a terminal `run`) keeps its name (`tty`, ttyname
+    // stats /dev/pts/N). No other pty can be opened; /dev/ptmx stays absent unless granted.
+    if let Some(pts) = resolve(std::path::Path::new("/dev/pts"), true) {
+        grants.push(pts);
+    }
     let proc = resolve(std::path::Path::new("/proc"), false);
     namespaces::ViewRequest {
         private_net: policy.network == NetworkMode::None,

@@ -3,12 +3,16 @@
 //! A view is a set of namespaces plus the private mounts in them, made once per [`Prepared`]
 //! (so once per `run`, once per `serve` sandbox) by a short-lived helper child, and kept alive
 //! afterwards only by nsfs descriptors opened from the helper's `/proc/PID/ns/*`:
-//! - mount: every mount private (nothing we mount propagates back to the host), a fresh tmpfs
-//!   on /tmp and on /dev/shm (mode 1777, sized by `--tmp-size` / `--shm-size`; a write past the
-//!   size gets ENOSPC). Granted paths that lie below those mount points are bind-mounted back
-//!   in at the same path (read-only grants read-only), and denied paths below such a grant are
-//!   covered by an empty mode-000 mount, because the Landlock rule that makes the new tmpfs
-//!   writable covers every mount below it (see SECURITY.md);
+//! - mount: every mount private (nothing we mount propagates back to the host), and a root of
+//!   its own that holds only the granted paths (view_root.rs: paths outside the grants do not
+//!   exist, which closes what Landlock ABI < 9 leaves open: pathname unix sockets, stat,
+//!   inotify), with a fresh tmpfs on /tmp and on /dev/shm (mode 1777, sized by `--tmp-size` /
+//!   `--shm-size`; a write past the size gets ENOSPC). Granted paths below those mount points
+//!   are bind-mounted into them at the same path (read-only grants read-only), and denied
+//!   paths inside a grant are covered by an empty mode-000 mount, because the Landlock rule
+//!   that makes the new tmpfs writable covers every mount below it (see SECURITY.md). When
+//!   the new root cannot be built, the tmpfs mounts are made in place on the supervisor's
+//!   root, and the mount layer is reported degraded;
 //! - IPC: private SysV IPC and POSIX message queues, destroyed with the view;
 //! - UTS: hostname `--hostname` (default `sandbox`);
 //! - network (`--network none` only): a namespace whose only interface is `lo`, up.
@@ -687,11 +691,11 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             }
         });
         rep.set(Kind::Mount, mount);
-        if rep.root == 1 {
-            // In a user namespace the kernel allows a fresh full /proc only while another
-            // full one is visible in the mount namespace (mount_too_revealing): after the
-            // pivot there is none, so probe again where the execs will mount theirs
-            // (subset=pid then, which that check does not apply to).
+        if rep.root == 1 && plan.root.as_ref().is_some_and(RootPlan::in_userns) {
+            // In a user namespace the kernel allows a fresh /proc only while another full one
+            // is visible in the mount namespace (mount_too_revealing): probe again where the
+            // execs will mount theirs, over the supervisor's /proc bound there. (In the
+            // initial user namespace that check does not apply: the first probe holds.)
             let (pid, proc) = probe_pid();
             rep.set(Kind::Pid, pid);
             rep.proc = proc;

@@ -210,7 +210,21 @@ impl RootPlan {
             });
             entries.push((p.path.clone(), What::Bind(binds.len() - 1)));
         }
-        for (link, target) in &req.links {
+        // The links every program expects in /dev (bash's process substitution opens
+        // /dev/fd/N), once /dev holds anything.
+        let dev = Path::new("/dev");
+        let mut links = req.links.clone();
+        if entries.iter().any(|(p, _)| p.starts_with(dev)) {
+            for (name, target) in [
+                ("fd", "/proc/self/fd"),
+                ("stdin", "/proc/self/fd/0"),
+                ("stdout", "/proc/self/fd/1"),
+                ("stderr", "/proc/self/fd/2"),
+            ] {
+                links.push((dev.join(name), PathBuf::from(target)));
+            }
+        }
+        for (link, target) in &links {
             let taken = entries.iter().any(|(p, _)| p == link);
             if !taken && !inside_bind(link) {
                 let t = CString::new(target.as_os_str().as_encoded_bytes()).unwrap_or_default();
@@ -257,6 +271,11 @@ impl RootPlan {
     ///   unmount that.
     fn bind_proc(&self, fresh_proc: bool) -> bool {
         (!fresh_proc && self.proc_read) || self.in_userns
+    }
+
+    /// The supervisor is in a non-initial user namespace.
+    pub fn in_userns(&self) -> bool {
+        self.in_userns
     }
 
     /// How many mounts the root gets (binds, not counting the fallback /proc).
@@ -780,6 +799,10 @@ mod tests {
                 s("tmp/work", "bind ro=false", true),
                 s("dev/null", "bind ro=false", true),
                 s("dev/shm", "tmpfs 1", true),
+                s("dev/fd", "link /proc/self/fd", true),
+                s("dev/stdin", "link /proc/self/fd/0", true),
+                s("dev/stdout", "link /proc/self/fd/1", true),
+                s("dev/stderr", "link /proc/self/fd/2", true),
                 s("usr/local/rw", "bind ro=false", false),
             ]
         );

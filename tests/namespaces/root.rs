@@ -98,7 +98,8 @@ attempt("workdir", lambda: open("f", "w").write("x") and None)
 attempt("tmp", lambda: open("/tmp/x", "w").write("x") and None)
 attempt("dev-null", lambda: open("/dev/null", "w").write("x") and None)
 attempt("dev-urandom", lambda: len(open("/dev/urandom", "rb").read(4)))
-for p in ("/home", "/root", "/var", "/sys", "/dev/ptmx", "/dev/pts", "/boot"):
+attempt("dev-fd", lambda: os.readlink("/dev/fd"))
+for p in ("/home", "/root", "/var", "/sys", "/dev/ptmx", "/dev/kmsg", "/boot"):
     attempt(p, lambda: os.stat(p) and None)
 "#;
     for uid in supervisors() {
@@ -109,8 +110,8 @@ for p in ("/home", "/root", "/var", "/sys", "/dev/ptmx", "/dev/pts", "/boot"):
             &r,
             &format!(
                 "python OK\nlib {lib}\nlibc-by-link True\netc OK\nworkdir OK\ntmp OK\n\
-                 dev-null OK\ndev-urandom 4\n/home ENOENT\n/root ENOENT\n/var ENOENT\n\
-                 /sys ENOENT\n/dev/ptmx ENOENT\n/dev/pts ENOENT\n/boot ENOENT\n"
+                 dev-null OK\ndev-urandom 4\ndev-fd /proc/self/fd\n/home ENOENT\n/root ENOENT\n\
+                 /var ENOENT\n/sys ENOENT\n/dev/ptmx ENOENT\n/dev/kmsg ENOENT\n/boot ENOENT\n"
             ),
         );
     }
@@ -118,7 +119,8 @@ for p in ("/home", "/root", "/var", "/sys", "/dev/ptmx", "/dev/pts", "/boot"):
 
 /// The root of a running sandbox, read from the host through /proc/PID/root: its top level
 /// holds only the granted system directories (symlinks kept as symlinks), /tmp (which holds the
-/// workdir here), /dev and /proc; its /dev only the granted devices and /dev/shm.
+/// workdir here), /dev and /proc; its /dev only the granted devices, /dev/shm, the terminal's
+/// /dev/pts and the standard links (fd, stdin, stdout, stderr).
 #[test]
 fn the_views_root_lists_only_granted_top_level_entries() {
     if !require_root() {
@@ -173,7 +175,10 @@ fn the_views_root_lists_only_granted_top_level_entries() {
         .filter(|d| Path::new("/dev").join(d).exists())
         .map(|d| d.to_string())
         .collect();
-    devs.insert("shm".into());
+    devs.extend(["shm", "fd", "stdin", "stdout", "stderr"].map(String::from));
+    if Path::new("/dev/pts").is_dir() {
+        devs.insert("pts".into());
+    }
     assert_eq!(names(&root.join("dev")), devs, "/dev of the view");
     drop(bg);
 }
