@@ -3,8 +3,12 @@
 //! Two phases (style habit 3):
 //! - [`prepare`] runs in the supervisor, privileged and multi-threaded: it checks what the kernel
 //!   supports, refuses (fails closed) when the policy cannot be fully enforced unless degraded
-//!   runs were allowed, and builds every kernel object: the Landlock ruleset fd, the seccomp
-//!   program, the rlimit values, the identity, the cgroup.
+//!   runs were allowed, and builds every kernel object: the view (namespaces.rs; its mount
+//!   namespace has a root of its own holding only the granted paths, view_root.rs, built
+//!   first because Landlock then grants the view's private tmpfs roots), the Landlock
+//!   ruleset fd, the seccomp program, the rlimit values, the identity, the cgroup.
+//!   Landlock stays the access policy; the view's root is defence in depth and closes what
+//!   Landlock ABI < 9 cannot see (connect to pathname unix sockets, stat, inotify).
 //! - [`enforce_in_child`] runs in the forked child between fork and exec. The supervisor is a
 //!   multi-threaded tokio process, so after fork only async-signal-safe work is allowed: no
 //!   allocation, no locks, no logging. Every step here is a raw syscall on prepared data. We
@@ -659,9 +663,14 @@ fn prepare_namespaces(
                     .collect();
                 let root = match plan.root() {
                     Some(r) if view.root => format!(
-                        "a root of the granted paths only ({} binds; top level {}), nothing else exists; ",
+                        "a root of the granted paths only ({} binds; top level {}){}, nothing else exists; ",
                         r.bind_count(),
-                        r.top_level().join(" ")
+                        r.top_level().join(" "),
+                        if view.chroot.is_some() {
+                            ", entered with chroot (pivot_root is refused here: the old root stays below it in the namespace)"
+                        } else {
+                            ""
+                        }
                     ),
                     _ => "the policy grants /: the view's root is the supervisor's; ".into(),
                 };
@@ -687,14 +696,32 @@ fn prepare_namespaces(
             Outcome::NotRequested => {
                 degrade_row(policy, kind.layer(), "not attempted".into(), layers)?
             }
-            Outcome::Failed(e) if kind == Kind::Mount && !view.root => degrade_row(
-                policy,
-                kind.layer(),
-                format!(
-                    "{e}: no root of the granted paths only, so paths outside the grants stay visible (pathname unix sockets can be connected to, stat and inotify probe them)"
-                ),
-                layers,
-            )?,
+            Outcome::Failed(e) if kind == Kind::Mount && !view.root => {
+                let at = match (e.step, plan.root()) {
+                    (
+                        Step::OpenGrant
+                        | Step::MakeMountpoint
+                        | Step::BindGrant
+                        | Step::RemountGrantReadOnly
+                        | Step::MountTmpfs
+                        | Step::HideDenied
+                        | Step::MakeViewLink,
+                        Some(r),
+                    ) => r
+                        .entry_path(e.detail)
+                        .map(|p| format!(" (at {p})"))
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
+                degrade_row(
+                    policy,
+                    kind.layer(),
+                    format!(
+                        "{e}{at}: no root of the granted paths only, so paths outside the grants stay visible (pathname unix sockets can be connected to, stat and inotify probe them)"
+                    ),
+                    layers,
+                )?
+            }
             Outcome::Failed(e) => degrade_row(policy, kind.layer(), e.to_string(), layers)?,
         }
     }
@@ -725,6 +752,7 @@ pub enum Step {
     PivotRoot,
     DetachOldRoot,
     RemountRootReadOnly,
+    EnterViewRoot,
     UnshareIpc,
     UnshareUts,
     SetHostname,
@@ -785,6 +813,7 @@ impl Step {
         Step::PivotRoot,
         Step::DetachOldRoot,
         Step::RemountRootReadOnly,
+        Step::EnterViewRoot,
         Step::UnshareIpc,
         Step::UnshareUts,
         Step::SetHostname,
@@ -848,6 +877,7 @@ impl Step {
             Step::PivotRoot => "pivot_root into the view's new root",
             Step::DetachOldRoot => "detach the old root",
             Step::RemountRootReadOnly => "remount the view's root read-only",
+            Step::EnterViewRoot => "chroot into the view's root",
             Step::UnshareIpc => "unshare the IPC namespace",
             Step::UnshareUts => "unshare the UTS namespace",
             Step::SetHostname => "set the hostname",

@@ -381,6 +381,9 @@ pub struct View {
     pub proc: ProcMount,
     /// The mount namespace's root holds only the granted paths (see view_root.rs).
     pub root: bool,
+    /// That root, when it was entered with chroot rather than pivot_root: every process that
+    /// joins the mount namespace must chroot into it.
+    pub chroot: Option<OwnedFd>,
     /// The private tmpfs mount points that were made, with an O_PATH descriptor of each root
     /// (for the Landlock rule that makes it writable; dropped after prepare).
     pub tmpfs: Vec<(PathBuf, OwnedFd)>,
@@ -403,6 +406,8 @@ impl Probe {
 #[derive(Debug, Clone, Copy)]
 pub struct ExecView {
     pub mnt: RawFd,
+    /// The view's root to chroot into after joining `mnt` (-1: the namespace's root is it).
+    pub root: RawFd,
     pub ipc: RawFd,
     pub uts: RawFd,
     pub net: RawFd,
@@ -415,6 +420,7 @@ impl View {
         let raw = |f: &Option<OwnedFd>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
         ExecView {
             mnt: raw(&self.mnt),
+            root: raw(&self.chroot),
             ipc: raw(&self.ipc),
             uts: raw(&self.uts),
             net: raw(&self.net),
@@ -464,15 +470,19 @@ struct HelperReport {
     proc: i32,
     tmpfs_made: i32,
     mnt_usable: i32,
-    /// 1 when the helper pivoted into the new root.
+    /// 1 when the helper pivoted into the new root, 2 when it chrooted into it.
     root: i32,
 }
 
 impl HelperReport {
     fn set(&mut self, k: Kind, r: Result<(), ChildError>) {
+        // The step in the low byte, its detail (which entry of the view's root) above it.
         self.kinds[k.index()] = match r {
             Ok(()) => [0, 0],
-            Err(e) => [i32::from(e.step as u8), e.errno],
+            Err(e) => [
+                i32::from(e.step as u8) | (i32::from(e.detail) << 8),
+                e.errno,
+            ],
         };
     }
 }
@@ -559,10 +569,10 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
         outcomes[k.index()] = match step {
             NOT_TRIED => Outcome::NotRequested,
             0 => Outcome::Made,
-            s => Outcome::Failed(ChildError::new(
-                Step::from_u8(s as u8).unwrap_or(Step::UnshareMount),
-                e,
-            )),
+            s => Outcome::Failed(ChildError {
+                detail: (s >> 8) as u8,
+                ..ChildError::new(Step::from_u8(s as u8).unwrap_or(Step::UnshareMount), e)
+            }),
         };
     }
     let result = (|| {
@@ -593,7 +603,14 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
         }
         view.pid = rep.kinds[Kind::Pid.index()][0] == 0
             || rep.kinds[Kind::Pid.index()][0] == i32::from(Step::MountProc as u8);
-        view.root = rep.root == 1;
+        view.root = rep.root != 0;
+        if rep.root == 2 {
+            view.chroot = Some(open(
+                "the view's root",
+                format!("/proc/{pid}/root"),
+                libc::O_PATH | libc::O_DIRECTORY,
+            )?);
+        }
         view.proc = match rep.proc {
             1 => ProcMount::Full,
             2 => ProcMount::SubsetPid,
@@ -684,14 +701,23 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
                     rep.root = 1;
                     Ok(())
                 }
+                Built::Chroot => {
+                    rep.root = 2;
+                    Ok(())
+                }
                 // The old root is untouched: keep what a view without its own root had
                 // (private tmpfs mounts in place), and report the failure.
-                Built::RolledBack(e) => tmpfs(&mut rep).and(Err(e)),
+                // The root's failure is the one reported (its detail names the entry); the
+                // fallback's own, if any, shows in which tmpfs mounts were made.
+                Built::RolledBack(e) => {
+                    let _ = tmpfs(&mut rep);
+                    Err(e)
+                }
                 Built::Broken(e) => Err(e),
             }
         });
         rep.set(Kind::Mount, mount);
-        if rep.root == 1 && plan.root.as_ref().is_some_and(RootPlan::in_userns) {
+        if rep.root != 0 && plan.root.as_ref().is_some_and(RootPlan::in_userns) {
             // In a user namespace the kernel allows a fresh /proc only while another full one
             // is visible in the mount namespace (mount_too_revealing): probe again where the
             // execs will mount theirs, over the supervisor's /proc bound there. (In the

@@ -231,10 +231,15 @@ impl RootPlan {
                 entries.push((link.clone(), What::Link(t)));
             }
         }
-        for d in &req.denied {
-            if !inside_bind(d) {
+        let mut denied: Vec<&PathBuf> = req.denied.iter().collect();
+        denied.sort_by_key(|d| d.components().count());
+        let mut hidden: Vec<&Path> = Vec::new();
+        for d in denied {
+            // Below another cover there is nothing left to hide (nor a way down to it).
+            if !inside_bind(d) || hidden.iter().any(|h| d.starts_with(h)) {
                 continue;
             }
+            hidden.push(d);
             let Ok(m) = std::fs::symlink_metadata(d) else {
                 continue;
             };
@@ -281,6 +286,18 @@ impl RootPlan {
     /// How many mounts the root gets (binds, not counting the fallback /proc).
     pub fn bind_count(&self) -> usize {
         self.binds.iter().filter(|b| !b.proc_fallback).count()
+    }
+
+    /// The path of entry `i` (the detail byte of a failed step), for messages.
+    /// (1-based, so that 0 names nothing).
+    pub fn entry_path(&self, i: u8) -> Option<String> {
+        let e = self.entries.get(usize::from(i).checked_sub(1)?)?;
+        let names: Vec<String> = e
+            .comps
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        Some(format!("/{}", names.join("/")))
     }
 
     /// The top-level names of the new root, for the report and tests.
@@ -419,6 +436,16 @@ unsafe fn open_sources(
         if b.proc_fallback && !plan.bind_proc(fresh_proc) {
             continue;
         }
+        // Errors carry the bind's entry index, as in `fill`.
+        let at = plan
+            .entries
+            .iter()
+            .position(|e| matches!(e.what, What::Bind(j) if j == i))
+            .map_or(0, |i| (i + 1).min(255)) as u8;
+        let fail = |step| ChildError {
+            detail: at,
+            ..ChildError::last(step)
+        };
         let how = OpenHow {
             flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
             mode: 0,
@@ -446,7 +473,10 @@ unsafe fn open_sources(
         }
         if (st.st_dev, st.st_ino) != (b.dev, b.ino) {
             // Not the inode the policy was decided on: someone swapped it since the walk.
-            return Err(ChildError::new(Step::OpenGrant, libc::ESTALE));
+            return Err(ChildError {
+                detail: at,
+                ..ChildError::new(Step::OpenGrant, libc::ESTALE)
+            });
         }
     }
     Ok(())
@@ -524,101 +554,110 @@ unsafe fn fill(
     let mut b = [0u8; 32];
     // SAFETY: raw syscalls on descriptors we own and prepared C strings.
     unsafe {
-        for e in &plan.entries {
-            let Some(name) = e.comps.last() else {
-                continue;
-            };
-            let parent = open_parent(root, &e.comps, e.create)?;
-            match &e.what {
-                What::Dir => {
-                    if libc::mkdirat(parent.0, name.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST
-                    {
-                        return Err(fail(Step::MakeMountpoint));
+        for (idx, e) in plan.entries.iter().enumerate() {
+            let mut one = || -> Result<(), ChildError> {
+                let Some(name) = e.comps.last() else {
+                    return Ok(());
+                };
+                let parent = open_parent(root, &e.comps, e.create)?;
+                match &e.what {
+                    What::Dir => {
+                        if libc::mkdirat(parent.0, name.as_ptr(), 0o755) != 0
+                            && errno() != libc::EEXIST
+                        {
+                            return Err(fail(Step::MakeMountpoint));
+                        }
                     }
-                }
-                What::Link(target) => {
-                    if libc::symlinkat(target.as_ptr(), parent.0, name.as_ptr()) != 0
-                        && errno() != libc::EEXIST
-                    {
-                        return Err(fail(Step::MakeViewLink));
+                    What::Link(target) => {
+                        if libc::symlinkat(target.as_ptr(), parent.0, name.as_ptr()) != 0
+                            && errno() != libc::EEXIST
+                        {
+                            return Err(fail(Step::MakeViewLink));
+                        }
                     }
-                }
-                What::Bind(i) => {
-                    let bd = &plan.binds[*i];
-                    if bd.proc_fallback && !plan.bind_proc(fresh_proc) {
-                        continue;
+                    What::Bind(i) => {
+                        let bd = &plan.binds[*i];
+                        if bd.proc_fallback && !plan.bind_proc(fresh_proc) {
+                            return Ok(());
+                        }
+                        let t = mount_point(parent.0, name, bd.dir, e.create)?;
+                        bind(fds[*i], t.0, bd.read_only)?;
                     }
-                    let t = mount_point(parent.0, name, bd.dir, e.create)?;
-                    bind(fds[*i], t.0, bd.read_only)?;
-                }
-                What::Tmpfs(i) => {
-                    let t = mount_point(parent.0, name, true, e.create)?;
-                    fd_path(&mut a, t.0);
-                    let (_, data) = tmpfs[*i];
-                    if libc::mount(
-                        c"tmpfs".as_ptr(),
-                        a.as_ptr().cast(),
-                        c"tmpfs".as_ptr(),
-                        libc::MS_NOSUID | libc::MS_NODEV,
-                        data.as_ptr().cast(),
-                    ) != 0
-                    {
-                        return Err(fail(Step::MountTmpfs));
+                    What::Tmpfs(i) => {
+                        let t = mount_point(parent.0, name, true, e.create)?;
+                        fd_path(&mut a, t.0);
+                        let (_, data) = tmpfs[*i];
+                        if libc::mount(
+                            c"tmpfs".as_ptr(),
+                            a.as_ptr().cast(),
+                            c"tmpfs".as_ptr(),
+                            libc::MS_NOSUID | libc::MS_NODEV,
+                            data.as_ptr().cast(),
+                        ) != 0
+                        {
+                            return Err(fail(Step::MountTmpfs));
+                        }
+                        *tmpfs_made |= 1 << i;
                     }
-                    *tmpfs_made |= 1 << i;
-                }
-                What::HideDir => {
-                    let t = mount_point(parent.0, name, true, false)?;
-                    fd_path(&mut a, t.0);
-                    if libc::mount(
-                        c"tmpfs".as_ptr(),
-                        a.as_ptr().cast(),
-                        c"tmpfs".as_ptr(),
-                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        c"mode=000,size=4k".as_ptr().cast(),
-                    ) != 0
-                    {
-                        return Err(fail(Step::HideDenied));
-                    }
-                }
-                What::HideFile => {
-                    if hidden.0 < 0 {
-                        // An empty root-owned mode-000 file: opening it gives EACCES to a
-                        // child without CAP_DAC_OVERRIDE, whatever its uid.
-                        let f = libc::openat(
-                            root,
-                            HIDDEN.as_ptr(),
-                            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
-                            0,
-                        );
-                        if f < 0 {
+                    What::HideDir => {
+                        let t = mount_point(parent.0, name, true, false)?;
+                        fd_path(&mut a, t.0);
+                        if libc::mount(
+                            c"tmpfs".as_ptr(),
+                            a.as_ptr().cast(),
+                            c"tmpfs".as_ptr(),
+                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                            c"mode=000,size=4k".as_ptr().cast(),
+                        ) != 0
+                        {
                             return Err(fail(Step::HideDenied));
                         }
-                        libc::close(f);
-                        hidden = Fd(libc::openat(
-                            root,
-                            HIDDEN.as_ptr(),
-                            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                        ));
+                    }
+                    What::HideFile => {
                         if hidden.0 < 0 {
+                            // An empty root-owned mode-000 file: opening it gives EACCES to a
+                            // child without CAP_DAC_OVERRIDE, whatever its uid.
+                            let f = libc::openat(
+                                root,
+                                HIDDEN.as_ptr(),
+                                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                                0,
+                            );
+                            if f < 0 {
+                                return Err(fail(Step::HideDenied));
+                            }
+                            libc::close(f);
+                            hidden = Fd(libc::openat(
+                                root,
+                                HIDDEN.as_ptr(),
+                                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                            ));
+                            if hidden.0 < 0 {
+                                return Err(fail(Step::HideDenied));
+                            }
+                        }
+                        let t = mount_point(parent.0, name, false, false)?;
+                        fd_path(&mut a, hidden.0);
+                        fd_path(&mut b, t.0);
+                        if libc::mount(
+                            a.as_ptr().cast(),
+                            b.as_ptr().cast(),
+                            std::ptr::null(),
+                            libc::MS_BIND,
+                            std::ptr::null(),
+                        ) != 0
+                        {
                             return Err(fail(Step::HideDenied));
                         }
                     }
-                    let t = mount_point(parent.0, name, false, false)?;
-                    fd_path(&mut a, hidden.0);
-                    fd_path(&mut b, t.0);
-                    if libc::mount(
-                        a.as_ptr().cast(),
-                        b.as_ptr().cast(),
-                        std::ptr::null(),
-                        libc::MS_BIND,
-                        std::ptr::null(),
-                    ) != 0
-                    {
-                        return Err(fail(Step::HideDenied));
-                    }
                 }
-            }
+                Ok(())
+            };
+            // The entry's index, so the supervisor can name the path that failed.
+            one().map_err(|mut err| {
+                err.detail = (idx + 1).min(255) as u8;
+                err
+            })?;
         }
         if hidden.0 >= 0 {
             libc::unlinkat(root, HIDDEN.as_ptr(), 0);
@@ -632,8 +671,13 @@ const STAGING: &CStr = c"/tmp";
 
 /// The outcome of [`build`].
 pub(super) enum Built {
-    /// The caller's root is now the new root.
+    /// The caller's root is now the new root, the old one detached.
     Root,
+    /// pivot_root was refused (a container runtime's default seccomp profile does): the new
+    /// root is moved onto `/` and entered with chroot. The old root stays in the namespace
+    /// below it, so whoever joins the namespace must chroot into the view's root too
+    /// (`ExecView::root`).
+    Chroot,
     /// Nothing changed: the staging mount is gone again, the old root is still in place.
     RolledBack(ChildError),
     /// pivot_root happened but a later step failed.
@@ -698,19 +742,39 @@ pub(super) unsafe fn build(
         }
         // pivot_root(".", "."): the old root ends up stacked on the new one, at ".", where
         // it can be detached without a directory to put it in.
-        if libc::fchdir(root.0) != 0
-            || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
-        {
+        if libc::fchdir(root.0) != 0 {
             let e = fail(Step::PivotRoot);
-            libc::chdir(c"/".as_ptr());
-            drop(root);
             libc::umount2(STAGING.as_ptr(), libc::MNT_DETACH);
             *tmpfs_made = 0;
             return Built::RolledBack(e);
         }
-        if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
-            return Built::Broken(fail(Step::DetachOldRoot));
-        }
+        let built = if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) == 0 {
+            if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
+                return Built::Broken(fail(Step::DetachOldRoot));
+            }
+            Built::Root
+        } else {
+            // As switch_root does: the staging mount moved onto `/`, then chroot into it.
+            let refused = fail(Step::PivotRoot);
+            if libc::mount(
+                c".".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_MOVE,
+                std::ptr::null(),
+            ) != 0
+            {
+                libc::chdir(c"/".as_ptr());
+                drop(root);
+                libc::umount2(STAGING.as_ptr(), libc::MNT_DETACH);
+                *tmpfs_made = 0;
+                return Built::RolledBack(refused);
+            }
+            if libc::chroot(c".".as_ptr()) != 0 {
+                return Built::Broken(fail(Step::EnterViewRoot));
+            }
+            Built::Chroot
+        };
         if libc::chdir(c"/".as_ptr()) != 0 {
             return Built::Broken(fail(Step::DetachOldRoot));
         }
@@ -727,8 +791,8 @@ pub(super) unsafe fn build(
         {
             return Built::Broken(fail(Step::RemountRootReadOnly));
         }
+        built
     }
-    Built::Root
 }
 
 #[cfg(test)]
@@ -787,6 +851,21 @@ mod tests {
             ],
             denied: vec!["/nonexistent-osb/secret".into(), "/etc/shadow".into()],
         };
+        // A denied path below another is not covered again (the outer cover hides it).
+        let tmp = std::env::temp_dir().join(format!("osb-view-root-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("d/inner")).unwrap();
+        let nested = RootRequest {
+            grants: vec![g(tmp.to_str().unwrap(), true, true)],
+            denied: vec![tmp.join("d/inner"), tmp.join("d")],
+            ..req.clone()
+        };
+        let hides: Vec<_> = names(&RootPlan::new(&nested, &[]).unwrap())
+            .into_iter()
+            .filter(|(_, w, _)| w.starts_with("hide"))
+            .collect();
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert_eq!(hides.len(), 1, "{hides:?}");
+        assert!(hides[0].0.ends_with("/d"), "{hides:?}");
         let p = RootPlan::new(&req, &["/tmp".into(), "/dev/shm".into()]).unwrap();
         let s = |a: &str, b: &str, c| (a.to_string(), b.to_string(), c);
         assert_eq!(
