@@ -9,7 +9,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::common::{Workdir, require_root};
+use super::common::{BIN, PauseDir, Workdir, require_pause_points, require_root};
 use super::support::{self, AuthMode, SupOpts};
 use super::{Background, PY_ATTEMPT, expect_out, py_as, supervisors, tagged, unique};
 
@@ -219,5 +219,62 @@ async fn serve_execs_share_tmp_in_a_root_of_granted_paths_only() {
         ),
         "{}",
         r.err()
+    );
+}
+
+/// The view binds the inode the policy walk decided on, or nothing. The supervisor is held
+/// after the walk resolved a `--ro` grant and before the helper binds it; the test then puts
+/// another directory (holding a secret) in its place. The run must refuse, naming the stale
+/// grant, and never show the secret (without the device/inode check the helper bound the
+/// swapped directory, and the command read it).
+#[test]
+fn a_grant_swapped_between_the_walk_and_the_bind_is_refused() {
+    if !require_root() || !require_pause_points() {
+        return;
+    }
+    let out = Outside::new();
+    let granted = out.0.join("granted");
+    let other = out.0.join("other");
+    for d in [&granted, &other] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(granted.join("f"), "real\n").unwrap();
+    std::fs::write(other.join("f"), "SECRET\n").unwrap();
+    let wd = Workdir::new();
+    let pause = PauseDir::new();
+    let point = "view-plan";
+    let child = std::process::Command::new(BIN)
+        .args(["run", "--workdir"])
+        .arg(wd.path())
+        .arg("--ro")
+        .arg(&granted)
+        .args(["--", "cat"])
+        .arg(granted.join("f"))
+        .envs(pause.env(point))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        pause.wait_reached(point, 60),
+        "the supervisor never reached {point}"
+    );
+    std::fs::rename(&granted, out.0.join("granted.old")).unwrap();
+    std::fs::rename(&other, &granted).unwrap();
+    pause.release(point);
+    let r = child.wait_with_output().unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr),
+    );
+    assert!(
+        !so.contains("SECRET"),
+        "the swapped directory was bound: {so}{se}"
+    );
+    assert_eq!(r.status.code(), Some(125), "{so}{se}");
+    assert!(
+        se.contains("open a granted path as the policy walk resolved it: Stale file handle"),
+        "{se}"
     );
 }
