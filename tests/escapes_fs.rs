@@ -344,7 +344,11 @@ fn grant_expansion_exchange_race_never_widens_a_grant() {
         "the swapped link widened the grant to /: {so}{se}"
     );
     assert!(!so.contains("ESCAPED"), "{so}{se}");
-    assert!(se.contains("Permission denied"), "{se}");
+    // Landlock's EACCES, or, with the view's own root, the outside directory is not there.
+    assert!(
+        se.contains("Permission denied") || se.contains("Directory nonexistent"),
+        "{se}"
+    );
     // The directory that was checked is still granted, under its new name.
     assert!(so.contains("in-grant"), "{so}{se}");
     assert!(wd.path().join("lnk/ok").exists());

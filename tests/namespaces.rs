@@ -824,6 +824,8 @@ fn report_and_check_name_every_namespace_layer() {
 
 #[path = "namespaces/nonroot.rs"]
 mod nonroot;
+#[path = "namespaces/root.rs"]
+mod root;
 #[path = "namespaces/serve.rs"]
 mod serve;
 #[path = "namespaces/workloads.rs"]

@@ -300,6 +300,15 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
             return Err(ChildError::last(step));
         }
     }
+    // setns put us at the namespace's root; where the view's root could only be entered with
+    // chroot (view_root.rs), that is the old root under it: enter the view's.
+    if v.mnt >= 0 && v.root >= 0 {
+        // SAFETY: fchdir to a descriptor the view owns, then chroot to it; the caller is the
+        // single-threaded child, still privileged.
+        if unsafe { libc::fchdir(v.root) != 0 || libc::chroot(c".".as_ptr()) != 0 } {
+            return Err(ChildError::last(Step::EnterViewRoot));
+        }
+    }
     if proc && v.proc != ProcMount::None {
         // SAFETY: unshare with a flag, in the single-threaded child.
         if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {

@@ -3,8 +3,12 @@
 //! Two phases (style habit 3):
 //! - [`prepare`] runs in the supervisor, privileged and multi-threaded: it checks what the kernel
 //!   supports, refuses (fails closed) when the policy cannot be fully enforced unless degraded
-//!   runs were allowed, and builds every kernel object: the Landlock ruleset fd, the seccomp
-//!   program, the rlimit values, the identity, the cgroup.
+//!   runs were allowed, and builds every kernel object: the view (namespaces.rs; its mount
+//!   namespace has a root of its own holding only the granted paths, view_root.rs, built
+//!   first because Landlock then grants the view's private tmpfs roots), the Landlock
+//!   ruleset fd, the seccomp program, the rlimit values, the identity, the cgroup.
+//!   Landlock stays the access policy; the view's root is defence in depth and closes what
+//!   Landlock ABI < 9 cannot see (connect to pathname unix sockets, stat, inotify).
 //! - [`enforce_in_child`] runs in the forked child between fork and exec. The supervisor is a
 //!   multi-threaded tokio process, so after fork only async-signal-safe work is allowed: no
 //!   allocation, no locks, no logging. Every step here is a raw syscall on prepared data. We
@@ -33,6 +37,7 @@ pub mod namespaces;
 pub mod process;
 pub mod rlimits;
 pub mod seccomp;
+pub mod view_root;
 
 use seccompiler::BpfProgram;
 
@@ -515,35 +520,68 @@ fn row(layers: &mut Vec<LayerStatus>, layer: &'static str, status: Enforcement, 
     });
 }
 
-/// What the view must keep visible and hide, from the filesystem policy.
+/// What the view must hold and hide, from the filesystem policy. Every grant is resolved by
+/// the policy's symlink-safe walk (as Landlock's rules are): the view binds the inode that walk
+/// decided on, by its device and inode numbers, or fails. A grant that does not resolve (a
+/// missing system directory, a link the sandbox could have planted) is left out, as it is
+/// from the Landlock rules.
 fn view_request(policy: &Policy) -> namespaces::ViewRequest {
-    let canon = |p: &std::path::Path| p.canonicalize().ok();
     let fs = &policy.fs;
+    let walker = fs.walker();
+    let resolve = |p: &std::path::Path, read_only: bool| {
+        walker.resolve(p).ok().map(|r| namespaces::Grant {
+            path: r.path,
+            read_only,
+            dir: r.meta.is_dir(),
+            dev: r.meta.dev,
+            ino: r.meta.ino,
+        })
+    };
+    let written: Vec<(&std::path::PathBuf, bool)> = std::iter::once(&fs.workdir)
+        .chain(&fs.read_write)
+        .chain(&fs.devices)
+        .map(|p| (p, false))
+        .chain(fs.read_only.iter().chain(&fs.system).map(|p| (p, true)))
+        .collect();
     let mut grants = Vec::new();
-    let rw = std::iter::once(&fs.workdir).chain(&fs.read_write);
-    for p in rw {
-        if let Some(path) = canon(p) {
-            grants.push(namespaces::Grant {
-                path,
-                read_only: false,
-            });
+    let mut links = Vec::new();
+    for (p, read_only) in written {
+        let Some(g) = resolve(p, read_only) else {
+            continue;
+        };
+        // The links met on the way, as the walk followed them (it trusted each one): the
+        // first one below `/` is recreated in the view; what it leads to is a grant itself.
+        if g.path != *p {
+            for anc in p.ancestors().collect::<Vec<_>>().into_iter().rev().skip(1) {
+                if let Ok(target) = std::fs::read_link(anc) {
+                    links.push((anc.to_path_buf(), target));
+                    break;
+                }
+            }
         }
+        grants.push(g);
     }
-    for p in fs.read_only.iter().chain(&fs.system) {
-        if let Some(path) = canon(p) {
-            grants.push(namespaces::Grant {
-                path,
-                read_only: true,
-            });
-        }
+    // The terminal's devpts, read-only and with no Landlock rule: a pty handed over as a
+    // descriptor (the tty main process, a terminal `run`) keeps its name (`tty`, ttyname
+    // stats /dev/pts/N). No other pty can be opened; /dev/ptmx stays absent unless granted.
+    if let Some(pts) = resolve(std::path::Path::new("/dev/pts"), true) {
+        grants.push(pts);
     }
+    let proc = resolve(std::path::Path::new("/proc"), false);
     namespaces::ViewRequest {
         private_net: policy.network == NetworkMode::None,
         hostname: policy.namespaces.hostname.clone(),
         tmp_size: policy.namespaces.tmp_size,
         shm_size: policy.namespaces.shm_size,
         grants,
-        denied: fs.deny.iter().filter_map(|p| canon(p)).collect(),
+        denied: fs
+            .deny
+            .iter()
+            .filter_map(|p| p.canonicalize().ok())
+            .collect(),
+        proc,
+        proc_read: fs.proc_read,
+        links,
     }
 }
 
@@ -618,6 +656,9 @@ fn prepare_namespaces(
     }
     let req = view_request(policy);
     let plan = namespaces::ViewPlan::new(&req);
+    // Race tests hold the supervisor here: the walk has decided each grant's inode, the
+    // helper has not bound them yet.
+    crate::pause::point("view-plan");
     let probe = k.make_view(&plan)?;
     let view = probe.view;
     for kind in kinds {
@@ -645,8 +686,21 @@ fn prepare_namespaces(
                     .filter(|t| !plan.tmpfs_targets().iter().any(|p| p == std::path::Path::new(t)))
                     .map(|t| format!("; {t} is itself granted and stays as it is"))
                     .collect();
+                let root = match plan.root() {
+                    Some(r) if view.root => format!(
+                        "a root of the granted paths only ({} binds; top level {}){}, nothing else exists; ",
+                        r.bind_count(),
+                        r.top_level().join(" "),
+                        if view.chroot.is_some() {
+                            ", entered with chroot (pivot_root is refused here: the old root stays below it in the namespace)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    _ => "the policy grants /: the view's root is the supervisor's; ".into(),
+                };
                 format!(
-                    "private propagation; private tmpfs mode 1777 on {}{}",
+                    "{root}private propagation; private tmpfs mode 1777 on {}{}",
                     tmpfs.join(" and "),
                     skipped.concat()
                 )
@@ -666,6 +720,32 @@ fn prepare_namespaces(
             ),
             Outcome::NotRequested => {
                 degrade_row(policy, kind.layer(), "not attempted".into(), layers)?
+            }
+            Outcome::Failed(e) if kind == Kind::Mount && !view.root => {
+                let at = match (e.step, plan.root()) {
+                    (
+                        Step::OpenGrant
+                        | Step::MakeMountpoint
+                        | Step::BindGrant
+                        | Step::RemountGrantReadOnly
+                        | Step::MountTmpfs
+                        | Step::HideDenied
+                        | Step::MakeViewLink,
+                        Some(r),
+                    ) => r
+                        .entry_path(e.detail)
+                        .map(|p| format!(" (at {p})"))
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
+                degrade_row(
+                    policy,
+                    kind.layer(),
+                    format!(
+                        "{e}{at}: no root of the granted paths only, so paths outside the grants stay visible (pathname unix sockets can be connected to, stat and inotify probe them)"
+                    ),
+                    layers,
+                )?
             }
             Outcome::Failed(e) => degrade_row(policy, kind.layer(), e.to_string(), layers)?,
         }
@@ -692,6 +772,12 @@ pub enum Step {
     BindGrant,
     RemountGrantReadOnly,
     HideDenied,
+    MountRoot,
+    MakeViewLink,
+    PivotRoot,
+    DetachOldRoot,
+    RemountRootReadOnly,
+    EnterViewRoot,
     UnshareIpc,
     UnshareUts,
     SetHostname,
@@ -748,6 +834,12 @@ impl Step {
         Step::BindGrant,
         Step::RemountGrantReadOnly,
         Step::HideDenied,
+        Step::MountRoot,
+        Step::MakeViewLink,
+        Step::PivotRoot,
+        Step::DetachOldRoot,
+        Step::RemountRootReadOnly,
+        Step::EnterViewRoot,
         Step::UnshareIpc,
         Step::UnshareUts,
         Step::SetHostname,
@@ -801,12 +893,18 @@ impl Step {
             Step::WriteIdMap => "write the user namespace's id maps",
             Step::UnshareMount => "unshare the mount namespace",
             Step::MakeMountsPrivate => "make every mount private",
-            Step::OpenGrant => "open a granted path below a private tmpfs",
+            Step::OpenGrant => "open a granted path as the policy walk resolved it",
             Step::MountTmpfs => "mount a private tmpfs",
-            Step::MakeMountpoint => "create a mount point in a private tmpfs",
-            Step::BindGrant => "bind-mount a granted path into a private tmpfs",
+            Step::MakeMountpoint => "create a mount point in the view",
+            Step::BindGrant => "bind-mount a granted path into the view",
             Step::RemountGrantReadOnly => "remount a read-only grant read-only",
             Step::HideDenied => "hide a denied path",
+            Step::MountRoot => "mount the tmpfs of the view's new root",
+            Step::MakeViewLink => "recreate a system symlink in the view's root",
+            Step::PivotRoot => "pivot_root into the view's new root",
+            Step::DetachOldRoot => "detach the old root",
+            Step::RemountRootReadOnly => "remount the view's root read-only",
+            Step::EnterViewRoot => "chroot into the view's root",
             Step::UnshareIpc => "unshare the IPC namespace",
             Step::UnshareUts => "unshare the UTS namespace",
             Step::SetHostname => "set the hostname",

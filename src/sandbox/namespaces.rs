@@ -3,12 +3,16 @@
 //! A view is a set of namespaces plus the private mounts in them, made once per [`Prepared`]
 //! (so once per `run`, once per `serve` sandbox) by a short-lived helper child, and kept alive
 //! afterwards only by nsfs descriptors opened from the helper's `/proc/PID/ns/*`:
-//! - mount: every mount private (nothing we mount propagates back to the host), a fresh tmpfs
-//!   on /tmp and on /dev/shm (mode 1777, sized by `--tmp-size` / `--shm-size`; a write past the
-//!   size gets ENOSPC). Granted paths that lie below those mount points are bind-mounted back
-//!   in at the same path (read-only grants read-only), and denied paths below such a grant are
-//!   covered by an empty mode-000 mount, because the Landlock rule that makes the new tmpfs
-//!   writable covers every mount below it (see SECURITY.md);
+//! - mount: every mount private (nothing we mount propagates back to the host), and a root of
+//!   its own that holds only the granted paths (view_root.rs: paths outside the grants do not
+//!   exist, which closes what Landlock ABI < 9 leaves open: pathname unix sockets, stat,
+//!   inotify), with a fresh tmpfs on /tmp and on /dev/shm (mode 1777, sized by `--tmp-size` /
+//!   `--shm-size`; a write past the size gets ENOSPC). Granted paths below those mount points
+//!   are bind-mounted into them at the same path (read-only grants read-only), and denied
+//!   paths inside a grant are covered by an empty mode-000 mount, because the Landlock rule
+//!   that makes the new tmpfs writable covers every mount below it (see SECURITY.md). When
+//!   the new root cannot be built, the tmpfs mounts are made in place on the supervisor's
+//!   root, and the mount layer is reported degraded;
 //! - IPC: private SysV IPC and POSIX message queues, destroyed with the view;
 //! - UTS: hostname `--hostname` (default `sandbox`);
 //! - network (`--network none` only): a namespace whose only interface is `lo`, up.
@@ -37,6 +41,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::sandbox::view_root::{self, Built, RootPlan, RootRequest};
 use crate::sandbox::{ChildError, Step, errno};
 
 /// One kind of namespace, as a layer of the report.
@@ -182,11 +187,16 @@ pub fn enter_user_ns() -> UserNs {
     })
 }
 
-/// A path that must stay visible below a private tmpfs.
+/// A granted path, as the supervisor's symlink-safe walk resolved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
+    /// Symlink-free and absolute.
     pub path: PathBuf,
     pub read_only: bool,
+    pub dir: bool,
+    /// Device and inode of what the walk decided on: the helper binds that inode or nothing.
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// What the view should hold, as plain data (the policy's part).
@@ -196,10 +206,16 @@ pub struct ViewRequest {
     pub hostname: String,
     pub tmp_size: u64,
     pub shm_size: u64,
-    /// Every granted path (workdir, --ro, --rw, scratch), canonical.
+    /// Every granted path (workdir, --ro, --rw, scratch, system directories, devices).
     pub grants: Vec<Grant>,
     /// Every denied path, canonical.
     pub denied: Vec<PathBuf>,
+    /// The supervisor's /proc.
+    pub proc: Option<Grant>,
+    /// The policy grants read on /proc.
+    pub proc_read: bool,
+    /// System symlinks on the way to a grant: (link, its target as written).
+    pub links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// One private tmpfs, prepared for the helper: every string and list built before fork.
@@ -230,6 +246,8 @@ pub struct ViewPlan {
     private_net: bool,
     hostname: CString,
     tmpfs: Vec<TmpfsPlan>,
+    /// The new root of granted paths only (None when the policy grants `/`).
+    root: Option<RootPlan>,
 }
 
 fn cstr(p: &Path) -> CString {
@@ -296,11 +314,28 @@ impl ViewPlan {
                 target,
             });
         }
+        let targets: Vec<PathBuf> = tmpfs.iter().map(|t| t.target.clone()).collect();
+        let root = RootPlan::new(
+            &RootRequest {
+                grants: req.grants.clone(),
+                proc: req.proc.clone(),
+                proc_read: req.proc_read,
+                links: req.links.clone(),
+                denied: req.denied.clone(),
+            },
+            &targets,
+        );
         ViewPlan {
             private_net: req.private_net,
             hostname: CString::new(req.hostname.as_bytes()).unwrap_or_default(),
             tmpfs,
+            root,
         }
+    }
+
+    /// The new root's plan, when there is one.
+    pub fn root(&self) -> Option<&RootPlan> {
+        self.root.as_ref()
     }
 
     /// The mount points that get a private tmpfs.
@@ -344,6 +379,11 @@ pub struct View {
     /// Each exec gets a PID namespace of its own.
     pub pid: bool,
     pub proc: ProcMount,
+    /// The mount namespace's root holds only the granted paths (see view_root.rs).
+    pub root: bool,
+    /// That root, when it was entered with chroot rather than pivot_root: every process that
+    /// joins the mount namespace must chroot into it.
+    pub chroot: Option<OwnedFd>,
     /// The private tmpfs mount points that were made, with an O_PATH descriptor of each root
     /// (for the Landlock rule that makes it writable; dropped after prepare).
     pub tmpfs: Vec<(PathBuf, OwnedFd)>,
@@ -366,6 +406,8 @@ impl Probe {
 #[derive(Debug, Clone, Copy)]
 pub struct ExecView {
     pub mnt: RawFd,
+    /// The view's root to chroot into after joining `mnt` (-1: the namespace's root is it).
+    pub root: RawFd,
     pub ipc: RawFd,
     pub uts: RawFd,
     pub net: RawFd,
@@ -378,6 +420,7 @@ impl View {
         let raw = |f: &Option<OwnedFd>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
         ExecView {
             mnt: raw(&self.mnt),
+            root: raw(&self.chroot),
             ipc: raw(&self.ipc),
             uts: raw(&self.uts),
             net: raw(&self.net),
@@ -427,13 +470,19 @@ struct HelperReport {
     proc: i32,
     tmpfs_made: i32,
     mnt_usable: i32,
+    /// 1 when the helper pivoted into the new root, 2 when it chrooted into it.
+    root: i32,
 }
 
 impl HelperReport {
     fn set(&mut self, k: Kind, r: Result<(), ChildError>) {
+        // The step in the low byte, its detail (which entry of the view's root) above it.
         self.kinds[k.index()] = match r {
             Ok(()) => [0, 0],
-            Err(e) => [i32::from(e.step as u8), e.errno],
+            Err(e) => [
+                i32::from(e.step as u8) | (i32::from(e.detail) << 8),
+                e.errno,
+            ],
         };
     }
 }
@@ -520,10 +569,10 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
         outcomes[k.index()] = match step {
             NOT_TRIED => Outcome::NotRequested,
             0 => Outcome::Made,
-            s => Outcome::Failed(ChildError::new(
-                Step::from_u8(s as u8).unwrap_or(Step::UnshareMount),
-                e,
-            )),
+            s => Outcome::Failed(ChildError {
+                detail: (s >> 8) as u8,
+                ..ChildError::new(Step::from_u8(s as u8).unwrap_or(Step::UnshareMount), e)
+            }),
         };
     }
     let result = (|| {
@@ -554,6 +603,14 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
         }
         view.pid = rep.kinds[Kind::Pid.index()][0] == 0
             || rep.kinds[Kind::Pid.index()][0] == i32::from(Step::MountProc as u8);
+        view.root = rep.root != 0;
+        if rep.root == 2 {
+            view.chroot = Some(open(
+                "the view's root",
+                format!("/proc/{pid}/root"),
+                libc::O_PATH | libc::O_DIRECTORY,
+            )?);
+        }
         view.proc = match rep.proc {
             1 => ProcMount::Full,
             2 => ProcMount::SubsetPid,
@@ -586,6 +643,7 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
         proc: 0,
         tmpfs_made: 0,
         mnt_usable: 0,
+        root: 0,
     };
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -596,7 +654,7 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             0,
             0,
         );
-        let mount = (|| {
+        let private = (|| {
             check(libc::unshare(libc::CLONE_NEWNS), Step::UnshareMount)?;
             // Without this, our mounts (and the execs' /proc) would propagate to the host
             // when / is a shared mount, as systemd makes it.
@@ -609,15 +667,65 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
                     std::ptr::null(),
                 ),
                 Step::MakeMountsPrivate,
-            )?;
-            rep.mnt_usable = 1;
-            for (i, t) in plan.tmpfs.iter().enumerate() {
-                mount_tmpfs(t)?;
-                rep.tmpfs_made |= 1 << i;
-            }
-            Ok(())
+            )
         })();
+        // Probed before the new root is built: that root binds the supervisor's /proc only
+        // when no fresh one can be mounted per exec.
+        let (pid, proc) = match private {
+            // Mounting /proc in a mount namespace whose propagation is not private would
+            // reach the host's /proc: do not even try.
+            Err(e) => (Err(ChildError::new(Step::MountProc, e.errno)), 0),
+            Ok(()) => probe_pid(),
+        };
+        rep.set(Kind::Pid, pid);
+        rep.proc = proc;
+        let mount = private.and_then(|()| {
+            rep.mnt_usable = 1;
+            let tmpfs = |rep: &mut HelperReport| {
+                for (i, t) in plan.tmpfs.iter().enumerate() {
+                    mount_tmpfs(t)?;
+                    rep.tmpfs_made |= 1 << i;
+                }
+                Ok(())
+            };
+            let Some(root) = &plan.root else {
+                return tmpfs(&mut rep);
+            };
+            let mut targets: [(&std::ffi::CStr, &std::ffi::CStr); 2] = [(c"", c""); 2];
+            let n = plan.tmpfs.len().min(2);
+            for (i, t) in plan.tmpfs.iter().take(2).enumerate() {
+                targets[i] = (t.c_target.as_c_str(), t.data.as_c_str());
+            }
+            match view_root::build(root, &targets[..n], proc != 0, &mut rep.tmpfs_made) {
+                Built::Root => {
+                    rep.root = 1;
+                    Ok(())
+                }
+                Built::Chroot => {
+                    rep.root = 2;
+                    Ok(())
+                }
+                // The old root is untouched: keep what a view without its own root had
+                // (private tmpfs mounts in place), and report the failure.
+                // The root's failure is the one reported (its detail names the entry); the
+                // fallback's own, if any, shows in which tmpfs mounts were made.
+                Built::RolledBack(e) => {
+                    let _ = tmpfs(&mut rep);
+                    Err(e)
+                }
+                Built::Broken(e) => Err(e),
+            }
+        });
         rep.set(Kind::Mount, mount);
+        if rep.root != 0 && plan.root.as_ref().is_some_and(RootPlan::in_userns) {
+            // In a user namespace the kernel allows a fresh /proc only while another full one
+            // is visible in the mount namespace (mount_too_revealing): probe again where the
+            // execs will mount theirs, over the supervisor's /proc bound there. (In the
+            // initial user namespace that check does not apply: the first probe holds.)
+            let (pid, proc) = probe_pid();
+            rep.set(Kind::Pid, pid);
+            rep.proc = proc;
+        }
         rep.set(
             Kind::Ipc,
             check(libc::unshare(libc::CLONE_NEWIPC), Step::UnshareIpc),
@@ -638,20 +746,6 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             })();
             rep.set(Kind::Net, net);
         }
-        let (pid, proc) = match mount {
-            // Mounting /proc in a mount namespace whose propagation is not private would
-            // reach the host's /proc: do not even try.
-            _ if rep.mnt_usable == 0 => {
-                let errno = match mount {
-                    Err(e) => e.errno,
-                    Ok(()) => libc::EPERM,
-                };
-                (Err(ChildError::new(Step::MountProc, errno)), 0)
-            }
-            _ => probe_pid(),
-        };
-        rep.set(Kind::Pid, pid);
-        rep.proc = proc;
         let size = std::mem::size_of::<HelperReport>();
         libc::write(report_w, (&rep as *const HelperReport).cast(), size);
         // Hold the namespaces until the supervisor has opened them, then go.
@@ -776,7 +870,7 @@ unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
 }
 
 /// "/proc/self/fd/N\0" into `buf`, without allocating.
-fn fd_path(buf: &mut [u8; 32], fd: RawFd) {
+pub(super) fn fd_path(buf: &mut [u8; 32], fd: RawFd) {
     let prefix = b"/proc/self/fd/";
     buf[..prefix.len()].copy_from_slice(prefix);
     let mut digits = [0u8; 12];
@@ -905,6 +999,16 @@ mod tests {
         assert_eq!(&b[..16], b"/proc/self/fd/0\0");
     }
 
+    fn grant(path: impl Into<PathBuf>, read_only: bool) -> Grant {
+        Grant {
+            path: path.into(),
+            read_only,
+            dir: true,
+            dev: 0,
+            ino: 0,
+        }
+    }
+
     #[test]
     fn grants_below_tmp_are_bound_back_and_their_denied_paths_hidden() {
         let wd = tempfile::Builder::new()
@@ -922,20 +1026,14 @@ mod tests {
             tmp_size: 1 << 20,
             shm_size: 1 << 20,
             grants: vec![
-                Grant {
-                    path: inner.clone(),
-                    read_only: true,
-                },
-                Grant {
-                    path: wd.clone(),
-                    read_only: false,
-                },
-                Grant {
-                    path: "/usr".into(),
-                    read_only: true,
-                },
+                grant(inner.clone(), true),
+                grant(wd.clone(), false),
+                grant("/usr", true),
             ],
             denied: vec![secret.clone(), "/etc/shadow".into()],
+            proc: None,
+            proc_read: true,
+            links: Vec::new(),
         };
         let plan = ViewPlan::new(&req);
         let tmp = plan
@@ -955,10 +1053,7 @@ mod tests {
         assert_eq!(tmp.hides, vec![(cstr(&secret), false)]);
         // A grant of /tmp itself leaves /tmp alone.
         let whole = ViewRequest {
-            grants: vec![Grant {
-                path: "/tmp".into(),
-                read_only: false,
-            }],
+            grants: vec![grant("/tmp", false)],
             ..req
         };
         assert!(

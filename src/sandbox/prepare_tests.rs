@@ -143,9 +143,10 @@ fn a_mount_refused_by_apparmor_is_refused_then_degraded_with_its_reason() {
     k.view[Kind::Mount as usize] = Outcome::Failed(e);
     let (layer, reason) = refused(&k, NetworkMode::None, true);
     assert_eq!(layer, "namespace-mount");
+    // The fake view has no root of its own: the reason names the gap that leaves open.
     assert_eq!(
         reason,
-        "mount a private tmpfs: Permission denied (os error 13)"
+        "mount a private tmpfs: Permission denied (os error 13): no root of the granted paths only, so paths outside the grants stay visible (pathname unix sockets can be connected to, stat and inotify probe them)"
     );
     let (pol, _wd) = policy(true, NetworkMode::None, true);
     let p = prepare_with(&k, &pol).unwrap();

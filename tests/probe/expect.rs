@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use libc::{
-    EACCES, ECONNREFUSED, EINVAL, ENOENT, ENOSYS, EOPNOTSUPP, EPERM, ESRCH, ETXTBSY, EXDEV, SIGSYS,
+    EACCES, ECONNREFUSED, EINVAL, ENOENT, ENOSYS, EOPNOTSUPP, EPERM, EROFS, ESRCH, ETXTBSY, EXDEV,
+    SIGSYS,
 };
 
 use super::{Attempt, Mode};
@@ -45,6 +46,8 @@ pub struct Ctx {
     pub private_net: bool,
     /// The (non-root) supervisor runs in a user namespace of its own.
     pub user_namespace: bool,
+    /// The view's root holds only the granted paths: nothing outside them exists.
+    pub view_root: bool,
 }
 
 /// Landlock ABI 9 added LANDLOCK_ACCESS_FS_RESOLVE_UNIX; before it, connect(2) to a pathname
@@ -241,6 +244,35 @@ pub fn expected(name: &str, ctx: &Ctx) -> Expect {
         _ => base.clone(),
     };
     match name {
+        // The view's root holds only the granted paths: what lies outside them (the scene's
+        // `outside` directory, /dev/kmsg, the raw disk, /sys) does not exist there.
+        "write_outside_workdir"
+        | "symlink_read_escape"
+        | "symlink_write_escape"
+        | "hardlink_outside_in"
+        | "hardlink_workdir_out"
+        | "rename_out_of_workdir"
+        | "rename_into_workdir"
+        | "write_dev_kmsg"
+        | "read_raw_disk"
+        | "write_cgroup_release_agent"
+        | "escape_to_root_cgroup"
+            if ctx.view_root =>
+        {
+            Expect::Errno(ENOENT)
+        }
+        // A denied path inside a grant is covered by an empty mode-000 mount in the view:
+        // the search into it is refused by file mode before Landlock is asked, a link or a
+        // stat of what was there finds nothing, inotify cannot watch it, and renaming the
+        // cover (a mount point in a read-only bind) is EROFS.
+        "hardlink_secret_in" | "stat_denied_secret" | "inotify_watch_denied_dir"
+            if ctx.view_root =>
+        {
+            Expect::Errno(EACCES)
+        }
+        "rename_denied_dir" if ctx.view_root => Expect::Errno(EROFS),
+        // Its handle is taken of a file outside the grants, which the view does not hold.
+        "open_by_handle" if ctx.view_root => Expect::OutOfView,
         // Absent on some kernels (no CONFIG_MAGIC_SYSRQ, cgroup v2 only ...): ENOENT is all
         // such an attempt can get, and the results table marks it.
         "write_sysrq_trigger" => on_target("sysrq"),
@@ -248,6 +280,8 @@ pub fn expected(name: &str, ctx: &Ctx) -> Expect {
         "read_raw_disk" => on_target("raw_disk"),
         "write_cgroup_release_agent" => on_target("release_agent"),
         "escape_to_root_cgroup" => on_target("root_cgroup_procs"),
+        // The listener lives outside every grant, so not in the view's root at all.
+        "connect_pathname_unix_outside" if ctx.view_root => Expect::Errno(ENOENT),
         "connect_pathname_unix_outside" if ctx.landlock_abi < 9 => {
             Expect::KnownGap(PATHNAME_SOCKET_GAP)
         }

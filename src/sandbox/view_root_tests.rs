@@ -1,0 +1,103 @@
+//! Unit tests of the view root's plan (no kernel: what would be mounted where).
+
+use super::*;
+
+fn g(path: &str, read_only: bool, dir: bool) -> Grant {
+    Grant {
+        path: path.into(),
+        read_only,
+        dir,
+        dev: 1,
+        ino: 2,
+    }
+}
+
+fn names(p: &RootPlan) -> Vec<(String, String, bool)> {
+    p.entries
+        .iter()
+        .map(|e| {
+            let path = e
+                .comps
+                .iter()
+                .map(|c| c.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            let what = match &e.what {
+                What::Dir => "dir".to_string(),
+                What::Link(t) => format!("link {}", t.to_string_lossy()),
+                What::Bind(i) => format!("bind ro={}", p.binds[*i].read_only),
+                What::Tmpfs(i) => format!("tmpfs {i}"),
+                What::HideDir => "hide-dir".into(),
+                What::HideFile => "hide-file".into(),
+            };
+            (path, what, e.create)
+        })
+        .collect()
+}
+
+#[test]
+fn the_root_binds_each_grant_once_links_links_and_hides_denied_paths_inside_binds() {
+    let req = RootRequest {
+        grants: vec![
+            g("/usr", true, true),
+            g("/usr/bin", true, true),
+            g("/usr/local/rw", false, true),
+            g("/tmp/work", false, true),
+            g("/tmp/work", true, true),
+            g("/dev/null", false, false),
+        ],
+        proc: None,
+        proc_read: false,
+        links: vec![
+            ("/lib".into(), "usr/lib".into()),
+            ("/usr/lib64".into(), "lib".into()),
+        ],
+        denied: vec!["/nonexistent-osb/secret".into(), "/etc/shadow".into()],
+    };
+    // A denied path below another is not covered again (the outer cover hides it).
+    let tmp = std::env::temp_dir().join(format!("osb-view-root-{}", std::process::id()));
+    std::fs::create_dir_all(tmp.join("d/inner")).unwrap();
+    let nested = RootRequest {
+        grants: vec![g(tmp.to_str().unwrap(), true, true)],
+        denied: vec![tmp.join("d/inner"), tmp.join("d")],
+        ..req.clone()
+    };
+    let hides: Vec<_> = names(&RootPlan::new(&nested, &[]).unwrap())
+        .into_iter()
+        .filter(|(_, w, _)| w.starts_with("hide"))
+        .collect();
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert_eq!(hides.len(), 1, "{hides:?}");
+    assert!(hides[0].0.ends_with("/d"), "{hides:?}");
+    let p = RootPlan::new(&req, &["/tmp".into(), "/dev/shm".into()]).unwrap();
+    let s = |a: &str, b: &str, c| (a.to_string(), b.to_string(), c);
+    assert_eq!(
+        names(&p),
+        vec![
+            s("usr", "bind ro=true", true),
+            s("tmp", "tmpfs 0", true),
+            s("proc", "dir", true),
+            s("lib", "link usr/lib", true),
+            s("tmp/work", "bind ro=false", true),
+            s("dev/null", "bind ro=false", true),
+            s("dev/shm", "tmpfs 1", true),
+            s("dev/fd", "link /proc/self/fd", true),
+            s("dev/stdin", "link /proc/self/fd/0", true),
+            s("dev/stdout", "link /proc/self/fd/1", true),
+            s("dev/stderr", "link /proc/self/fd/2", true),
+            s("usr/local/rw", "bind ro=false", false),
+        ]
+    );
+    assert_eq!(p.bind_count(), 4);
+    assert_eq!(p.top_level(), ["dev", "lib", "proc", "tmp", "usr"]);
+    assert!(
+        RootPlan::new(
+            &RootRequest {
+                grants: vec![g("/", true, true)],
+                ..req
+            },
+            &[]
+        )
+        .is_none()
+    );
+}
