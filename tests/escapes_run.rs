@@ -870,3 +870,52 @@ fn a_second_run_in_a_busy_workdir_is_refused_and_the_first_keeps_writing() {
     assert_eq!(c.code(), 0, "{}", c.stderr());
     assert_eq!(long.status.code(), Some(0));
 }
+
+/// A SIGTERM that arrives between the spawn and the wait used to kill the supervisor by its
+/// default action (the handlers were installed after the spawn): no report, and a tree that
+/// only PDEATHSIG ended. Held at the point right after the spawn, the signal must now end the
+/// run as a later one does: exit 143 and a report.
+#[test]
+fn a_sigterm_right_after_the_spawn_still_ends_the_run_with_a_report() {
+    if !require_pause_points() {
+        return;
+    }
+    let wd = Workdir::new();
+    let pause = PauseDir::new();
+    let report = report_path("sigterm-early");
+    let _ = std::fs::remove_file(&report);
+    let mut c = Command::new(BIN)
+        .args(["run", "-q", "--workdir"])
+        .arg(wd.path())
+        .arg("--report-json")
+        .arg(&report)
+        .args(["--", "sleep", "300"])
+        .envs(pause.env("run-spawned"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reached = pause.wait_reached("run-spawned", 30);
+    // SAFETY: kill with a pid we spawned.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(100));
+    pause.release("run-spawned");
+    let st = wait_exit(&mut c, 30);
+    if st.is_none() {
+        let _ = c.kill();
+    }
+    let mut err = String::new();
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(
+        reached,
+        "the supervisor never reached the point after the spawn: {err}"
+    );
+    use std::os::unix::process::ExitStatusExt;
+    let st = st.expect("the supervisor did not exit after SIGTERM");
+    assert_eq!((st.code(), st.signal()), (Some(143), None), "{err}");
+    let r = read_json(&report);
+    let _ = std::fs::remove_file(&report);
+    assert_eq!(r["contained"], true, "report: {r}; stderr: {err}");
+    assert_eq!(r["exit_code"], 143, "report: {r}");
+}

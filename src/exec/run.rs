@@ -571,6 +571,29 @@ fn granted(fs: &FsPolicy, path: &Path) -> bool {
 }
 
 async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
+    // The handlers first, before anything can be spawned: a SIGTERM that arrives between the
+    // spawn and the wait must end the run as a later one does (kill the tree, write the
+    // report), not kill us by its default action. Tokio queues a signal that arrives before
+    // the wait polls for it.
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| RunError::Io {
+        what: "installing the SIGTERM handler",
+        source,
+    })?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| RunError::Io {
+        what: "installing the SIGINT handler",
+        source,
+    })?;
+    // A closed terminal (SIGHUP) or a quit key (SIGQUIT) must not kill us with the default
+    // action: the tree would outlive us (only the leader has a parent-death signal) and no
+    // report would be written. Both end the run as SIGTERM does.
+    let mut sighup = signal(SignalKind::hangup()).map_err(|source| RunError::Io {
+        what: "installing the SIGHUP handler",
+        source,
+    })?;
+    let mut sigquit = signal(SignalKind::quit()).map_err(|source| RunError::Io {
+        what: "installing the SIGQUIT handler",
+        source,
+    })?;
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
@@ -797,27 +820,10 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     drop(ev_tx);
 
     tl.stamp("spawned");
+    // A test sends SIGTERM here, between the spawn and the wait (see the handlers above).
+    crate::pause::point("run-spawned");
     let grace = Duration::from_secs_f64(args.kill_grace);
     let timeout = args.timeout.map(Duration::from_secs_f64);
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| RunError::Io {
-        what: "installing the SIGTERM handler",
-        source,
-    })?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| RunError::Io {
-        what: "installing the SIGINT handler",
-        source,
-    })?;
-    // A closed terminal (SIGHUP) or a quit key (SIGQUIT) must not kill us with the default
-    // action: the tree would outlive us (only the leader has a parent-death signal) and no
-    // report would be written. Both end the run as SIGTERM does.
-    let mut sighup = signal(SignalKind::hangup()).map_err(|source| RunError::Io {
-        what: "installing the SIGHUP handler",
-        source,
-    })?;
-    let mut sigquit = signal(SignalKind::quit()).map_err(|source| RunError::Io {
-        what: "installing the SIGQUIT handler",
-        source,
-    })?;
     let deadline = async {
         match timeout {
             Some(t) => tokio::time::sleep(t).await,
