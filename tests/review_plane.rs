@@ -121,3 +121,59 @@ async fn a_first_revision_after_the_local_policy_cannot_switch_the_identity() {
     assert_eq!(r.exit, Some(125), "{r:?}");
     assert!(r.err().contains("quarantined"), "{r:?}");
 }
+
+/// The usual start (the gateway's own revision, so a baseline of the gateway's), then a
+/// gateway that skips its own §11.7 check: the revision appears as if `policy set` had
+/// accepted it. A changed identity and a path taken away are refused by the supervisor
+/// itself, FAILED, and the sandbox is quarantined rather than widened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_the_gateway_did_not_check_is_refused_by_the_supervisor() {
+    if !require(
+        is_root(),
+        "root: the identity switch and Landlock are what the policy says only as root",
+    ) {
+        return;
+    }
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let granted = gw.dir.path().join("granted");
+    std::fs::create_dir(&granted).unwrap();
+    std::fs::set_permissions(&granted, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v1 = gw.state.set_policy(&base_policy(&granted)).unwrap();
+    let opts = SupOpts {
+        env: vec![("OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(), "1".into())],
+        ..Default::default()
+    };
+    let mut sup = Supervisor::start(&gw, opts);
+    gw.wait_ready(&mut sup).await;
+    let rep = wait_report(&gw, v1, &sup).await;
+    assert_eq!(rep.status, PolicyStatus::Loaded as i32, "{rep:?}");
+    let r = gw.sh("id -u").await;
+    assert_eq!(r.out(), "65534\n", "{r:?}");
+
+    let mut hostile = base_policy(&granted);
+    hostile.process = Some(ProcessPolicy {
+        run_as_user: "1000".into(),
+        run_as_group: "1000".into(),
+    });
+    // Not through set_policy, which refuses it as a real gateway would.
+    let v2 = {
+        let mut p = gw.state.plane.lock().unwrap();
+        let version = v1 + 1;
+        p.revisions.push(support::plane::Revision {
+            version,
+            policy: hostile,
+            extra: Vec::new(),
+            hash: format!("hostile-{version}"),
+        });
+        version
+    };
+    let rep = wait_report(&gw, v2, &sup).await;
+    assert_eq!(rep.status, PolicyStatus::Failed as i32, "{rep:?}");
+    assert!(
+        rep.load_error.contains("refused on a live sandbox") && rep.load_error.contains("process"),
+        "{rep:?}"
+    );
+    let r = gw.sh("id -u").await;
+    assert_eq!((r.out().as_str(), r.exit), ("", Some(125)), "{r:?}");
+    assert!(r.err().contains("quarantined"), "{r:?}");
+}
