@@ -11,7 +11,10 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_execs_pty_cannot_be_opened() {
-    if !require(is_root(), "root: the sandbox uid differs from the supervisor's") {
+    if !require(
+        is_root(),
+        "root: the sandbox uid differs from the supervisor's",
+    ) {
         return;
     }
     let (gw, sup) = up(AuthMode::Jwt, SupOpts::default()).await;
@@ -26,7 +29,10 @@ async fn another_execs_pty_cannot_be_opened() {
     let victim = tokio::spawn(async move { exec_collect(st, req).await });
     let deadline = Instant::now() + Duration::from_secs(20);
     while !name.exists() {
-        assert!(Instant::now() < deadline, "the pty exec never wrote its tty name");
+        assert!(
+            Instant::now() < deadline,
+            "the pty exec never wrote its tty name"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let tty = std::fs::read_to_string(&name).unwrap().trim().to_string();

@@ -37,7 +37,11 @@ fn base_policy(extra: &Path) -> SandboxPolicy {
     }
 }
 
-async fn wait_report(gw: &TestGateway, version: u32, sup: &Supervisor) -> ReportPolicyStatusRequest {
+async fn wait_report(
+    gw: &TestGateway,
+    version: u32,
+    sup: &Supervisor,
+) -> ReportPolicyStatusRequest {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(r) = gw
@@ -110,7 +114,12 @@ async fn a_first_revision_after_the_local_policy_cannot_switch_the_identity() {
     // The test gateway has no revision yet, so it accepts this one, as OpenShell's would.
     let v = gw.state.set_policy(&other).unwrap();
     let rep = wait_report(&gw, v, &sup).await;
-    assert_eq!(rep.status, PolicyStatus::Failed as i32, "{rep:?}\n{}", sup.log());
+    assert_eq!(
+        rep.status,
+        PolicyStatus::Failed as i32,
+        "{rep:?}\n{}",
+        sup.log()
+    );
     assert!(
         rep.load_error.contains("refused on a live sandbox"),
         "{rep:?}"
