@@ -5,10 +5,12 @@
 //! services in a host test) is no business of the sandbox's. Two ways reached it anyway: a
 //! gateway `RelayOpen` with a TCP target, and `direct-tcpip` while the sandbox was quarantined.
 
+mod common;
 mod support;
 
 use std::time::Duration;
 
+use common::require_pause_points;
 use openshell_sandbox::policy::openshell::{FilesystemPolicy, LandlockPolicy, SandboxPolicy};
 use openshell_sandbox::proto::v1::*;
 use support::exec::ssh_connect;
@@ -195,6 +197,78 @@ async fn a_quarantined_sandbox_forwards_nothing() {
         Err(e) => {
             assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
             assert!(e.message().contains("quarantined"), "{e:?}");
+        }
+    }
+}
+
+/// `--network none` without a network namespace of the sandbox's own (degraded, allowed with
+/// `--allow-degraded`): the sandbox has no TCP at all (seccomp refuses the socket), so no
+/// server of its own can be on any loopback, and a forward could only reach the supervisor's
+/// (here: the host's). It is refused instead, both kinds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_network_namespace_network_none_forwards_nothing() {
+    if !need_root() || !require_pause_points() {
+        return;
+    }
+    let host = host_echo().await;
+    let opts = SupOpts {
+        env: vec![("OSB_TEST_DENY_NETNS".into(), "1".into())],
+        args: vec!["--allow-degraded".into()],
+        ..SupOpts::default()
+    };
+    let (gw, sup) = up(AuthMode::Jwt, opts).await;
+    // The shape this test is about: the exec shares the supervisor's network namespace, and
+    // has no TCP of its own.
+    let sup_netns = std::fs::read_link(format!("/proc/{}/ns/net", sup.pid())).unwrap();
+    let r = gw
+        .exec(&[
+            "python3",
+            "-c",
+            "import os, socket\nprint(os.readlink('/proc/self/ns/net'))\ntry:\n    socket.socket()\nexcept OSError as e:\n    print(e.errno)",
+        ])
+        .await;
+    assert_eq!(
+        r.out(),
+        format!("{}\n{}\n", sup_netns.display(), libc::EPERM),
+        "{r:?}\n{}",
+        sup.log()
+    );
+
+    let relay = gw
+        .state
+        .open_relay(Some(relay_open::Target::Ssh(SshRelayTarget {})))
+        .await
+        .unwrap();
+    let h = ssh_connect(bridge(relay)).await.unwrap();
+    match h
+        .channel_open_direct_tcpip("127.0.0.1", u32::from(host), "127.0.0.1", 40000)
+        .await
+    {
+        Ok(ch) => {
+            let mut s = ch.into_stream();
+            panic!(
+                "direct-tcpip opened without the sandbox's network namespace (echoed from the supervisor's loopback: {})",
+                echoes(&mut s).await
+            );
+        }
+        Err(russh::Error::ChannelOpenFailure(why)) => assert_eq!(
+            why,
+            russh::ChannelOpenFailure::AdministrativelyProhibited,
+            "{why:?}"
+        ),
+        Err(e) => panic!("unexpected error: {e:?}"),
+    }
+    match gw.state.open_relay(tcp_target(host)).await {
+        Ok(relay) => {
+            let mut d = bridge(relay);
+            panic!(
+                "a TCP relay opened without the sandbox's network namespace (echoed: {})",
+                echoes(&mut d).await
+            );
+        }
+        Err(e) => {
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+            assert!(e.message().contains("no network namespace"), "{e:?}");
         }
     }
 }

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use russh::Channel;
 use russh::server::Msg;
 
+use crate::policy::NetworkMode;
+
 /// Most forwarded channels open at once on one SSH connection. Each holds a socket and a
 /// task; a client opening channels in a loop must not exhaust the supervisor's fds.
 pub const MAX_FORWARDS: usize = 64;
@@ -25,6 +27,11 @@ pub enum ForwardError {
     /// No sandbox, so no sandbox loopback: connecting anyway would reach the supervisor's.
     #[error("{0}; no forward is connected until a valid policy arrives")]
     Quarantined(String),
+    /// `--network none` without a network namespace of the sandbox's own (degraded).
+    #[error(
+        "the sandbox has no network namespace of its own (degraded) and no TCP (--network none): a forward would reach the supervisor's loopback"
+    )]
+    NoNetwork,
 }
 
 /// Where a `direct-tcpip` request may connect: `host` must name loopback (`localhost` in any
@@ -56,14 +63,21 @@ pub fn target(host: &str, port: u32) -> Result<SocketAddr, ForwardError> {
     Ok(SocketAddr::new(ip, port))
 }
 
-/// The sandbox a forward connects in. While the policy is quarantined there is none, and no
-/// forward: the supervisor's own network namespace (the pod's, or the host's) is never a
-/// stand-in for the sandbox's.
+/// The sandbox a forward connects in. The supervisor's own network namespace (the pod's, or
+/// the host's) is never a stand-in for the sandbox's: while the policy is quarantined there
+/// is no sandbox and no forward; with `--network none` but no namespace of its own
+/// (degraded) the sandbox cannot have a TCP server anywhere, so there is nothing of its to
+/// forward to. With `--network all` the sandbox shares our namespace, and so does a forward.
 pub fn view(
     slot: &crate::gateway::policy_plane::PolicySlot,
 ) -> Result<crate::exec::Sandbox, ForwardError> {
-    slot.ready()
-        .map_err(|e| ForwardError::Quarantined(e.to_string()))
+    let sandbox = slot
+        .ready()
+        .map_err(|e| ForwardError::Quarantined(e.to_string()))?;
+    if sandbox.net_namespace().is_none() && sandbox.policy().network == NetworkMode::None {
+        return Err(ForwardError::NoNetwork);
+    }
+    Ok(sandbox)
 }
 
 /// Connect to `addr` inside the sandbox's network view: with a network namespace of its own,
@@ -71,7 +85,8 @@ pub fn view(
 /// sandbox's loopback, where its execs' servers listen, never the supervisor's. A socket keeps
 /// the namespace it was made in, so the thread may end right after. A fresh thread and never a
 /// pool thread: a pooled thread would stay in the sandbox's namespace for whatever it runs
-/// next. Without a namespace of its own (`--network all`, or degraded) the sandbox shares ours.
+/// next. Without a namespace of its own (`--network all`; [`view`] refuses `--network none`
+/// without one) the sandbox shares ours.
 pub fn connect_in_view(addr: SocketAddr, sandbox: crate::exec::Sandbox) -> io::Result<TcpStream> {
     use std::os::fd::AsRawFd;
     if sandbox.net_namespace().is_none() {
