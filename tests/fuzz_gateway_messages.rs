@@ -84,6 +84,10 @@ impl Sup {
             .arg(&work)
             .args(["--reconnect-base-ms", "20", "--reconnect-max-ms", "200"])
             .args(["--hello-timeout", "2"])
+            // A TCP relay reaches the sandbox's loopback; sharing our network namespace makes
+            // the test's echo server that loopback (the relay bytes are what is fuzzed here,
+            // not the namespace: review_forward.rs tests that).
+            .args(["--network", "all"])
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f);

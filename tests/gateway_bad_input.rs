@@ -274,7 +274,24 @@ async fn duplicate_relay_id_fails_clearly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_targets_are_loopback_only() {
-    let (gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    // A loopback target is the sandbox's loopback (review_forward.rs): the echo server is the
+    // sandbox's main process, one connection at a time.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = format!(
+        "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('127.0.0.1', {port})); s.listen(16)\nwhile True:\n    a, _ = s.accept()\n    \
+         b = a.recv(64)\n    a.sendall(b); a.close()\n"
+    );
+    let spec = serde_json::json!({"version": 1, "command": ["python3", "-c", server]});
+    let opts = SupOpts {
+        env: vec![("OPENSHELL_MAIN_PROCESS_SPEC".into(), spec.to_string())],
+        ..Default::default()
+    };
+    let (gw, mut sup) = up(AuthMode::Jwt, opts).await;
     let far = Some(relay_open::Target::Tcp(TcpRelayTarget {
         host: "10.1.2.3".into(),
         port: 80,
@@ -283,20 +300,21 @@ async fn tcp_targets_are_loopback_only() {
     assert_eq!(err.code(), tonic::Code::Unavailable);
     assert!(err.message().contains("loopback"), "{err:?}");
 
-    // A loopback target works: an echo server on 127.0.0.1.
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        let (mut s, _) = l.accept().await.unwrap();
-        let mut buf = [0u8; 64];
-        let n = s.read(&mut buf).await.unwrap();
-        s.write_all(&buf[..n]).await.unwrap();
-    });
-    let near = Some(relay_open::Target::Tcp(TcpRelayTarget {
-        host: "localhost".into(),
-        port: u32::from(port),
-    }));
-    let relay = gw.state.open_relay(near).await.unwrap();
+    // A loopback target works (the main process may still be starting: retry a while).
+    let near = || {
+        Some(relay_open::Target::Tcp(TcpRelayTarget {
+            host: "localhost".into(),
+            port: u32::from(port),
+        }))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let relay = loop {
+        match gw.state.open_relay(near()).await {
+            Ok(r) => break r,
+            Err(e) => assert!(std::time::Instant::now() < deadline, "{e:?}\n{}", sup.log()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let mut d = bridge(relay);
     d.write_all(b"ping").await.unwrap();
     let mut buf = [0u8; 4];

@@ -211,7 +211,8 @@ struct Report {
 /// What the plane remembers between polls.
 #[derive(Default)]
 struct Tracked {
-    /// The last policy the gateway delivered that decoded: what §11.7 compares against.
+    /// The last policy that decoded and passed §11.7, the local one at start included: what
+    /// §11.7 compares the next revision against.
     baseline: Option<SandboxPolicy>,
     /// `(config_revision, policy_hash)` of the last answer acted on (§11.7 change detection).
     seen: Option<(u64, String)>,
@@ -451,11 +452,12 @@ impl Plane {
                 format!("refused on a live sandbox: {e}"),
             );
         }
-        // A local policy (version 0) is not a gateway revision: the gateway's own §11.7 check
-        // has nothing to compare a first revision with, and neither do we.
-        if version > 0 {
-            t.baseline = Some(policy.clone());
-        }
+        // The baseline is whatever the sandbox runs under, a local policy (version 0) included.
+        // When the sync of a local policy failed (a gateway refusing UpdateConfig, or no
+        // OPENSHELL_SANDBOX), the gateway's first revision has nothing of the gateway's own to
+        // be compared with, so its §11.7 check lets anything through; without this, so would
+        // we, and a live sandbox would switch its uid or its Landlock mode at the next exec.
+        t.baseline = Some(policy.clone());
         drop(t);
         let host = Host::current();
         let built = openshell::resolve(

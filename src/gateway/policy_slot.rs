@@ -78,6 +78,15 @@ impl PolicySlot {
         }
     }
 
+    /// [`current`](Self::current), or why there is none: what a forward answers while
+    /// quarantined, as an exec would.
+    pub fn ready(&self) -> Result<Sandbox, SpawnError> {
+        match self.get() {
+            Active::Ready(s) => Ok(s),
+            Active::Quarantined(why) => Err(SpawnError::Quarantined(why)),
+        }
+    }
+
     pub(super) fn set(&self, a: Active) {
         *self.active.write().unwrap_or_else(|p| p.into_inner()) = a;
     }

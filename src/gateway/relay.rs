@@ -63,6 +63,8 @@ pub enum RelayError {
     },
     #[error("the supervisor is shutting down")]
     ShuttingDown,
+    #[error("tcp relay refused: {0}")]
+    Forward(#[source] super::ssh::forward::ForwardError),
     #[error("RelayStream: {0}")]
     Stream(Status),
     #[error("the gateway sent a non-data frame after init")]
@@ -157,17 +159,27 @@ impl Relays {
                     serve_ssh(&relays.ssh, client, &results, &id).await;
                     Ok(())
                 }
-                Target::Tcp(addr) => match tokio::net::TcpStream::connect(addr).await {
-                    Ok(tcp) => {
-                        send_result(&results, &id, Ok(())).await;
-                        bridge(tcp, client, &id).await
-                    }
-                    Err(source) => {
-                        let e = RelayError::TcpConnect { addr, source };
-                        tracing::warn!(channel_id = %id, "relay target unreachable: {e}");
+                // In the sandbox's network view, as direct-tcpip: "loopback" is the
+                // sandbox's, and with no sandbox (quarantined) there is nothing to reach.
+                Target::Tcp(addr) => match super::ssh::forward::view(relays.ssh.slot()) {
+                    Err(e) => {
+                        let e = RelayError::Forward(e);
+                        tracing::warn!(channel_id = %id, "relay refused: {e}");
                         send_result(&results, &id, Err(&e)).await;
                         Ok(())
                     }
+                    Ok(sandbox) => match super::ssh::forward::connect(addr, sandbox).await {
+                        Ok(tcp) => {
+                            send_result(&results, &id, Ok(())).await;
+                            bridge(tcp, client, &id).await
+                        }
+                        Err(source) => {
+                            let e = RelayError::TcpConnect { addr, source };
+                            tracing::warn!(channel_id = %id, "relay target unreachable: {e}");
+                            send_result(&results, &id, Err(&e)).await;
+                            Ok(())
+                        }
+                    },
                 },
             };
             match outcome {

@@ -67,6 +67,16 @@ impl Kernel for Real {
                 libc::EPERM,
             ));
         }
+        // Test builds only: `OSB_TEST_DENY_NETNS=1` makes the network namespace unavailable
+        // (degraded: `--network none` then rests on seccomp and Landlock alone), so a test can
+        // reach the forwards' behaviour without a namespace of the sandbox's own.
+        #[cfg(feature = "test-pause-points")]
+        if std::env::var_os("OSB_TEST_DENY_NETNS").is_some_and(|v| v == "1") {
+            use super::namespaces::{Kind, Outcome};
+            probe.view.net = None;
+            probe.outcomes[Kind::Net.index()] =
+                Outcome::Failed(super::ChildError::new(super::Step::UnshareNet, libc::EPERM));
+        }
         Ok(probe)
     }
 }

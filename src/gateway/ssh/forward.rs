@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use russh::Channel;
 use russh::server::Msg;
 
+use crate::policy::NetworkMode;
+
 /// Most forwarded channels open at once on one SSH connection. Each holds a socket and a
 /// task; a client opening channels in a loop must not exhaust the supervisor's fds.
 pub const MAX_FORWARDS: usize = 64;
@@ -22,6 +24,14 @@ pub enum ForwardError {
     NotLoopback(String),
     #[error("too many forwarded channels on this connection (the limit is {MAX_FORWARDS})")]
     TooMany,
+    /// No sandbox, so no sandbox loopback: connecting anyway would reach the supervisor's.
+    #[error("{0}; no forward is connected until a valid policy arrives")]
+    Quarantined(String),
+    /// `--network none` without a network namespace of the sandbox's own (degraded).
+    #[error(
+        "the sandbox has no network namespace of its own (degraded) and no TCP (--network none): a forward would reach the supervisor's loopback"
+    )]
+    NoNetwork,
 }
 
 /// Where a `direct-tcpip` request may connect: `host` must name loopback (`localhost` in any
@@ -53,24 +63,39 @@ pub fn target(host: &str, port: u32) -> Result<SocketAddr, ForwardError> {
     Ok(SocketAddr::new(ip, port))
 }
 
+/// The sandbox a forward connects in. The supervisor's own network namespace (the pod's, or
+/// the host's) is never a stand-in for the sandbox's: while the policy is quarantined there
+/// is no sandbox and no forward; with `--network none` but no namespace of its own
+/// (degraded) the sandbox cannot have a TCP server anywhere, so there is nothing of its to
+/// forward to. With `--network all` the sandbox shares our namespace, and so does a forward.
+pub fn view(
+    slot: &crate::gateway::policy_plane::PolicySlot,
+) -> Result<crate::exec::Sandbox, ForwardError> {
+    let sandbox = slot
+        .ready()
+        .map_err(|e| ForwardError::Quarantined(e.to_string()))?;
+    if sandbox.net_namespace().is_none() && sandbox.policy().network == NetworkMode::None {
+        return Err(ForwardError::NoNetwork);
+    }
+    Ok(sandbox)
+}
+
 /// Connect to `addr` inside the sandbox's network view: with a network namespace of its own,
 /// a short-lived thread joins it (setns) and connects there, so that "loopback" is the
 /// sandbox's loopback, where its execs' servers listen, never the supervisor's. A socket keeps
 /// the namespace it was made in, so the thread may end right after. A fresh thread and never a
 /// pool thread: a pooled thread would stay in the sandbox's namespace for whatever it runs
-/// next. Without a namespace of its own (`--network all`, or degraded) the sandbox shares ours.
-pub fn connect_in_view(
-    addr: SocketAddr,
-    sandbox: Option<crate::exec::Sandbox>,
-) -> io::Result<TcpStream> {
+/// next. Without a namespace of its own (`--network all`; [`view`] refuses `--network none`
+/// without one) the sandbox shares ours.
+pub fn connect_in_view(addr: SocketAddr, sandbox: crate::exec::Sandbox) -> io::Result<TcpStream> {
     use std::os::fd::AsRawFd;
-    let Some(sb) = sandbox.filter(|s| s.net_namespace().is_some()) else {
+    if sandbox.net_namespace().is_none() {
         return TcpStream::connect(addr);
-    };
+    }
     std::thread::Builder::new()
         .name("forward-connect".into())
         .spawn(move || {
-            let fd = sb.net_namespace().expect("checked above").as_raw_fd();
+            let fd = sandbox.net_namespace().expect("checked above").as_raw_fd();
             // SAFETY: setns on a namespace fd the sandbox keeps open for its whole life; it
             // changes only this thread's network namespace.
             if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
@@ -80,6 +105,18 @@ pub fn connect_in_view(
         })?
         .join()
         .map_err(|_| io::Error::other("the forward connect thread panicked"))?
+}
+
+/// [`connect_in_view`] off the async workers, made ready for tokio (TCP_NODELAY,
+/// non-blocking): for `direct-tcpip` and for the gateway's TCP relay targets alike.
+pub async fn connect(
+    addr: SocketAddr,
+    sandbox: crate::exec::Sandbox,
+) -> io::Result<tokio::net::TcpStream> {
+    let tcp = tokio::task::spawn_blocking(move || connect_in_view(addr, sandbox))
+        .await
+        .map_err(|e| io::Error::other(format!("the forward connect task failed: {e}")))??;
+    setup(tcp)
 }
 
 /// One slot of the per-connection cap; released when dropped.
@@ -102,36 +139,17 @@ impl Drop for Slot {
 
 /// Serve an accepted `direct-tcpip` channel: connect, then copy until both sides are done.
 /// A failed connect closes the channel (the client already has it open, as upstream does).
-pub fn spawn(
-    channel: Channel<Msg>,
-    addr: SocketAddr,
-    slot: Slot,
-    sandbox: Option<crate::exec::Sandbox>,
-) {
+pub fn spawn(channel: Channel<Msg>, addr: SocketAddr, slot: Slot, sandbox: crate::exec::Sandbox) {
     tokio::spawn(async move {
         let _slot = slot;
-        let tcp = match tokio::task::spawn_blocking(move || connect_in_view(addr, sandbox)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
+        let mut tcp = match connect(addr, sandbox).await {
+            Ok(s) => s,
+            Err(e) => {
                 tracing::info!(%addr, "forwarded connection failed: {e}");
                 let _ = channel.close().await;
                 return;
             }
-            Err(e) => {
-                tracing::warn!(%addr, "forward connect task failed: {e}");
-                let _ = channel.close().await;
-                return;
-            }
         };
-        let tcp = match setup(tcp) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(%addr, "forwarded socket setup failed: {e}");
-                let _ = channel.close().await;
-                return;
-            }
-        };
-        let mut tcp = tcp;
         let mut stream = channel.into_stream();
         match tokio::io::copy_bidirectional(&mut tcp, &mut stream).await {
             Ok((up, down)) => tracing::debug!(%addr, up, down, "forwarded connection done"),

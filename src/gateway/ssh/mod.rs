@@ -36,6 +36,12 @@ pub struct SshServer {
 }
 
 impl SshServer {
+    /// The policy slot the sandbox's work goes through (the relay's TCP targets connect in
+    /// its view).
+    pub fn slot(&self) -> &crate::gateway::policy_plane::PolicySlot {
+        &self.ctx.sandbox
+    }
+
     pub fn new(ctx: Arc<ExecContext>) -> Result<Arc<Self>, SshError> {
         // A fresh Ed25519 host key per start, like the real supervisor; the gateway does not
         // check host keys (sheet §4.1 step 6).
@@ -200,6 +206,16 @@ impl russh::server::Handler for Handler {
                 return Ok(());
             }
         };
+        let sandbox = match forward::view(&self.ctx.sandbox) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("direct-tcpip refused: {e}");
+                reply
+                    .reject(russh::ChannelOpenFailure::AdministrativelyProhibited)
+                    .await;
+                return Ok(());
+            }
+        };
         let slot = match forward::take_slot(&self.forwards) {
             Ok(s) => s,
             Err(e) => {
@@ -213,7 +229,7 @@ impl russh::server::Handler for Handler {
         // Accepted before connecting, as upstream does: a refused connect closes the open
         // channel instead of failing the open.
         reply.accept().await;
-        forward::spawn(channel, addr, slot, self.ctx.sandbox.current());
+        forward::spawn(channel, addr, slot, sandbox);
         Ok(())
     }
 
