@@ -131,6 +131,9 @@ async fn without_bash_commands_run_under_sh() {
         &gw0,
         SupOpts {
             env: vec![("PATH".into(), bin.display().to_string())],
+            // That PATH directory stands for the image's /bin: granted, as /bin is, so it
+            // exists in the view's root.
+            args: vec!["--ro".into(), bin.display().to_string()],
             ..Default::default()
         },
     );

@@ -526,12 +526,30 @@ fn explain_spawn_error(err: RunError, fs: &FsPolicy, who: Option<Identity>) -> R
         }
         RunError::NotFound(name) if name.contains('/') => {
             // execve's ENOENT names the program even when what is missing is its interpreter.
+            // And with the view's own root, a path outside the grants does not exist inside at
+            // all: ENOENT where Landlock alone answered EACCES. Explain those as the refusal
+            // they are (not granted, or not permitted to the sandbox uid anyway).
             let script = fs.workdir.join(&name);
+            let refused = |p: &Path| p.exists() && !granted(fs, p);
+            let as_refused = || {
+                explain_spawn_error(
+                    RunError::NotExecutable {
+                        path: PathBuf::from(&name),
+                        source: std::io::Error::from_raw_os_error(libc::EACCES),
+                    },
+                    fs,
+                    who,
+                )
+            };
+            if refused(&script) {
+                return as_refused();
+            }
             match shebang(&script) {
                 Some(i) if script.is_file() && !i.exists() => RunError::InterpreterNotFound {
                     script: PathBuf::from(name),
                     interpreter: i,
                 },
+                Some(i) if script.is_file() && refused(&i) => as_refused(),
                 _ => RunError::NotFound(name),
             }
         }

@@ -55,18 +55,8 @@ impl Kernel for Real {
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError> {
         #[allow(unused_mut)]
         let mut probe = namespaces::make_view(plan)?;
-        // Test builds only: `OSB_TEST_DENY_PIDNS=1` makes the PID namespace unavailable, as a
-        // kernel or runtime that refuses it would, so the race tests can reach the degraded
-        // kill sweep (a per-exec PID namespace otherwise makes that sweep unnecessary).
-        #[cfg(feature = "test-pause-points")]
-        if std::env::var_os("OSB_TEST_DENY_PIDNS").is_some_and(|v| v == "1") {
-            use super::namespaces::{Kind, Outcome};
-            probe.view.pid = false;
-            probe.outcomes[Kind::Pid.index()] = Outcome::Failed(super::ChildError::new(
-                super::Step::ClonePidNamespace,
-                libc::EPERM,
-            ));
-        }
+        // (`OSB_TEST_DENY_PIDNS=1` is read by `namespaces::make_view` itself: the view's
+        // root depends on it.)
         // Test builds only: `OSB_TEST_DENY_NETNS=1` makes the network namespace unavailable
         // (degraded: `--network none` then rests on seccomp and Landlock alone), so a test can
         // reach the forwards' behaviour without a namespace of the sandbox's own.

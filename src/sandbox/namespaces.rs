@@ -502,6 +502,14 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), ViewError> {
 /// The helper is cloned with no exit signal, so the process manager's `waitid(P_ALL)` (which
 /// only sees children that signal SIGCHLD) never reaps it; we reap it here with __WCLONE.
 pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
+    // Test builds only: `OSB_TEST_DENY_PIDNS=1` makes the PID namespace unavailable, as a
+    // kernel or runtime that refuses it would (the helper then builds the view as for that
+    // case: the supervisor's /proc in the view's root), so the race tests can reach the
+    // degraded kill sweep. Read here, before the fork.
+    #[cfg(feature = "test-pause-points")]
+    let deny_pid = std::env::var_os("OSB_TEST_DENY_PIDNS").is_some_and(|v| v == "1");
+    #[cfg(not(feature = "test-pause-points"))]
+    let deny_pid = false;
     let (rep_r, rep_w) = pipe()?;
     let (hold_r, hold_w) = pipe()?;
     // SAFETY: a raw clone without CLONE_VM is a fork; the child runs only `helper_main`,
@@ -518,7 +526,7 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
             libc::close(rep_r.as_raw_fd());
         }
         // SAFETY: we are the forked, single-threaded helper.
-        unsafe { helper_main(plan, rep_w.as_raw_fd(), hold_r.as_raw_fd()) }
+        unsafe { helper_main(plan, rep_w.as_raw_fd(), hold_r.as_raw_fd(), deny_pid) }
     }
     let pid = pid as libc::pid_t;
     drop(rep_w);
@@ -637,7 +645,7 @@ fn check(rc: libc::c_int, step: Step) -> Result<(), ChildError> {
 
 /// # Safety
 /// Only in the forked helper: never returns.
-unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
+unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd, deny_pid: bool) -> ! {
     let mut rep = HelperReport {
         kinds: [[NOT_TRIED, 0]; N],
         proc: 0,
@@ -672,6 +680,10 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
         // Probed before the new root is built: that root binds the supervisor's /proc only
         // when no fresh one can be mounted per exec.
         let (pid, proc) = match private {
+            _ if deny_pid => (
+                Err(ChildError::new(Step::ClonePidNamespace, libc::EPERM)),
+                0,
+            ),
             // Mounting /proc in a mount namespace whose propagation is not private would
             // reach the host's /proc: do not even try.
             Err(e) => (Err(ChildError::new(Step::MountProc, e.errno)), 0),
@@ -717,7 +729,7 @@ unsafe fn helper_main(plan: &ViewPlan, report_w: RawFd, hold_r: RawFd) -> ! {
             }
         });
         rep.set(Kind::Mount, mount);
-        if rep.root != 0 && plan.root.as_ref().is_some_and(RootPlan::in_userns) {
+        if rep.root != 0 && !deny_pid && plan.root.as_ref().is_some_and(RootPlan::in_userns) {
             // In a user namespace the kernel allows a fresh /proc only while another full one
             // is visible in the mount namespace (mount_too_revealing): probe again where the
             // execs will mount theirs, over the supervisor's /proc bound there. (In the
