@@ -193,6 +193,7 @@ const CLONE_NEW: u32 = (libc::CLONE_NEWNS
 const CLONE_NEWTIME: u32 = 0x80;
 const TIOCSTI: u32 = 0x5412;
 const TIOCLINUX: u32 = 0x541C;
+const TIOCSETD: u32 = 0x5423;
 const IOPRIO_WHO_PROCESS: u32 = 1;
 const IOPRIO_WHO_USER: u32 = 3;
 
@@ -237,7 +238,7 @@ fn reference(mode: NetworkMode, d: &Data) -> Want {
     let denied = DENIED.contains(&nr)
         || (nr == libc::SYS_clone && lo(0) & CLONE_NEW != 0)
         || (nr == libc::SYS_unshare && lo(0) & (CLONE_NEW | CLONE_NEWTIME) != 0)
-        || (nr == libc::SYS_ioctl && (lo(1) == TIOCSTI || lo(1) == TIOCLINUX))
+        || (nr == libc::SYS_ioctl && (lo(1) == TIOCSTI || lo(1) == TIOCLINUX || lo(1) == TIOCSETD))
         || (nr == libc::SYS_personality && lo(0) != 0 && lo(0) != 0xffff_ffff)
         || ((nr == libc::SYS_socket || nr == libc::SYS_socketpair) && family_refused())
         || (PID_ZERO_ONLY.contains(&nr) && lo(0) != 0)
@@ -719,6 +720,7 @@ fn arg() -> impl Strategy<Value = u64> {
             libc::NETLINK_AUDIT as u32,
             TIOCSTI,
             TIOCLINUX,
+            TIOCSETD,
             libc::CLONE_NEWUSER as u32,
             CLONE_NEWTIME,
             libc::SIGCHLD as u32,

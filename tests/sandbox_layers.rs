@@ -342,3 +342,32 @@ fn no_fd_or_env_leaks() {
         "{s}"
     );
 }
+
+/// TIOCSETD attaches a line discipline to a tty: rarely used kernel code (n_gsm, n_hdlc, ...)
+/// with a record of privilege escalations, reachable from the pty the command is given
+/// (`--tty`, a tty exec, the main process). It is refused whatever the discipline, high bits
+/// of the request included, while reading the discipline (TIOCGETD) and the window size keep
+/// working.
+#[test]
+fn a_line_discipline_cannot_be_set_on_a_pty() {
+    let wd = Workdir::new();
+    let code = format!(
+        "{PY_SYSCALL}\n\
+         import array\n\
+         d = array.array('i', [0])\n\
+         w = array.array('H', [0] * 4)\n\
+         print('getd', *sc(16, 0, 0x5424, d.buffer_info()[0]))\n\
+         print('setd', *sc(16, 0, 0x5423, d.buffer_info()[0]))\n\
+         print('setd-high', *sc(16, 0, (1 << 32) | 0x5423, d.buffer_info()[0]))\n\
+         print('winsz', *sc(16, 0, 0x5413, w.buffer_info()[0]))\n"
+    );
+    // --tty: a fresh pty of our own is the command's stdin and output.
+    let r = run(&wd, &["--tty"], &["python3", "-c", &code]);
+    assert_eq!(r.code(), 0, "{}\n{}", r.stdout(), r.stderr());
+    let out = r.stdout().replace('\r', "");
+    let eperm = libc::EPERM;
+    assert!(out.contains("getd 0 0\n"), "{out}");
+    assert!(out.contains(&format!("setd -1 {eperm}\n")), "{out}");
+    assert!(out.contains(&format!("setd-high -1 {eperm}\n")), "{out}");
+    assert!(out.contains("winsz 0 0\n"), "{out}");
+}

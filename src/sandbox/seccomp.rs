@@ -206,6 +206,8 @@ const TIOCSTI: u64 = 0x5412;
 /// include/uapi/linux/ioprio.h
 const IOPRIO_WHO_PROCESS: u32 = 1;
 const TIOCLINUX: u64 = 0x541C;
+/// Set a tty's line discipline (include/uapi/asm-generic/ioctls.h).
+const TIOCSETD: u64 = 0x5423;
 const PER_LINUX: u64 = 0;
 const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 
@@ -227,14 +229,18 @@ fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
 
     // Terminal injection: TIOCSTI pushes bytes into the input of whoever reads the terminal
-    // (the supervisor's, after we exit), TIOCLINUX can do the same on a VT. The kernel only
-    // looks at the low 32 bits of the request, so compare a Dword: high bits cannot dodge it.
+    // (the supervisor's, after we exit), TIOCLINUX can do the same on a VT. TIOCSETD attaches
+    // another line discipline to a tty the command holds (its pty): n_gsm, n_hdlc and the
+    // rest are rarely used kernel code with a record of privilege escalations, and no program
+    // a sandbox runs needs anything but the default N_TTY. The kernel only looks at the low 32
+    // bits of the request, so compare a Dword: high bits cannot dodge it.
     let nr = libc::SYS_ioctl;
     map.insert(
         nr,
         vec![
             rule(nr, vec![cond(1, Len::Dword, Op::Eq, TIOCSTI, nr)?])?,
             rule(nr, vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX, nr)?])?,
+            rule(nr, vec![cond(1, Len::Dword, Op::Eq, TIOCSETD, nr)?])?,
         ],
     );
 
@@ -566,7 +572,7 @@ pub fn describe(network: NetworkMode) -> Vec<String> {
         })
         .collect();
     v.push("unshare/clone with CLONE_NEW*: EPERM".into());
-    v.push("ioctl TIOCSTI/TIOCLINUX (low 32 bits): EPERM".into());
+    v.push("ioctl TIOCSTI/TIOCLINUX/TIOCSETD (low 32 bits): EPERM".into());
     v.push("personality other than PER_LINUX: EPERM".into());
     v.push("clone3: ENOSYS (libc falls back to clone)".into());
     v.push(
