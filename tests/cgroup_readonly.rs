@@ -9,21 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::{BIN, Workdir, require, require_root};
-
-/// The cgroup mount points below /sys/fs/cgroup, from our own mountinfo.
-fn cgroup_mounts() -> Vec<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let fstype = right.split(' ').next()?;
-            let point = left.split(' ').nth(4)?;
-            (matches!(fstype, "cgroup" | "cgroup2") && point.starts_with("/sys/fs/cgroup"))
-                .then(|| point.to_string())
-        })
-        .collect()
-}
+use common::{BIN, Workdir, cgroup_mounts, require, require_root, which};
 
 /// Run `script` (then `exec "$@"`) in a private mount namespace where every cgroup mount has
 /// been remounted read-only; `$@` is the supervisor with `args`.
@@ -169,9 +155,4 @@ fn check_reports_the_copy_and_the_mounts_stay_read_only() {
         "the mkdir succeeded after the supervisor ran"
     );
     assert!(err.contains("Read-only file system"), "{err}");
-}
-
-fn which(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }

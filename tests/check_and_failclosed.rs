@@ -166,9 +166,3 @@ fn ns_pid_of(pid: i32) -> Option<i32> {
         .parse()
         .ok()
 }
-
-fn which(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false)
-}

@@ -8,25 +8,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{BIN, Workdir, require, require_root};
-
-fn cgroup_mounts() -> Vec<String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let fstype = right.split(' ').next()?;
-            let point = left.split(' ').nth(4)?;
-            (matches!(fstype, "cgroup" | "cgroup2") && point.starts_with("/sys/fs/cgroup"))
-                .then(|| point.to_string())
-        })
-        .collect()
-}
-
-fn have_unshare() -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("unshare").is_file()))
-}
+use common::{BIN, Workdir, cgroup_mounts, require, require_root, which};
 
 const PROBE: &str = r#"
 import errno, os
@@ -50,7 +32,7 @@ print('rw-cgroup-mounts', len(rw))
 /// group of its own made through the copy, and nothing of the copy is in its reach.
 #[test]
 fn an_exec_cannot_reach_the_read_write_cgroup_copy() {
-    if !require_root() || !require(have_unshare(), "unshare (util-linux)") {
+    if !require_root() || !require(which("unshare"), "unshare (util-linux)") {
         return;
     }
     let mounts = cgroup_mounts();

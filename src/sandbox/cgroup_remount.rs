@@ -169,17 +169,7 @@ fn errno_text(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-
-/// `struct mount_attr` of linux/mount.h.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
+use super::view_root::{MOUNT_ATTR_RDONLY, MountAttr, OPEN_TREE_CLONE};
 
 /// A detached, read-write copy of the mount at `point`.
 fn rw_copy(point: &str) -> Result<OwnedFd, String> {

@@ -288,42 +288,52 @@ fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
     Ok(fd)
 }
 
+/// Open (creating it) the lock file `name` of the lock directory and try an exclusive flock on
+/// it: `Ok(Some(fd))` held, `Ok(None)` held by someone else (EWOULDBLOCK).
+fn try_lock(
+    dir: &std::os::fd::OwnedFd,
+    name: &str,
+) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let name = std::ffi::CString::new(name)
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: openat relative to our directory fd with a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is ours.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: flock on our fd.
+    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(fd));
+    }
+    match crate::sandbox::errno() {
+        libc::EWOULDBLOCK => Ok(None),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
 impl UidLease {
     /// Take a free uid of `start..=end`, trying from a random point so that concurrent
     /// supervisors rarely contend for the same file.
     pub fn take(start: u32, end: u32) -> Result<UidLease, LeaseError> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let dir = lock_dir()?;
         let n = u64::from(end - start) + 1;
         let first = rand::random::<u64>() % n;
         for i in 0..n {
             let uid = start + ((first + i) % n) as u32;
-            let name = std::ffi::CString::new(uid.to_string()).expect("digits have no NUL");
-            // SAFETY: openat relative to our directory fd with a NUL-terminated name.
-            let fd = unsafe {
-                libc::openat(
-                    dir.as_raw_fd(),
-                    name.as_ptr(),
-                    libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                    0o600,
-                )
-            };
-            if fd < 0 {
-                let source = std::io::Error::last_os_error();
-                return Err(LeaseError::Lock { uid, source });
-            }
-            // SAFETY: fd was just opened and is ours.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            // SAFETY: flock on our fd.
-            if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(UidLease { uid, _lock: fd });
-            }
-            match crate::sandbox::errno() {
-                libc::EWOULDBLOCK => continue,
-                e => {
-                    let source = std::io::Error::from_raw_os_error(e);
-                    return Err(LeaseError::Lock { uid, source });
-                }
+            match try_lock(&dir, &uid.to_string()) {
+                Ok(Some(fd)) => return Ok(UidLease { uid, _lock: fd }),
+                Ok(None) => continue,
+                Err(source) => return Err(LeaseError::Lock { uid, source }),
             }
         }
         Err(LeaseError::Exhausted { start, end })
@@ -341,7 +351,6 @@ pub struct WorkdirLock {
 
 impl WorkdirLock {
     pub fn take(path: &std::path::Path) -> Result<WorkdirLock, LeaseError> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         use std::os::unix::fs::MetadataExt;
         let err = |source| LeaseError::WorkdirLock {
             path: path.to_path_buf(),
@@ -351,32 +360,13 @@ impl WorkdirLock {
         // workdir is refused by the filesystem policy before this.)
         let md = std::fs::symlink_metadata(path).map_err(err)?;
         let dir = lock_dir()?;
-        let name = std::ffi::CString::new(format!("wd-{}-{}", md.dev(), md.ino()))
-            .expect("digits have no NUL");
-        // SAFETY: openat relative to our directory fd with a NUL-terminated name.
-        let fd = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
-        if fd < 0 {
-            return Err(err(std::io::Error::last_os_error()));
+        match try_lock(&dir, &format!("wd-{}-{}", md.dev(), md.ino())) {
+            Ok(Some(fd)) => Ok(WorkdirLock { _lock: fd }),
+            Ok(None) => Err(LeaseError::WorkdirBusy {
+                path: path.to_path_buf(),
+            }),
+            Err(source) => Err(err(source)),
         }
-        // SAFETY: fd was just opened and is ours.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: flock on our fd.
-        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return match crate::sandbox::errno() {
-                libc::EWOULDBLOCK => Err(LeaseError::WorkdirBusy {
-                    path: path.to_path_buf(),
-                }),
-                e => Err(err(std::io::Error::from_raw_os_error(e))),
-            };
-        }
-        Ok(WorkdirLock { _lock: fd })
     }
 }
 

@@ -39,10 +39,10 @@ use std::path::{Component, Path, PathBuf};
 use super::namespaces::{Grant, fd_path};
 use crate::sandbox::{ChildError, Step, errno};
 
-const OPEN_TREE_CLONE: libc::c_uint = 1;
+pub(super) const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
-const MOUNT_ATTR_RDONLY: u64 = 0x01;
+pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x01;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 /// More binds than this fail the view with E2BIG (their sources are held open at once).
@@ -58,11 +58,11 @@ struct OpenHow {
 
 /// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub(super) struct MountAttr {
+    pub(super) attr_set: u64,
+    pub(super) attr_clr: u64,
+    pub(super) propagation: u64,
+    pub(super) userns_fd: u64,
 }
 
 /// One thing to make in the new root, at `comps` (its path relative to the root).

@@ -211,3 +211,23 @@ pub fn kill(pid: i32) {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
+
+/// Whether `tool` is an executable file in a directory of PATH.
+pub fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// The cgroup and cgroup2 mount points at or below /sys/fs/cgroup, from our own mountinfo.
+pub fn cgroup_mounts() -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fstype = right.split(' ').next()?;
+            let point = left.split(' ').nth(4)?;
+            (matches!(fstype, "cgroup" | "cgroup2") && point.starts_with("/sys/fs/cgroup"))
+                .then(|| point.to_string())
+        })
+        .collect()
+}

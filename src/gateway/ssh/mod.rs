@@ -196,18 +196,10 @@ impl russh::server::Handler for Handler {
         reply: ChannelOpenHandle,
         _session: &mut Session,
     ) -> Result<(), Self::Error> {
-        let addr = match forward::target(host_to_connect, port_to_connect) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("direct-tcpip refused: {e}");
-                reply
-                    .reject(russh::ChannelOpenFailure::AdministrativelyProhibited)
-                    .await;
-                return Ok(());
-            }
-        };
-        let sandbox = match forward::view(&self.ctx.sandbox) {
-            Ok(s) => s,
+        let checked = forward::target(host_to_connect, port_to_connect)
+            .and_then(|addr| Ok((addr, forward::view(&self.ctx.sandbox)?)));
+        let (addr, sandbox) = match checked {
+            Ok(v) => v,
             Err(e) => {
                 tracing::warn!("direct-tcpip refused: {e}");
                 reply
