@@ -162,43 +162,7 @@ async fn a_quarantined_sandbox_forwards_nothing() {
     assert_eq!(r.exit, Some(125), "{r:?}\n{}", sup.log());
     assert!(r.err().contains("quarantined"), "{r:?}");
 
-    let relay = gw
-        .state
-        .open_relay(Some(relay_open::Target::Ssh(SshRelayTarget {})))
-        .await
-        .unwrap();
-    let h = ssh_connect(bridge(relay)).await.unwrap();
-    match h
-        .channel_open_direct_tcpip("127.0.0.1", u32::from(host), "127.0.0.1", 40000)
-        .await
-    {
-        Ok(ch) => {
-            let mut s = ch.into_stream();
-            panic!(
-                "direct-tcpip opened while quarantined (echoed from the supervisor's loopback: {})",
-                echoes(&mut s).await
-            );
-        }
-        Err(russh::Error::ChannelOpenFailure(why)) => assert_eq!(
-            why,
-            russh::ChannelOpenFailure::AdministrativelyProhibited,
-            "{why:?}"
-        ),
-        Err(e) => panic!("unexpected error: {e:?}"),
-    }
-    match gw.state.open_relay(tcp_target(host)).await {
-        Ok(relay) => {
-            let mut d = bridge(relay);
-            panic!(
-                "a TCP relay opened while quarantined (echoed: {})",
-                echoes(&mut d).await
-            );
-        }
-        Err(e) => {
-            assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
-            assert!(e.message().contains("quarantined"), "{e:?}");
-        }
-    }
+    refuses_both_forwards(&gw, host, "while quarantined", "quarantined").await;
 }
 
 /// `--network none` without a network namespace of the sandbox's own (degraded, allowed with
@@ -234,6 +198,18 @@ async fn without_a_network_namespace_network_none_forwards_nothing() {
         sup.log()
     );
 
+    refuses_both_forwards(
+        &gw,
+        host,
+        "without the sandbox's network namespace",
+        "no network namespace",
+    )
+    .await;
+}
+
+/// Both kinds of forward to `host` (a port on the supervisor's loopback) are refused:
+/// `direct-tcpip` as administratively prohibited, a TCP relay UNAVAILABLE naming `why`.
+async fn refuses_both_forwards(gw: &TestGateway, host: u16, ctx: &str, why: &str) {
     let relay = gw
         .state
         .open_relay(Some(relay_open::Target::Ssh(SshRelayTarget {})))
@@ -247,14 +223,14 @@ async fn without_a_network_namespace_network_none_forwards_nothing() {
         Ok(ch) => {
             let mut s = ch.into_stream();
             panic!(
-                "direct-tcpip opened without the sandbox's network namespace (echoed from the supervisor's loopback: {})",
+                "direct-tcpip opened {ctx} (echoed from the supervisor's loopback: {})",
                 echoes(&mut s).await
             );
         }
-        Err(russh::Error::ChannelOpenFailure(why)) => assert_eq!(
-            why,
+        Err(russh::Error::ChannelOpenFailure(f)) => assert_eq!(
+            f,
             russh::ChannelOpenFailure::AdministrativelyProhibited,
-            "{why:?}"
+            "{f:?}"
         ),
         Err(e) => panic!("unexpected error: {e:?}"),
     }
@@ -262,13 +238,13 @@ async fn without_a_network_namespace_network_none_forwards_nothing() {
         Ok(relay) => {
             let mut d = bridge(relay);
             panic!(
-                "a TCP relay opened without the sandbox's network namespace (echoed: {})",
+                "a TCP relay opened {ctx} (echoed: {})",
                 echoes(&mut d).await
             );
         }
         Err(e) => {
             assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
-            assert!(e.message().contains("no network namespace"), "{e:?}");
+            assert!(e.message().contains(why), "{e:?}");
         }
     }
 }
