@@ -189,8 +189,11 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         namespaces: Default::default(),
     };
     let layered = policy.clone().unwrap_or_else(fallback);
-    let layers = match prepare(&layered) {
-        Ok(p) => p.layers,
+    // The Landlock rules as the prepared sandbox holds them (a missing deny path is not split
+    // around where the view's mount namespace is private; the view's tmpfs roots are rules of
+    // their own): what `--explain` shows is what a run here would install.
+    let (layers, fs_rules) = match prepare(&layered) {
+        Ok(p) => (p.layers, p.fs_rules),
         Err(e) => {
             refused.get_or_insert(e.to_string());
             // Prepare again, degraded, to list every layer's state.
@@ -198,7 +201,9 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 allow_degraded: true,
                 ..layered.clone()
             };
-            prepare(&degraded).map(|p| p.layers).unwrap_or_default()
+            prepare(&degraded)
+                .map(|p| (p.layers, p.fs_rules))
+                .unwrap_or_default()
         }
     };
 
@@ -251,13 +256,11 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
     let (landlock_rules, seccomp_rules) = match (&policy, args.explain) {
         (Some(p), true) => {
-            let rules = crate::policy::expand_grants(&p.fs)
-                .map_err(|e| anyhow::anyhow!("expanding the filesystem grants: {e}"))?;
-            let mut ll: Vec<LandlockRule> = rules
+            let mut ll: Vec<LandlockRule> = fs_rules
                 .iter()
-                .map(|r| LandlockRule {
-                    path: r.path.clone(),
-                    access: access_words(r.access, r.is_dir),
+                .map(|(path, access, is_dir)| LandlockRule {
+                    path: path.clone(),
+                    access: access_words(*access, *is_dir),
                 })
                 .collect();
             if p.network == NetworkMode::None {

@@ -642,3 +642,39 @@ fn readme_synopsis_lists_every_flag() {
         }
     }
 }
+
+/// `check --explain` lists the Landlock path rules the prepared sandbox installs, one for one
+/// (a missing deny path is not split around where the view is private; the view's tmpfs roots
+/// are rules of their own), not the policy's lists expanded on their own.
+#[test]
+fn check_explain_lists_exactly_the_installed_rules() {
+    let out = Command::new(BIN)
+        .args(["check", "--explain", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    let paths = v["landlock_rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| !r["path"].as_str().unwrap_or("").starts_with('('))
+        .count();
+    let detail = v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "landlock-fs")
+        .and_then(|l| l["detail"].as_str())
+        .unwrap_or("")
+        .to_string();
+    if !detail.contains("path rules") {
+        // Landlock unavailable here: nothing is installed, and nothing is listed.
+        assert_eq!(paths, 0, "{v}");
+        return;
+    }
+    assert!(
+        detail.contains(&format!(", {paths} path rules")),
+        "explain lists {paths} path rules, the layer says: {detail}"
+    );
+}

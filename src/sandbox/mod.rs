@@ -97,6 +97,9 @@ pub struct Prepared {
     pub proc_rule: bool,
     pub layers: Vec<LayerStatus>,
     pub landlock_abi: i32,
+    /// The Landlock path rules as installed (path, access, is a directory), for
+    /// `check --explain`: what the ruleset holds, not what the policy's lists expand to.
+    pub fs_rules: Vec<(std::path::PathBuf, PathAccess, bool)>,
     /// The supervisor's pid, for the parent-death race check.
     pub supervisor_pid: libc::pid_t,
 }
@@ -190,6 +193,7 @@ fn prepare_inner(
 
     // Landlock.
     let mut landlock_abi = 0;
+    let mut fs_rules = Vec::new();
     let landlock = match k.landlock() {
         Ok(support) if support.filesystem => {
             landlock_abi = support.abi;
@@ -206,6 +210,10 @@ fn prepare_inner(
                     fd: std::sync::Arc::new(fd),
                 });
             }
+            fs_rules = rules
+                .iter()
+                .map(|r| (r.path.clone(), r.access, r.is_dir))
+                .collect();
             let p = landlock::prepare(&rules, socket_rules, support)?;
             layers.push(LayerStatus {
                 layer: "landlock-fs",
@@ -490,6 +498,7 @@ fn prepare_inner(
         proc_rule: policy.fs.proc_read,
         layers,
         landlock_abi,
+        fs_rules,
         // SAFETY: getpid has no preconditions.
         supervisor_pid: unsafe { libc::getpid() },
     })
