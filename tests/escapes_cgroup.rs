@@ -34,15 +34,18 @@ fn alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
-/// The supervisor groups whose name carries `pid` (`openshell-owned-PID-...`, or the older
-/// `openshell-sandbox-PID-...`), in the pids hierarchy.
+/// The supervisor groups whose name carries `pid` (`openshell-owned-PID-...`), in the pids
+/// hierarchy.
 fn groups_of(pid: u32) -> Vec<PathBuf> {
     std::fs::read_dir(PIDS_ROOT)
         .map(|d| {
             d.flatten()
                 .filter(|e| {
                     let n = e.file_name().to_string_lossy().into_owned();
-                    (n.starts_with("openshell-owned-") || n.starts_with("openshell-sandbox-"))
+                    // Only this version's prefix: a group of an older version
+                    // (`openshell-sandbox-PID-...`, which nothing removes) may carry the same
+                    // pid on a machine that ran one.
+                    n.starts_with("openshell-owned-")
                         && n.split('-').nth(2) == Some(&pid.to_string())
                 })
                 .map(|e| e.path())
