@@ -238,7 +238,9 @@ pub fn config(spec: &Spec, id: &str) -> Value {
     });
     let mut linux = json!({
         "namespaces": namespaces,
-        "cgroupsPath": format!("/osb-e2e/{id}"),
+        // A top-level group per container, no shared parent: removing a parent that another
+        // container's runtime is creating a child in raced (ENOENT in that runc).
+        "cgroupsPath": format!("/{id}"),
         "resources": {"devices": [{"allow": false, "access": "rwm"}]},
         "maskedPaths": MASKED_PATHS,
         "readonlyPaths": READONLY_PATHS,
@@ -387,9 +389,9 @@ pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
         return out;
     };
     for e in dir.flatten() {
-        out.push(e.path().join("osb-e2e").join(id));
+        out.push(e.path().join(id));
     }
-    out.push(PathBuf::from("/sys/fs/cgroup/osb-e2e").join(id));
+    out.push(PathBuf::from("/sys/fs/cgroup").join(id));
     out
 }
 
@@ -413,13 +415,6 @@ impl Drop for Container {
             let _ = self.child.wait();
         }
         destroy(&self.id);
-        // The runtime removes the container's cgroups but not their common parent; remove it
-        // when no other container of any run is in it (rmdir of a non-empty one fails).
-        for d in self.cgroup_dirs() {
-            if let Some(parent) = d.parent() {
-                let _ = std::fs::remove_dir(parent);
-            }
-        }
     }
 }
 
