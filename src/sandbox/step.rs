@@ -36,6 +36,7 @@ pub enum Step {
     ClonePidNamespace,
     UnshareExecMount,
     MountProc,
+    UnmountProbeProc,
     // The exec's init.
     InitParentDeath,
     SupervisorGone,
@@ -98,6 +99,7 @@ impl Step {
         Step::ClonePidNamespace,
         Step::UnshareExecMount,
         Step::MountProc,
+        Step::UnmountProbeProc,
         Step::InitParentDeath,
         Step::SupervisorGone,
         Step::JoinCgroup,
@@ -163,6 +165,7 @@ impl Step {
             Step::ClonePidNamespace => "clone into a new PID namespace",
             Step::UnshareExecMount => "unshare the exec's mount namespace",
             Step::MountProc => "mount /proc",
+            Step::UnmountProbeProc => "unmount the view helper's trial /proc",
             Step::InitParentDeath => "set the init's parent-death signal",
             Step::SupervisorGone => "supervisor exited during spawn",
             Step::JoinCgroup => "join cgroup",
