@@ -231,7 +231,16 @@ fn nonroot_memory_without_a_memory_cgroup_is_degraded() {
 
 /// Start a supervisor held before its first spawn; returns it and its base group.
 fn held_supervisor(wd: &Workdir, pause: &PauseDir, report: &Path) -> (Child, PathBuf) {
-    let mut c = sup_cmd(wd, report, &[], &["true"]);
+    held_supervisor_with(wd, pause, report, &[])
+}
+
+fn held_supervisor_with(
+    wd: &Workdir,
+    pause: &PauseDir,
+    report: &Path,
+    extra: &[&str],
+) -> (Child, PathBuf) {
+    let mut c = sup_cmd(wd, report, extra, &["true"]);
     c.envs(pause.env("cgroup-take-exec"));
     let child = c.spawn().unwrap();
     assert!(
@@ -290,6 +299,72 @@ fn a_supervisor_recreates_its_group_when_it_is_removed() {
     let (code, stderr) = finish(a, 60);
     assert_eq!(code, 0, "no spawn after the group was removed: {stderr}");
     assert!(!base.exists(), "base group left behind after the run");
+}
+
+/// The v1 hierarchies beside pids and freezer that a held supervisor (pid `pid`) has a group in.
+fn limit_hierarchies_of(pid: u32) -> Vec<&'static str> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let parent = |ctrl: &str| {
+        own.lines()
+            .find(|l| l.split(':').nth(1) == Some(ctrl))
+            .and_then(|l| l.splitn(3, ':').nth(2))
+            .map(|p| {
+                Path::new("/sys/fs/cgroup")
+                    .join(ctrl)
+                    .join(p.trim_start_matches('/'))
+            })
+    };
+    ["memory", "cpuacct", "cpu"]
+        .into_iter()
+        .filter(|ctrl| {
+            parent(ctrl)
+                .and_then(|p| std::fs::read_dir(p).ok())
+                .is_some_and(|d| {
+                    d.flatten().any(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        n.starts_with("openshell-owned-")
+                            && n.split('-').nth(2) == Some(&pid.to_string())
+                    })
+                })
+        })
+        .collect()
+}
+
+/// A run makes its cgroup root only where its limits need one: a memory group for --memory,
+/// CPU groups for --cpu/--cpus (each costs a mkdir and an rmdir per run, and kernel teardown).
+#[test]
+fn a_run_makes_groups_only_in_the_hierarchies_its_limits_need() {
+    if !require_root() || !require_pause_points() {
+        return;
+    }
+    if std::fs::metadata("/sys/fs/cgroup/memory/memory.limit_in_bytes").is_err()
+        && std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|c| c.trim() == "0::/")
+    {
+        // Not a skip of the claim: on cgroup v2 one directory holds every controller.
+        eprintln!("not applicable: cgroup v2 only, where a root is one directory");
+        return;
+    }
+    for (extra, want) in [
+        (&[][..], &[][..]),
+        (&["--memory", "64M"][..], &["memory"][..]),
+        (&["--cpu", "30"][..], &["cpuacct", "cpu"][..]),
+    ] {
+        let wd = Workdir::new();
+        let pause = PauseDir::new();
+        let rp = wd.path().join("r.json");
+        let (child, _) = held_supervisor_with(&wd, &pause, &rp, extra);
+        let made = limit_hierarchies_of(child.id());
+        pause.release("cgroup-take-exec");
+        let (code, stderr) = finish(child, 60);
+        assert_eq!(code, 0, "{extra:?}: {stderr}");
+        // cpu and cpuacct may be one co-mounted hierarchy: then only cpuacct is made.
+        let want: Vec<&str> = want
+            .iter()
+            .copied()
+            .filter(|c| *c != "cpu" || made.contains(&"cpu"))
+            .collect();
+        assert_eq!(made, want, "{extra:?}");
+    }
 }
 
 // Item 6.

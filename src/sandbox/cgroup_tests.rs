@@ -28,7 +28,7 @@ fn v2_without_the_memory_controller_reports_no_memory() {
     let (_t, sys) = fake("0::/pod\n", &["pod"], &files);
     let p = probe(&sys).expect("pids is there");
     assert!(!p.memory, "{p:?}");
-    let root = detect_in(&sys).expect("a v2 root");
+    let root = detect_in(&sys, Want::ALL).expect("a v2 root");
     assert!(root.memory().is_err());
 }
 
@@ -40,7 +40,7 @@ fn v2_with_the_memory_controller_reports_memory() {
     ];
     let (_t, sys) = fake("0::/pod\n", &["pod"], &files);
     assert!(probe(&sys).unwrap().memory);
-    let root = detect_in(&sys).expect("a v2 root");
+    let root = detect_in(&sys, Want::ALL).expect("a v2 root");
     assert_eq!(root.memory(), Ok(()));
 }
 
@@ -49,7 +49,7 @@ fn v2_with_the_memory_controller_reports_memory() {
 fn v1_without_a_memory_hierarchy_reports_no_memory() {
     let (_t, sys) = fake("5:pids:/\n4:freezer:/\n", &["pids", "freezer"], &[]);
     assert!(!probe(&sys).unwrap().memory);
-    let root = detect_in(&sys).expect("a v1 root");
+    let root = detect_in(&sys, Want::ALL).expect("a v1 root");
     assert!(root.memory().is_err());
 }
 
@@ -57,7 +57,7 @@ fn v1_without_a_memory_hierarchy_reports_no_memory() {
 #[test]
 fn v1_memory_hierarchy_without_the_limit_file_reports_no_memory() {
     let (_t, sys) = fake("5:pids:/\n4:memory:/\n", &["pids", "memory"], &[]);
-    let root = detect_in(&sys).expect("a v1 root");
+    let root = detect_in(&sys, Want::ALL).expect("a v1 root");
     assert!(root.memory().is_err());
 }
 
@@ -96,7 +96,7 @@ fn detection_removes_only_unlocked_groups() {
             .join("pids/openshell-owned-1-0-0/exec-1/cgroup.procs"),
     )
     .unwrap();
-    let _root = detect_in(&sys).expect("a v1 root");
+    let _root = detect_in(&sys, Want::ALL).expect("a v1 root");
     assert!(!t.path().join("pids/openshell-owned-1-0-0").exists());
     assert!(t.path().join("pids/openshell-owned-2-0-0").is_dir());
     // Older versions' groups carry no lock: nothing proves them dead.
@@ -107,7 +107,7 @@ fn detection_removes_only_unlocked_groups() {
 #[test]
 fn a_failed_exec_group_leaks_nothing() {
     let (t, sys) = fake("5:pids:/\n", &["pids"], &[]);
-    let root = detect_in(&sys).expect("a v1 root");
+    let root = detect_in(&sys, Want::ALL).expect("a v1 root");
     let base = root.bases()[0].to_path_buf();
     // No pids.max in a fake directory: the write fails (ENOENT) after the mkdir.
     let err = ExecCgroup::create(&root, &Limits::default()).unwrap_err();
@@ -130,4 +130,42 @@ fn counters_are_read_by_exact_key() {
     assert_eq!(counter("max 0\n", "max"), Some(0));
     let stat = "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n";
     assert_eq!(counter(stat, "usage_usec"), Some(1500));
+}
+
+/// A v1 root is made only in the hierarchies its policy's limits need: pids and freezer
+/// always, memory for `--memory`, cpuacct and cpu for `--cpu`/`--cpus`.
+#[test]
+fn v1_root_skips_the_hierarchies_no_limit_needs() {
+    let self_cgroup = "5:pids:/\n4:freezer:/\n3:memory:/\n2:cpuacct:/\n1:cpu:/\n";
+    let dirs = ["pids", "freezer", "memory", "cpuacct", "cpu"];
+    let (t, sys) = fake(self_cgroup, &dirs, &[]);
+    let groups = |h: &str| fs::read_dir(t.path().join(h)).unwrap().count();
+    let none = Want {
+        memory: false,
+        cpu: false,
+    };
+    let root = detect_in(&sys, none).expect("a v1 root");
+    // (The fake's freezer group has no freezer.state, so it is given up: only pids stays.)
+    assert_eq!(groups("pids"), 1);
+    assert_eq!(
+        (groups("memory"), groups("cpuacct"), groups("cpu")),
+        (0, 0, 0)
+    );
+    assert!(root.memory().is_err());
+    let limits = crate::policy::Limits {
+        memory_bytes: Some(1 << 20),
+        ..Default::default()
+    };
+    assert_eq!(
+        Want::for_limits(&limits),
+        Want {
+            memory: true,
+            cpu: false
+        }
+    );
+    let limits = crate::policy::Limits {
+        cpu_quota_millis: Some(500),
+        ..Default::default()
+    };
+    assert!(Want::for_limits(&limits).cpu);
 }

@@ -13,7 +13,7 @@ pub trait Kernel {
     fn landlock(&self) -> Result<Support, String>;
     fn seccomp_available(&self) -> bool;
     /// Where per-exec cgroups can be created (only asked when root).
-    fn cgroups(&self) -> Option<cgroup::Root>;
+    fn cgroups(&self, want: cgroup::Want) -> Option<cgroup::Root>;
     /// The supervisor's own user namespace (see `namespaces::enter_user_ns`).
     fn user_ns(&self) -> UserNs;
     /// Build the view, or say per kind why not.
@@ -37,7 +37,7 @@ impl Kernel for Real {
         super::seccomp_available()
     }
 
-    fn cgroups(&self) -> Option<cgroup::Root> {
+    fn cgroups(&self, want: cgroup::Want) -> Option<cgroup::Root> {
         // Test builds only: `OSB_TEST_DENY_CGROUP=1` makes per-exec cgroups unavailable, as a
         // pod with a read-only /sys/fs/cgroup does, so a test can reach the cgroup-less tree
         // kill on a machine that has cgroups.
@@ -45,7 +45,7 @@ impl Kernel for Real {
         if std::env::var_os("OSB_TEST_DENY_CGROUP").is_some_and(|v| v == "1") {
             return None;
         }
-        cgroup::detect()
+        cgroup::detect_in(&cgroup::System::real()?, want)
     }
 
     fn user_ns(&self) -> UserNs {

@@ -343,7 +343,7 @@ fn prepare_inner(
     // in force.
     let (cgroups, cg_info) = match (euid, cgroup_mode) {
         (0, Cgroups::Create) => {
-            let root = k.cgroups();
+            let root = k.cgroups(cgroup::Want::for_limits(&policy.limits));
             let info = root
                 .as_ref()
                 .map(|r| (r.describe(), r.memory().err().map(String::from), r.cpu()));

@@ -56,7 +56,7 @@ impl Kernel for Fake {
     fn seccomp_available(&self) -> bool {
         self.seccomp
     }
-    fn cgroups(&self) -> Option<cgroup::Root> {
+    fn cgroups(&self, _want: cgroup::Want) -> Option<cgroup::Root> {
         None
     }
     fn user_ns(&self) -> UserNs {
