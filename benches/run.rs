@@ -23,7 +23,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
+/// The binary measured: `OSB_BENCH_BIN` (what `make static` ships; `make bench` sets it to a
+/// copy, because `cargo bench` rebuilds the binary in the same place with the dev-dependencies'
+/// features unified in: 0.9 MB larger, and slower to start), else cargo's own build.
+fn bin() -> String {
+    std::env::var("OSB_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_openshell-sandbox").to_string())
+}
 
 struct Side {
     name: String,
@@ -178,7 +184,7 @@ fn main() {
     let mut sides = vec![
         Side {
             name: "openshell-sandbox run -q -- /bin/true".into(),
-            argv: ours(BIN),
+            argv: ours(&bin()),
         },
         Side {
             name: "bwrap --unshare-all ... /bin/true".into(),
