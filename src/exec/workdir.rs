@@ -48,21 +48,55 @@ pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<(
     let Some(id) = who else {
         return access(&c, mode).map_err(io::Error::from_raw_os_error);
     };
-    // A fork whose exit signal is 0 rather than SIGCHLD: a "clone child", which the reaper
-    // thread's waitid(P_ALL) without __WALL never sees, so it cannot reap the child before the
-    // waitpid(__WCLONE) below does (it would, for a plain fork, once an exec has started it).
-    // Raw clone skips glibc's atfork handlers, so the child's allocator locks may be held: it
-    // only makes raw syscalls on `c`, `id` and `mode`, all prepared before, then _exit.
-    // SAFETY: as described; without CLONE_VM the child runs on its own copy of our memory.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, 0usize, 0usize, 0usize, 0usize, 0usize) }
-        as libc::pid_t;
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
+    // The child shares our memory until it exits (CLONE_VM|CLONE_VFORK, as posix_spawn does):
+    // we are suspended meanwhile, and a full fork of the supervisor (its page tables, then the
+    // copy-on-write faults on both sides) cost more than the question. It runs on a stack of
+    // its own, makes raw syscalls only on `args` (prepared before; credentials are per task,
+    // so its setresuid never reaches us), and _exits. Its exit signal is 0 rather than
+    // SIGCHLD: a "clone child", which the reaper thread's waitid(P_ALL) without __WALL never
+    // sees, so only the waitpid(__WCLONE) below reaps it. Every signal stays blocked in it
+    // (the mask is inherited; ours is restored once it is gone): a handler of ours must not
+    // run on its stack, in our memory.
+    struct Args<'a> {
+        path: &'a CString,
+        id: Identity,
+        mode: i32,
     }
-    if pid == 0 {
-        // SAFETY: as above; this is the single-threaded child.
-        unsafe { libc::_exit(as_identity(&c, id, mode)) };
+    extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` points at the `Args` below, alive while we run (the parent is
+        // suspended until we exit); this is the single-threaded clone child.
+        unsafe {
+            let a = &*(arg as *const Args);
+            libc::_exit(as_identity(a.path, a.id, a.mode))
+        }
     }
+    let args = Args {
+        path: &c,
+        id,
+        mode,
+    };
+    let mut stack = vec![0u8; 64 * 1024];
+    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    // SAFETY: sigset operations on stack values; the clone runs `entry` on `stack`, which
+    // outlives it, with `args`, which outlives it too (CLONE_VFORK: we resume after its exit).
+    let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(
+            entry,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK,
+            (&args as *const Args).cast_mut().cast(),
+        );
+        let e = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(e);
+        }
+        pid
+    };
     let mut status = 0;
     loop {
         // SAFETY: waitpid on our own child with a stack status.
@@ -86,7 +120,7 @@ pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<(
 /// as the child's exit status (every errno fits in 8 bits).
 ///
 /// # Safety
-/// Only for a freshly forked child: it changes the calling process's credentials for good.
+/// Only for a fresh clone child: it changes the calling task's credentials for good.
 unsafe fn as_identity(path: &CString, id: Identity, mode: i32) -> i32 {
     const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
     #[repr(C)]
