@@ -70,11 +70,7 @@ pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<(
             libc::_exit(as_identity(a.path, a.id, a.mode))
         }
     }
-    let args = Args {
-        path: &c,
-        id,
-        mode,
-    };
+    let args = Args { path: &c, id, mode };
     let mut stack = vec![0u8; 64 * 1024];
     let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
     // SAFETY: sigset operations on stack values; the clone runs `entry` on `stack`, which

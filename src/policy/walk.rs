@@ -28,6 +28,17 @@ use super::fs::SYSTEM_DIRS;
 /// As many links as the kernel follows in one lookup (MAXSYMLINKS).
 const MAX_LINKS: usize = 40;
 
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+pub(crate) struct OpenHow {
+    pub(crate) flags: u64,
+    pub(crate) mode: u64,
+    pub(crate) resolve: u64,
+}
+
+pub(crate) const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub(crate) const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+
 #[derive(Debug, thiserror::Error)]
 pub enum WalkError {
     #[error("{0} is not an absolute path")]
@@ -291,6 +302,14 @@ impl Walker {
     /// Resolve an absolute path without following any symlink the sandbox could have planted.
     /// `..` goes up the directories actually walked, as the kernel's lookup would.
     pub fn resolve(&self, path: &Path) -> Result<Resolved, WalkError> {
+        if let Some(r) = resolve_linkless(path) {
+            return Ok(r);
+        }
+        self.walk(path)
+    }
+
+    /// [`Walker::resolve`] component by component.
+    fn walk(&self, path: &Path) -> Result<Resolved, WalkError> {
         if !path.is_absolute() {
             return Err(WalkError::NotAbsolute(path.to_path_buf()));
         }
@@ -478,6 +497,58 @@ pub fn never_writable(dir: &Path) -> bool {
     SYSTEM_DIRS.iter().any(|s| Path::new(s).starts_with(dir))
 }
 
+/// The common case in one lookup: an absolute path with no `..` and no symlink on it resolves
+/// to itself, and `openat2(RESOLVE_NO_SYMLINKS)` says so in one syscall, where the walk makes
+/// three per component (a `run` resolves some fifty paths while it prepares: ~0.2 ms). What
+/// the walk decides is unchanged: with no link on the way there is no link to trust or
+/// refuse, and the descriptor is of the same inode the walk would reach. Everything else is
+/// left to the walk: a link on the way (ELOOP), a final component that is a link (O_NOFOLLOW
+/// opens the link itself), a kernel without openat2 or a seccomp profile that refuses it, and
+/// every error, whose message must name the failing component.
+fn resolve_linkless(path: &Path) -> Option<Resolved> {
+    let mut clean = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => clean.push("/"),
+            Component::Normal(n) => clean.push(n),
+            _ => return None,
+        }
+    }
+    if !clean.is_absolute() {
+        return None;
+    }
+    let c = CString::new(clean.as_os_str().as_bytes()).ok()?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a NUL-terminated path and a struct of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let meta = fstat(fd.as_fd()).ok()?;
+    if meta.is_symlink() {
+        return None;
+    }
+    Some(Resolved {
+        fd,
+        path: clean,
+        meta,
+    })
+}
+
 fn push_components(pending: &mut Vec<OsString>, path: &Path) {
     let mut comps = Vec::new();
     for c in path.components() {
@@ -498,6 +569,46 @@ mod tests {
 
     fn walker() -> Walker {
         Walker::new(65534, 65534)
+    }
+
+    /// The one-lookup path and the walk agree on every path without a link, and leave every
+    /// path with one to the walk.
+    #[test]
+    fn the_linkless_fast_path_agrees_with_the_walk() {
+        let w = walker();
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().canonicalize().unwrap();
+        std::fs::create_dir(dir.join("d")).unwrap();
+        std::fs::write(dir.join("d/f"), "x").unwrap();
+        symlink("d", dir.join("l")).unwrap();
+        for p in [
+            PathBuf::from("/"),
+            PathBuf::from("/usr"),
+            PathBuf::from("/usr/bin"),
+            PathBuf::from("/usr//bin/"),
+            dir.join("d"),
+            dir.join("d/f"),
+        ] {
+            let fast = resolve_linkless(&p).unwrap_or_else(|| panic!("{p:?} has no link"));
+            let slow = w.walk(&p).unwrap();
+            assert_eq!(
+                (&fast.path, fast.meta.dev, fast.meta.ino),
+                (&slow.path, slow.meta.dev, slow.meta.ino),
+                "{p:?}"
+            );
+        }
+        for p in [
+            dir.join("l"),
+            dir.join("l/f"),
+            dir.join("d/../d"),
+            dir.join("missing"),
+            PathBuf::from("relative"),
+        ] {
+            assert!(
+                resolve_linkless(&p).is_none(),
+                "{p:?} must be left to the walk"
+            );
+        }
     }
 
     #[test]

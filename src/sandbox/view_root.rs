@@ -37,24 +37,15 @@ use std::os::fd::RawFd;
 use std::path::{Component, Path, PathBuf};
 
 use super::namespaces::{Grant, fd_path};
+use crate::policy::walk::{OpenHow, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS};
 use crate::sandbox::{ChildError, Step, errno};
 
 pub(super) const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x01;
-const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 /// More binds than this fail the view with E2BIG (their sources are held open at once).
 const MAX_BINDS: usize = 128;
-
-/// `struct open_how` of openat2(2).
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
 
 /// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
