@@ -374,9 +374,8 @@ fn spawn_one(
         source,
     })?;
     // The init is alive (it waits for the command), so its pid is still this exec's.
-    let mnt = if s.init
-        && prepared.view.exec_view().proc != crate::sandbox::namespaces::ProcMount::None
-    {
+    let ev = prepared.view.exec_view();
+    let mnt = if s.init && ev.own_mnt && ev.proc != crate::sandbox::namespaces::ProcMount::None {
         std::fs::File::open(format!("/proc/{}/ns/mnt", s.pid))
             .ok()
             .map(OwnedFd::from)

@@ -243,11 +243,17 @@ impl Sandbox {
         }
     }
 
-    /// This sandbox serves one exec (`run`): no cgroup is made ahead for a next one.
+    /// This sandbox serves one exec (`run`): no cgroup is made ahead for a next one, and the
+    /// exec mounts its /proc in the view's mount namespace, not in a copy of its own.
     pub fn one_exec_only(&self) {
         if let Some(root) = &self.inner.prepared.cgroups {
             root.one_exec_only();
         }
+        self.inner
+            .prepared
+            .view
+            .one_exec
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What each layer enforces.

@@ -311,7 +311,7 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
     }
     if proc && v.proc != ProcMount::None {
         // SAFETY: unshare with a flag, in the single-threaded child.
-        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        if v.own_mnt && unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
             return Err(ChildError::last(Step::UnshareExecMount));
         }
         if mount_proc(v.proc) != 0 {

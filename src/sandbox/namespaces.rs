@@ -387,6 +387,10 @@ pub struct View {
     /// The private tmpfs mount points that were made, with an O_PATH descriptor of each root
     /// (for the Landlock rule that makes it writable; dropped after prepare).
     pub tmpfs: Vec<(PathBuf, OwnedFd)>,
+    /// Only one exec will ever join this view (`run`): it mounts its /proc in the view's mount
+    /// namespace itself instead of in a child mount namespace of its own, which would copy the
+    /// view's mount tree and tear it down again for nobody else's sake.
+    pub one_exec: std::sync::atomic::AtomicBool,
 }
 
 /// What the helper reports, per kind and overall.
@@ -413,6 +417,8 @@ pub struct ExecView {
     pub net: RawFd,
     pub pid: bool,
     pub proc: ProcMount,
+    /// The exec's /proc goes in a child mount namespace of its own (the view is shared).
+    pub own_mnt: bool,
 }
 
 impl View {
@@ -432,6 +438,7 @@ impl View {
             } else {
                 ProcMount::None
             },
+            own_mnt: !self.one_exec.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
