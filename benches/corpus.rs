@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "floor/mod.rs"]
+mod floor;
+
 /// The binary measured: `OSB_BENCH_BIN` (what `make static` ships; `make bench` sets it to a
 /// copy, because `cargo bench` rebuilds the binary in the same place with the dev-dependencies'
 /// features unified in: 0.9 MB larger, and slower to start), else cargo's own build.
@@ -181,6 +184,42 @@ fn bare(dir: &Path, file: &Path) -> Duration {
         String::from_utf8_lossy(&out.stderr)
     );
     d
+}
+
+/// The file under benches/floor/floor.c (the view's namespaces and mounts, nothing else), as
+/// the same uid as the bare side.
+fn floored(floor: &Path, python: &Path, dir: &Path, file: &Path) -> Duration {
+    let mut cmd = Command::new(floor);
+    cmd.arg(python)
+        .arg(file)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir)
+        .env("LANG", "C.UTF-8")
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    if is_root() {
+        cmd.env("FLOOR_UID", UID.to_string());
+    }
+    let t = Instant::now();
+    let out = cmd.output().expect("floor");
+    let d = t.elapsed();
+    assert!(
+        out.status.success() && out.stdout.starts_with(b"passed 3"),
+        "floor {}: {} {}",
+        file.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+/// python3 as the bare side finds it.
+fn python_path() -> Option<PathBuf> {
+    ["/usr/local/bin", "/usr/bin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join("python3"))
+        .find(|p| p.exists())
 }
 
 fn sandboxed_cmd(dir: &Path, file: &Path) -> Command {
@@ -576,6 +615,19 @@ fn main() {
     }
     let rounds = if quick { 1 } else { 3 };
     let base = base_bin();
+    // The floor runs as root's child: only where we are root (it makes namespaces).
+    let floor_dir = tempfile::tempdir().unwrap();
+    let floor = match (is_root(), python_path()) {
+        (true, Some(py)) => match floor::build(floor_dir.path()) {
+            Ok(f) => Some((f, py)),
+            Err(e) => {
+                eprintln!("benches/corpus.rs: no floor row: {e}");
+                None
+            }
+        },
+        _ => None,
+    };
+    let mut fl = Vec::new();
     let mut b = Vec::new();
     let mut s = Vec::new();
     let mut o = Vec::new();
@@ -591,6 +643,9 @@ fn main() {
             }
             if let Some(bin) = &base {
                 o.push(sandboxed_with(bin, dir.path(), f));
+            }
+            if let Some((floor, py)) = &floor {
+                fl.push(floored(floor, py, dir.path(), f));
             }
         }
     }
@@ -635,6 +690,21 @@ fn main() {
             "RATIO base / bare = {:.3}; median overhead per run {:.2} ms",
             to.as_secs_f64() / tb.as_secs_f64(),
             ms(mo) - ms(mb)
+        );
+    }
+    if !fl.is_empty() {
+        let tf: Duration = fl.iter().sum();
+        let (mf, pf) = (median(&mut fl), p90(&mut fl));
+        println!(
+            "| floor: the view's namespaces and mounts alone (benches/floor/floor.c) | {:.0} ms | {:.2} ms | {:.2} ms |",
+            ms(tf),
+            ms(mf),
+            ms(pf)
+        );
+        println!(
+            "RATIO floor / bare = {:.3} (the least any sandbox with this view can reach); median overhead per run {:.2} ms",
+            tf.as_secs_f64() / tb.as_secs_f64(),
+            ms(mf) - ms(mb)
         );
     }
     println!(

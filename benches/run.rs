@@ -23,6 +23,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "floor/mod.rs"]
+mod floor;
+
 /// The binary measured: `OSB_BENCH_BIN` (what `make static` ships; `make bench` sets it to a
 /// copy, because `cargo bench` rebuilds the binary in the same place with the dev-dependencies'
 /// features unified in: 0.9 MB larger, and slower to start), else cargo's own build.
@@ -202,6 +205,24 @@ fn main() {
             argv: ours(&base),
         });
     }
+    let base_side = (sides.len() == 3).then_some(2);
+    // The floor: what the kernel alone charges for the view's namespaces and mounts, with none
+    // of the other layers (benches/floor/floor.c). No sandbox can be below it on this machine.
+    let floor_dir = tempfile::tempdir().unwrap();
+    let floor_side = match floor::build(floor_dir.path()) {
+        Ok(floor_bin) => {
+            sides.push(Side {
+                name: "floor: the view's namespaces and mounts alone (benches/floor/floor.c)"
+                    .into(),
+                argv: vec![floor_bin.display().to_string(), "/bin/true".into()],
+            });
+            Some(sides.len() - 1)
+        }
+        Err(e) => {
+            eprintln!("benches/run.rs: no floor row: {e}");
+            None
+        }
+    };
     sides.push(Side {
         name: "bare /bin/true (for scale)".into(),
         argv: vec!["/bin/true".into()],
@@ -287,12 +308,21 @@ fn main() {
         ratio(cpu_med[0], cpu_med[1]),
         median(&mut own[0]) / median(&mut own[1])
     );
-    if sides.len() == 4 {
+    if let Some(b) = base_side {
         println!(
             "RATIO ours / base: wall {:.2}, machine CPU {}, rusage CPU {:.2}",
-            wall_med[0] / wall_med[2],
-            ratio(cpu_med[0], cpu_med[2]),
-            median(&mut own[0]) / median(&mut own[2])
+            wall_med[0] / wall_med[b],
+            ratio(cpu_med[0], cpu_med[b]),
+            median(&mut own[0]) / median(&mut own[b])
+        );
+    }
+    if let Some(f) = floor_side {
+        println!(
+            "RATIO floor / bwrap: wall {:.2}, machine CPU {} (the least any sandbox with this view can reach); ours / floor: wall {:.2}, machine CPU {}",
+            wall_med[f] / wall_med[1],
+            ratio(cpu_med[f], cpu_med[1]),
+            wall_med[0] / wall_med[f],
+            ratio(cpu_med[0], cpu_med[f]),
         );
     }
 }

@@ -1,8 +1,10 @@
 //! Namespace layer: the sandbox view.
 //!
 //! A view is a set of namespaces plus the private mounts in them, made once per [`Prepared`]
-//! (so once per `run`, once per `serve` sandbox) by a short-lived helper child, and kept alive
-//! afterwards only by nsfs descriptors opened from the helper's `/proc/PID/ns/*`:
+//! (so once per `run`, once per `serve` sandbox) by a short-lived helper child (PID 1 of a
+//! PID namespace of its own, so that it can try the execs' fresh /proc itself) and, for the
+//! network namespace, a thread of the supervisor working beside it; kept alive afterwards only
+//! by nsfs descriptors opened from the helper's `/proc/PID/ns/*` and the thread's:
 //! - mount: every mount private (nothing we mount propagates back to the host), and a root of
 //!   its own that holds only the granted paths (view_root.rs: paths outside the grants do not
 //!   exist, which closes what Landlock ABI < 9 leaves open: pathname unix sockets, stat,
