@@ -162,56 +162,51 @@ fn write_corpus(dir: &Path) -> Vec<PathBuf> {
 // ---------------------------------------------------------------------------------------------
 // The two ways of running one file.
 
-fn bare(dir: &Path, file: &Path) -> Duration {
-    let mut cmd = Command::new("python3");
-    cmd.arg(file)
-        .env_clear()
+/// `program` in `dir` with the bare side's environment (arguments and the uid are the caller's).
+fn python_env(program: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", dir)
         .env("LANG", "C.UTF-8")
         .current_dir(dir)
         .stdin(Stdio::null());
-    if is_root() {
-        cmd.uid(UID).gid(UID);
-    }
-    let t = Instant::now();
-    let out = cmd.output().expect("python3");
-    let d = t.elapsed();
-    assert!(
-        out.status.success() && out.stdout.starts_with(b"passed 3"),
-        "bare {}: {}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d
+    cmd
 }
 
-/// The file under benches/floor/floor.c (the view's namespaces and mounts, nothing else), as
-/// the same uid as the bare side.
-fn floored(floor: &Path, python: &Path, dir: &Path, file: &Path) -> Duration {
-    let mut cmd = Command::new(floor);
-    cmd.arg(python)
-        .arg(file)
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", dir)
-        .env("LANG", "C.UTF-8")
-        .current_dir(dir)
-        .stdin(Stdio::null());
-    if is_root() {
-        cmd.env("FLOOR_UID", UID.to_string());
-    }
+/// `cmd FILE`, timed; it must pass.
+fn timed_python(side: &str, mut cmd: Command, file: &Path) -> Duration {
+    cmd.arg(file);
     let t = Instant::now();
-    let out = cmd.output().expect("floor");
+    let out = cmd.output().expect(side);
     let d = t.elapsed();
     assert!(
         out.status.success() && out.stdout.starts_with(b"passed 3"),
-        "floor {}: {} {}",
+        "{side} {}: {} {}",
         file.display(),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     d
+}
+
+fn bare(dir: &Path, file: &Path) -> Duration {
+    let mut cmd = python_env(Path::new("python3"), dir);
+    if is_root() {
+        cmd.uid(UID).gid(UID);
+    }
+    timed_python("bare", cmd, file)
+}
+
+/// The file under benches/floor/floor.c (the view's namespaces and mounts, nothing else), as
+/// the same uid as the bare side (FLOOR_UID: the floor's own switch, after its namespaces).
+fn floored(floor: &Path, python: &Path, dir: &Path, file: &Path) -> Duration {
+    let mut cmd = python_env(floor, dir);
+    cmd.arg(python);
+    if is_root() {
+        cmd.env("FLOOR_UID", UID.to_string());
+    }
+    timed_python("floor", cmd, file)
 }
 
 /// python3 as the bare side finds it.
@@ -677,34 +672,34 @@ fn main() {
         ms(msd),
         ms(ps)
     );
-    if let Some(bin) = &base {
-        let to: Duration = o.iter().sum();
-        let (mo, po) = (median(&mut o), p90(&mut o));
+    // A further side: its row, and its ratio to bare.
+    let other = |name: &str, what: &str, v: &mut Vec<Duration>| {
+        let t: Duration = v.iter().sum();
+        let (m, p) = (median(v), p90(v));
         println!(
-            "| `{bin} run -- python3 FILE` (base) | {:.0} ms | {:.2} ms | {:.2} ms |",
-            ms(to),
-            ms(mo),
-            ms(po)
+            "| {name} | {:.0} ms | {:.2} ms | {:.2} ms |",
+            ms(t),
+            ms(m),
+            ms(p)
         );
         println!(
-            "RATIO base / bare = {:.3}; median overhead per run {:.2} ms",
-            to.as_secs_f64() / tb.as_secs_f64(),
-            ms(mo) - ms(mb)
+            "RATIO {what} / bare = {:.3}; median overhead per run {:.2} ms",
+            t.as_secs_f64() / tb.as_secs_f64(),
+            ms(m) - ms(mb)
+        );
+    };
+    if let Some(bin) = &base {
+        other(
+            &format!("`{bin} run -- python3 FILE` (base)"),
+            "base",
+            &mut o,
         );
     }
     if !fl.is_empty() {
-        let tf: Duration = fl.iter().sum();
-        let (mf, pf) = (median(&mut fl), p90(&mut fl));
-        println!(
-            "| floor: the view's namespaces and mounts alone (benches/floor/floor.c) | {:.0} ms | {:.2} ms | {:.2} ms |",
-            ms(tf),
-            ms(mf),
-            ms(pf)
-        );
-        println!(
-            "RATIO floor / bare = {:.3} (the least any sandbox with this view can reach); median overhead per run {:.2} ms",
-            tf.as_secs_f64() / tb.as_secs_f64(),
-            ms(mf) - ms(mb)
+        other(
+            "floor: the view's namespaces and mounts alone (benches/floor/floor.c)",
+            "floor (the least any sandbox with this view can reach)",
+            &mut fl,
         );
     }
     println!(

@@ -19,7 +19,7 @@ use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -30,14 +30,35 @@ const MAX_LINKS: usize = 40;
 
 /// `struct open_how` of openat2(2).
 #[repr(C)]
-pub(crate) struct OpenHow {
-    pub(crate) flags: u64,
-    pub(crate) mode: u64,
-    pub(crate) resolve: u64,
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
 }
 
-pub(crate) const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-pub(crate) const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+
+/// `openat2(AT_FDCWD, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`: the fd, or -1
+/// with errno set. A raw syscall on the caller's data only, so async-signal-safe (the view
+/// helper uses it too).
+pub(crate) fn open_no_links(path: &CStr, flags: i32) -> RawFd {
+    let how = OpenHow {
+        flags: flags as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a NUL-terminated path and a struct of the size passed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        ) as RawFd
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WalkError {
@@ -518,26 +539,12 @@ fn resolve_linkless(path: &Path) -> Option<Resolved> {
         return None;
     }
     let c = CString::new(clean.as_os_str().as_bytes()).ok()?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: openat2 with a NUL-terminated path and a struct of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
+    let fd = open_no_links(&c, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC);
     if fd < 0 {
         return None;
     }
     // SAFETY: a fresh descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let meta = fstat(fd.as_fd()).ok()?;
     if meta.is_symlink() {
         return None;

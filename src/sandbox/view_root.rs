@@ -37,7 +37,7 @@ use std::os::fd::RawFd;
 use std::path::{Component, Path, PathBuf};
 
 use super::namespaces::{Grant, fd_path};
-use crate::policy::walk::{OpenHow, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS};
+use crate::policy::walk::open_no_links;
 use crate::sandbox::{ChildError, Step, errno};
 
 pub(super) const OPEN_TREE_CLONE: libc::c_uint = 1;
@@ -437,21 +437,7 @@ unsafe fn open_sources(
             detail: at,
             ..ChildError::last(step)
         };
-        let how = OpenHow {
-            flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
-            mode: 0,
-            resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-        };
-        // SAFETY: openat2 with a valid C string and a struct of the size passed.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                libc::AT_FDCWD,
-                b.src.as_ptr(),
-                &how as *const OpenHow,
-                std::mem::size_of::<OpenHow>(),
-            )
-        } as RawFd;
+        let fd = open_no_links(&b.src, libc::O_PATH | libc::O_CLOEXEC);
         if fd < 0 {
             return Err(fail(Step::OpenGrant));
         }
