@@ -591,6 +591,63 @@ fn an_explicit_uid_keeps_its_identity() {
     assert_eq!(r.stdout().trim(), "65534", "{}", r.stderr());
 }
 
+/// A run with a uid of its own leaves the workdir to that uid; an explicit `--uid 65534` run
+/// after it in the same workdir used to be refused as "not writable by 65534". It now takes
+/// the tree back for 65534 (entries of the range only), and a later per-run uid takes it again.
+#[test]
+fn runs_with_per_run_and_explicit_uids_take_turns_in_one_workdir() {
+    if !require_root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let wd = Workdir::new();
+    let owner = |name: &str| {
+        std::fs::symlink_metadata(wd.path().join(name))
+            .unwrap()
+            .uid()
+    };
+    let a = run(
+        &wd,
+        &[],
+        &["/bin/sh", "-c", "mkdir d && echo a > d/a && id -u"],
+    );
+    assert_eq!(a.code(), 0, "{}", a.stderr());
+    let ua: u32 = a.stdout().trim().parse().unwrap();
+    assert!(RANGE.contains(&ua), "{ua}");
+    assert_eq!(owner("d/a"), ua);
+    std::fs::write(wd.path().join("root-file"), "r").unwrap();
+    let b = run(
+        &wd,
+        &["--uid", "65534"],
+        &["/bin/sh", "-c", "echo b >> d/a && echo b > b && id -u"],
+    );
+    assert_eq!(
+        b.code(),
+        0,
+        "the explicit --uid 65534 run was refused: {}",
+        b.stderr()
+    );
+    assert_eq!(b.stdout().trim(), "65534");
+    assert_eq!((owner(""), owner("d"), owner("d/a")), (65534, 65534, 65534));
+    assert_eq!(owner("root-file"), 0, "a file of root's was handed over");
+    let c = run(&wd, &[], &["/bin/sh", "-c", "echo c >> d/a && id -u"]);
+    assert_eq!(c.code(), 0, "{}", c.stderr());
+    let uc: u32 = c.stdout().trim().parse().unwrap();
+    assert_eq!(owner("d/a"), uc);
+    assert_eq!(
+        std::fs::read_to_string(wd.path().join("d/a")).unwrap(),
+        "a\nb\nc\n"
+    );
+    // Another explicit uid hands nothing over: refused, naming the owner.
+    let d = run(&wd, &["--uid", "4242"], &["/bin/true"]);
+    assert_ne!(d.code(), 0);
+    assert!(
+        d.stderr().contains(&format!("owned by {uc}")),
+        "{}",
+        d.stderr()
+    );
+}
+
 #[test]
 fn a_bad_uid_range_is_a_usage_error() {
     let wd = Workdir::new();

@@ -327,19 +327,38 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     tl.stamp("sandbox-new");
     // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
     // workdir has passed the filesystem policy's checks.
-    // One run with a uid of its own per workdir at a time; held until we return.
-    let _workdir_lock = match &lease {
+    // Who the workdir is handed to: a run's own uid; or 65534 for an explicit `--uid 65534`
+    // (the sandbox's fixed uid) when an earlier run left the workdir to a uid of the range,
+    // so that mixing the two kinds of run in one workdir works instead of being refused as
+    // "not writable by 65534". Any other explicit uid hands nothing over.
+    let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
+    let hand_to = match (&lease, switch_to) {
+        (Some(lease), _) => Some(lease.uid),
+        (None, Some(id))
+            if id.uid == crate::policy::NOBODY
+                && id.gid == crate::policy::NOBODY
+                && std::fs::symlink_metadata(&sandbox.policy().fs.workdir).is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.is_dir() && m.uid() != id.uid && owners.0.contains(&m.uid())
+                }) =>
+        {
+            Some(id.uid)
+        }
+        _ => None,
+    };
+    // One run that hands the workdir over at a time; held until we return (a run with a uid
+    // of its own writes as that uid all along: a second one must not take the tree mid-run).
+    let _workdir_lock = match hand_to {
         Some(_) => Some(
             identity::WorkdirLock::take(&sandbox.policy().fs.workdir)
                 .map_err(RunError::Identity)?,
         ),
         None => None,
     };
-    if let Some(lease) = &lease {
-        let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
+    if let Some(uid) = hand_to {
         let workdir = &sandbox.policy().fs.workdir;
-        let handed = identity::hand_over_dir(workdir, lease.uid, lease.uid, &owners)
-            .map_err(RunError::Identity)?;
+        let handed =
+            identity::hand_over_dir(workdir, uid, uid, &owners).map_err(RunError::Identity)?;
         if !handed {
             tracing::info!(
                 workdir = %workdir.display(),
