@@ -185,8 +185,11 @@ static void pidfd_send_signal_witness(struct result *r)
         set_result(r, BLOCKED, errno, "pidfd_open");
         return;
     }
-    expect_fail(r, syscall(SYS_pidfd_send_signal, pfd, SIGUSR1, NULL, 0),
-                "pidfd_send_signal(witness, SIGUSR1)");
+    /* Not SIGUSR1 as kill_witness sends: two pending standard signals of one number merge
+     * into one when the witness is not scheduled in between, and the bare control run then
+     * counted one where two got through. */
+    expect_fail(r, syscall(SYS_pidfd_send_signal, pfd, SIGURG, NULL, 0),
+                "pidfd_send_signal(witness, SIGURG)");
 }
 
 /*
