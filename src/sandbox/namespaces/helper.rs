@@ -1,0 +1,385 @@
+//! The view's helper: a forked child of a multi-threaded process, so raw syscalls only, on the
+//! plan its parent prepared (namespaces.rs), plus the thread that makes the network namespace.
+//! Moved out of namespaces.rs (only the visibility of its entry points changed).
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use super::{HelperReport, Kind, N, NOT_TRIED, ProcMount, RootPlan, TmpfsPlan, ViewPlan};
+use crate::sandbox::view_root::{self, Built};
+use crate::sandbox::{ChildError, Step, errno};
+
+fn check(rc: libc::c_int, step: Step) -> Result<(), ChildError> {
+    if rc != 0 {
+        Err(ChildError::last(step))
+    } else {
+        Ok(())
+    }
+}
+
+/// # Safety
+/// Only in the forked helper: never returns.
+pub(super) unsafe fn helper_main(
+    plan: &ViewPlan,
+    report_w: RawFd,
+    hold_r: RawFd,
+    pid_ns: Result<(), i32>,
+    private_net: bool,
+) -> ! {
+    let mut rep = HelperReport {
+        kinds: [[NOT_TRIED, 0]; N],
+        proc: 0,
+        tmpfs_made: 0,
+        mnt_usable: 0,
+        root: 0,
+    };
+    // SAFETY: raw syscalls on prepared data throughout.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        let private = (|| {
+            check(libc::unshare(libc::CLONE_NEWNS), Step::UnshareMount)?;
+            // Without this, our mounts (and the execs' /proc) would propagate to the host
+            // when / is a shared mount, as systemd makes it.
+            check(
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ),
+                Step::MakeMountsPrivate,
+            )
+        })();
+        // Probed before the new root is built: that root binds the supervisor's /proc only
+        // when no fresh one can be mounted per exec.
+        // In the initial user namespace with a root of its own, the view leaves the old root,
+        // and the trial /proc with it, behind (its detach pays the RCU grace period that an
+        // umount of the trial mount alone would cost, ~0.25 ms); the root then has an empty
+        // /proc for each exec's own. Elsewhere the view keeps the supervisor's /proc (bound
+        // into a user namespace's root, or the old root itself), so the trial goes at once.
+        let keep_trial = plan.root.as_ref().is_some_and(|r| !r.in_userns());
+        let (pid, proc) = match (private, pid_ns) {
+            (_, Err(e)) => (Err(ChildError::new(Step::ClonePidNamespace, e)), 0),
+            // Mounting /proc in a mount namespace whose propagation is not private would
+            // reach the host's /proc: do not even try.
+            (Err(e), _) => (Err(ChildError::new(Step::MountProc, e.errno)), 0),
+            (Ok(()), Ok(())) => probe_proc(keep_trial),
+        };
+        // Whether the trial /proc is still mounted over the supervisor's.
+        let mut trial_mounted = keep_trial && proc != 0;
+        rep.set(Kind::Pid, pid);
+        rep.proc = proc;
+        let mount = private.and_then(|()| {
+            rep.mnt_usable = 1;
+            let tmpfs = |rep: &mut HelperReport| {
+                for (i, t) in plan.tmpfs.iter().enumerate() {
+                    mount_tmpfs(t)?;
+                    rep.tmpfs_made |= 1 << i;
+                }
+                Ok(())
+            };
+            let Some(root) = &plan.root else {
+                return tmpfs(&mut rep);
+            };
+            let mut targets: [(&std::ffi::CStr, &std::ffi::CStr); 2] = [(c"", c""); 2];
+            let n = plan.tmpfs.len().min(2);
+            for (i, t) in plan.tmpfs.iter().take(2).enumerate() {
+                targets[i] = (t.c_target.as_c_str(), t.data.as_c_str());
+            }
+            match view_root::build(root, &targets[..n], proc != 0, &mut rep.tmpfs_made) {
+                Built::Root => {
+                    rep.root = 1;
+                    trial_mounted = false;
+                    Ok(())
+                }
+                Built::Chroot => {
+                    rep.root = 2;
+                    trial_mounted = false;
+                    Ok(())
+                }
+                // The old root is untouched: keep what a view without its own root had
+                // (private tmpfs mounts in place), and report the failure.
+                // The root's failure is the one reported (its detail names the entry); the
+                // fallback's own, if any, shows in which tmpfs mounts were made.
+                Built::RolledBack(e) => {
+                    let _ = tmpfs(&mut rep);
+                    Err(e)
+                }
+                Built::Broken(e) => Err(e),
+            }
+        });
+        rep.set(Kind::Mount, mount);
+        if trial_mounted && libc::umount2(c"/proc".as_ptr(), 0) != 0 {
+            // The old root stays (no root of its own could be built): it must not keep the
+            // trial /proc, a PID namespace that ends with this helper, over the supervisor's.
+            rep.set(Kind::Pid, Err(ChildError::last(Step::UnmountProbeProc)));
+            rep.proc = 0;
+        }
+        if rep.root != 0 && pid_ns.is_ok() && plan.root.as_ref().is_some_and(RootPlan::in_userns) {
+            // In a user namespace the kernel allows a fresh /proc only while another full one
+            // is visible in the mount namespace (mount_too_revealing): probe again where the
+            // execs will mount theirs, over the supervisor's /proc bound there. (In the
+            // initial user namespace that check does not apply: the first probe holds.)
+            let (pid, proc) = probe_proc(false);
+            rep.set(Kind::Pid, pid);
+            rep.proc = proc;
+        }
+        rep.set(
+            Kind::Ipc,
+            check(libc::unshare(libc::CLONE_NEWIPC), Step::UnshareIpc),
+        );
+        let uts = (|| {
+            check(libc::unshare(libc::CLONE_NEWUTS), Step::UnshareUts)?;
+            let h = plan.hostname.as_bytes();
+            check(
+                libc::sethostname(h.as_ptr().cast(), h.len()),
+                Step::SetHostname,
+            )
+        })();
+        rep.set(Kind::Uts, uts);
+        if private_net {
+            let net = (|| {
+                check(libc::unshare(libc::CLONE_NEWNET), Step::UnshareNet)?;
+                loopback_up()
+            })();
+            rep.set(Kind::Net, net);
+        }
+        let size = std::mem::size_of::<HelperReport>();
+        libc::write(report_w, (&rep as *const HelperReport).cast(), size);
+        // Hold the namespaces until the supervisor has opened them, then go.
+        let mut b = 0u8;
+        while libc::read(hold_r, (&mut b as *mut u8).cast(), 1) < 0 && errno() == libc::EINTR {}
+        libc::_exit(0)
+    }
+}
+
+/// # Safety
+/// Only in the forked helper, inside its own mount namespace.
+unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
+    // SAFETY: raw syscalls on prepared C strings.
+    unsafe {
+        // Open the grants below the mount point before the tmpfs hides them.
+        let mut fds = [-1; 64];
+        for (i, b) in t.binds.iter().enumerate().take(fds.len()) {
+            let fd = libc::open(b.path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(ChildError::last(Step::OpenGrant));
+            }
+            fds[i] = fd;
+        }
+        if t.binds.len() > fds.len() {
+            return Err(ChildError::new(Step::OpenGrant, libc::E2BIG));
+        }
+        check(
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                t.c_target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                t.data.as_ptr().cast(),
+            ),
+            Step::MountTmpfs,
+        )?;
+        for d in &t.dirs {
+            if libc::mkdir(d.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST {
+                return Err(ChildError::last(Step::MakeMountpoint));
+            }
+        }
+        let mut src = [0u8; 32];
+        for (i, b) in t.binds.iter().enumerate() {
+            if b.dir {
+                if libc::mkdir(b.path.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST {
+                    return Err(ChildError::last(Step::MakeMountpoint));
+                }
+            } else {
+                let f = libc::open(
+                    b.path.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if f < 0 {
+                    return Err(ChildError::last(Step::MakeMountpoint));
+                }
+                libc::close(f);
+            }
+            fd_path(&mut src, fds[i]);
+            check(
+                libc::mount(
+                    src.as_ptr().cast(),
+                    b.path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ),
+                Step::BindGrant,
+            )?;
+            libc::close(fds[i]);
+            if b.read_only {
+                check(
+                    libc::mount(
+                        std::ptr::null(),
+                        b.path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | b.keep_flags,
+                        std::ptr::null(),
+                    ),
+                    Step::RemountGrantReadOnly,
+                )?;
+            }
+        }
+        if !t.hides.is_empty() {
+            // An empty root-owned mode-000 file to cover denied files: opening it gives
+            // EACCES to a child without CAP_DAC_OVERRIDE, whatever its uid.
+            let f = libc::open(
+                t.hidden_src.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                0,
+            );
+            if f < 0 {
+                return Err(ChildError::last(Step::HideDenied));
+            }
+            libc::close(f);
+            for (path, dir) in &t.hides {
+                let rc = if *dir {
+                    libc::mount(
+                        c"tmpfs".as_ptr(),
+                        path.as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        c"mode=000,size=4k".as_ptr().cast(),
+                    )
+                } else {
+                    libc::mount(
+                        t.hidden_src.as_ptr(),
+                        path.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_BIND,
+                        std::ptr::null(),
+                    )
+                };
+                if rc != 0 {
+                    return Err(ChildError::last(Step::HideDenied));
+                }
+            }
+            libc::unlink(t.hidden_src.as_ptr());
+        }
+    }
+    Ok(())
+}
+
+/// "/proc/self/fd/N\0" into `buf`, without allocating.
+pub(in crate::sandbox) fn fd_path(buf: &mut [u8; 32], fd: RawFd) {
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 12];
+    let mut n = fd.max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[prefix.len() + i] = digits[len - 1 - i];
+    }
+    buf[prefix.len() + len] = 0;
+}
+
+/// On a thread of the supervisor: a network namespace whose only interface is `lo`, up, held
+/// by the descriptor returned. The thread ends in it and takes nothing else there.
+pub(super) fn make_net_ns() -> Result<OwnedFd, ChildError> {
+    // SAFETY: unshare with a flag (this thread's namespaces only), then raw syscalls.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWNET), Step::UnshareNet)?;
+        loopback_up()?;
+        let fd = libc::open(
+            c"/proc/thread-self/ns/net".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return Err(ChildError::last(Step::UnshareNet));
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// # Safety
+/// Raw syscalls only; in the helper or a thread, inside its new network namespace.
+unsafe fn loopback_up() -> Result<(), ChildError> {
+    // SAFETY: an ioctl on a socket we own with a zeroed ifreq on our stack.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(ChildError::last(Step::LoopbackUp));
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        let r = (|| {
+            if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) != 0 {
+                return Err(ChildError::last(Step::LoopbackUp));
+            }
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            if libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr) != 0 {
+                return Err(ChildError::last(Step::LoopbackUp));
+            }
+            Ok(())
+        })();
+        libc::close(s);
+        r
+    }
+}
+
+/// Try the per-exec /proc once, where the helper stands (it is PID 1 of a PID namespace of
+/// its own, in the view's mount namespace): full first, then `subset=pid`. Unless `keep`, the
+/// trial mount is unmounted again, so the view keeps what it had at /proc. Returns the outcome
+/// and the /proc mode (0 none, 1 full, 2 subset=pid).
+///
+/// # Safety
+/// In the helper only.
+unsafe fn probe_proc(keep: bool) -> (Result<(), ChildError>, i32) {
+    let mode = if mount_proc(ProcMount::Full) == 0 {
+        1
+    } else {
+        let first = errno();
+        if mount_proc(ProcMount::SubsetPid) != 0 {
+            return (Err(ChildError::new(Step::MountProc, first)), 0);
+        }
+        2
+    };
+    // SAFETY: a static C string. Not MNT_DETACH: nothing holds the trial mount, and a plain
+    // umount that fails says so here rather than leaving it under the execs' /proc.
+    if !keep && unsafe { libc::umount2(c"/proc".as_ptr(), 0) } != 0 {
+        return (Err(ChildError::last(Step::UnmountProbeProc)), 0);
+    }
+    (Ok(()), mode)
+}
+
+/// Mount a fresh /proc for the caller's PID namespace. Returns 0 or -1 (errno set).
+/// Async-signal-safe.
+pub fn mount_proc(mode: ProcMount) -> libc::c_int {
+    let data: *const libc::c_void = match mode {
+        ProcMount::SubsetPid => c"subset=pid".as_ptr().cast(),
+        _ => std::ptr::null(),
+    };
+    // SAFETY: static C strings.
+    unsafe {
+        libc::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            data,
+        )
+    }
+}
