@@ -58,6 +58,20 @@ fn path_rules(report: &serde_json::Value) -> usize {
         .unwrap_or_else(|| panic!("no rule count in {detail:?}"))
 }
 
+/// The fixture, when we are root and its directory's whole chain is root's alone (what makes
+/// a missing deny path one that only root can create); else a loud skip.
+fn root_only_fixture() -> Option<Fixture> {
+    if !require_root() {
+        return None;
+    }
+    let fx = Fixture::new();
+    require(
+        root_only_chain(fx.dir.path()),
+        "the build's tmp dir (CARGO_TARGET_TMPDIR) and its ancestors owned by root, mode 0755",
+    )
+    .then_some(fx)
+}
+
 fn namespace_enforced(report: &serde_json::Value, layer: &str) -> bool {
     report["layers"].as_array().is_some_and(|ls| {
         ls.iter()
@@ -67,16 +81,9 @@ fn namespace_enforced(report: &serde_json::Value, layer: &str) -> bool {
 
 #[test]
 fn a_missing_deny_path_costs_no_rules_and_an_existing_one_is_still_split() {
-    if !require_root() {
+    let Some(fx) = root_only_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
-    if !require(
-        root_only_chain(fx.dir.path()),
-        "the build's tmp dir (CARGO_TARGET_TMPDIR) and its ancestors owned by root, mode 0755",
-    ) {
-        return;
-    }
+    };
     let wd = Workdir::new();
     let ro = fx.ro().display().to_string();
     let rules = |deny: Option<&str>| {
@@ -110,14 +117,10 @@ fn a_missing_deny_path_costs_no_rules_and_an_existing_one_is_still_split() {
 
 #[test]
 fn a_secret_mounted_at_a_missing_deny_path_during_the_run_stays_out_of_the_view() {
-    if !require_root() {
+    let Some(fx) = root_only_fixture() else {
         return;
-    }
-    let fx = Fixture::new();
+    };
     if !require(
-        root_only_chain(fx.dir.path()),
-        "the build's tmp dir (CARGO_TARGET_TMPDIR) and its ancestors owned by root, mode 0755",
-    ) || !require(
         Path::new("/usr/bin/unshare").exists(),
         "util-linux unshare (the host-side mount is made in a private mount namespace)",
     ) {
