@@ -365,8 +365,14 @@ unsafe fn probe_proc(keep: bool) -> (Result<(), ChildError>, i32) {
     (Ok(()), mode)
 }
 
-/// Mount a fresh /proc for the caller's PID namespace. Returns 0 or -1 (errno set).
+/// Mount a fresh /proc for the caller's PID namespace, read-only. Returns 0 or -1 (errno set).
 /// Async-signal-safe.
+///
+/// Read-only because procfs keeps a chmod of a kernel-wide entry (/proc/kpageflags) in the
+/// entry itself, for every later procfs on the machine, and `--uid 0` owns those entries: a
+/// chmod or utimes is EROFS. It also keeps the command from raising its coredump_filter (see
+/// rlimits.rs). Writes through /proc/self/fd/N reopen the file on its own mount and still
+/// work; writes to /proc files themselves (oom_score_adj, another thread's comm) are EROFS.
 pub fn mount_proc(mode: ProcMount) -> libc::c_int {
     let data: *const libc::c_void = match mode {
         ProcMount::SubsetPid => c"subset=pid".as_ptr().cast(),
@@ -378,7 +384,7 @@ pub fn mount_proc(mode: ProcMount) -> libc::c_int {
             c"proc".as_ptr(),
             c"/proc".as_ptr(),
             c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             data,
         )
     }
