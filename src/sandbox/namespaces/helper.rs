@@ -220,18 +220,25 @@ unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
                 Step::BindGrant,
             )?;
             libc::close(fds[i]);
-            if b.read_only {
-                check(
-                    libc::mount(
-                        std::ptr::null(),
-                        b.path.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | b.keep_flags,
-                        std::ptr::null(),
-                    ),
-                    Step::RemountGrantReadOnly,
-                )?;
-            }
+            // nosuid and nodev as every grant of the view's own root gets them (view_root.rs
+            // says what they cover); the source's locked flags kept, as a user namespace
+            // requires of a remount.
+            let ro = if b.read_only { libc::MS_RDONLY } else { 0 };
+            check(
+                libc::mount(
+                    std::ptr::null(),
+                    b.path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND
+                        | libc::MS_REMOUNT
+                        | libc::MS_NOSUID
+                        | libc::MS_NODEV
+                        | ro
+                        | b.keep_flags,
+                    std::ptr::null(),
+                ),
+                Step::RemountGrantReadOnly,
+            )?;
         }
         if !t.hides.is_empty() {
             // An empty root-owned mode-000 file to cover denied files: opening it gives
