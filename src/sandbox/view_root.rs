@@ -466,13 +466,9 @@ unsafe fn open_sources(
 }
 
 /// Bind `src` (an O_PATH descriptor) recursively onto `target`: nosuid, nodev unless `src` is
-/// a character device, read-only if asked or a device.
-///
-/// nosuid and nodev keep a set-uid file or a device node in a grant from working through the
-/// view (the command runs with no_new_privs anyway; a device node would give it the device).
-/// They do not change the file for the host, which sees it through its own mounts: that is
-/// the seccomp filter's job (no set-id bit in any mode). A device is read-only because
-/// `--uid 0` owns the host's nodes: a chmod or utimes would change them for everyone.
+/// a character device, read-only if asked or a device (`--uid 0` owns the host's nodes: a
+/// chmod or utimes would change them for everyone). nosuid does not change a file for the
+/// host, which sees it through its own mounts: no set-id bit is seccomp's job.
 ///
 /// # Safety
 /// In the helper only.
