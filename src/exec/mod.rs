@@ -352,11 +352,8 @@ fn child_end(s: Stdio, stdin: bool) -> Result<(OwnedFd, Option<OwnedFd>), RunErr
     match s {
         Stdio::Fd(fd) => Ok((fd, None)),
         // Read-only as stdin, write-only as output, as a shell's `< /dev/null` and `> /dev/null`
-        // give it: a write to stdin is EBADF.
-        Stdio::Null => std::fs::OpenOptions::new()
-            .read(stdin)
-            .write(!stdin)
-            .open("/dev/null")
+        // give it: a write to stdin is EBADF. On a read-only mount (sandbox::devnull).
+        Stdio::Null => sandbox::devnull::open(!stdin)
             .map(|f| (OwnedFd::from(f), None))
             .map_err(|source| RunError::Io {
                 what: "opening /dev/null",

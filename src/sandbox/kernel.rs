@@ -5,6 +5,7 @@
 use super::cgroup;
 use super::landlock::{self, Support};
 use super::namespaces::{self, Probe, UserNs, ViewError, ViewPlan};
+use super::rlimits::{self, CoreDumps};
 
 pub trait Kernel {
     /// The supervisor's effective uid (in its own user namespace).
@@ -18,6 +19,9 @@ pub trait Kernel {
     fn user_ns(&self) -> UserNs;
     /// Build the view, or say per kind why not.
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError>;
+    /// Make every later child dump no memory ([`rlimits::limit_core_contents`]), and say how
+    /// the host handles core dumps.
+    fn core_dumps(&self) -> CoreDumps;
 }
 
 /// The running kernel.
@@ -50,6 +54,15 @@ impl Kernel for Real {
 
     fn user_ns(&self) -> UserNs {
         namespaces::user_ns()
+    }
+
+    fn core_dumps(&self) -> CoreDumps {
+        let filtered = rlimits::limit_core_contents().is_ok();
+        // CAP_SYS_RESOURCE counts only in the initial user namespace: root there, with the
+        // identity map over every uid.
+        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        let initial = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+        rlimits::core_dumps(self.euid() == 0 && initial, filtered)
     }
 
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError> {

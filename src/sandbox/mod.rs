@@ -29,6 +29,7 @@
 
 pub mod cgroup;
 pub mod cgroup_remount;
+pub mod devnull;
 pub mod identity;
 pub mod init;
 pub mod kernel;
@@ -480,15 +481,24 @@ fn prepare_inner(
         // all the others from starting.
         rl.retain(|l| l.resource != libc::RLIMIT_NPROC);
     }
-    layers.push(LayerStatus {
-        layer: "rlimits",
-        status: Enforcement::Enforced,
-        detail: rl
-            .iter()
-            .map(|l| format!("{}={}", l.name, l.hard))
-            .collect::<Vec<_>>()
-            .join(" "),
-    });
+    let mut detail = rl
+        .iter()
+        .map(|l| format!("{}={}", l.name, l.hard))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // A crash must not hand the command's memory to the host's core dump handler (rlimits.rs
+    // says what each core_pattern takes).
+    match k.core_dumps().gap() {
+        None => layers.push(LayerStatus {
+            layer: "rlimits",
+            status: Enforcement::Enforced,
+            detail,
+        }),
+        Some(gap) => {
+            detail.push_str(&format!("; core dumps: {gap}"));
+            degrade("rlimits", detail, &mut layers)?;
+        }
+    }
 
     Ok(Prepared {
         landlock,

@@ -4,6 +4,7 @@
 use super::kernel::Kernel;
 use super::landlock::Support;
 use super::namespaces::{Kind, Outcome, Probe, ProcMount, UserNs, View, ViewError, ViewPlan};
+use super::rlimits::{CoreDumps, CorePattern};
 use super::{ChildError, Enforcement, PrepareError, Step, cgroup, prepare_with};
 use crate::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
 
@@ -15,6 +16,7 @@ struct Fake {
     /// Per kind, in `Kind::ALL` order.
     view: [Outcome; 6],
     proc: ProcMount,
+    core: CoreDumps,
 }
 
 impl Default for Fake {
@@ -33,6 +35,12 @@ impl Default for Fake {
                 Outcome::Made,
             ],
             proc: ProcMount::Full,
+            core: CoreDumps {
+                hard_limit: u64::MAX,
+                can_raise: true,
+                pattern: CorePattern::Pipe,
+                contents_filtered: true,
+            },
         }
     }
 }
@@ -61,6 +69,9 @@ impl Kernel for Fake {
     }
     fn user_ns(&self) -> UserNs {
         self.user_ns
+    }
+    fn core_dumps(&self) -> CoreDumps {
+        self.core
     }
     fn make_view(&self, _plan: &ViewPlan) -> Result<Probe, ViewError> {
         let pid = self.view[Kind::Pid as usize];
@@ -238,4 +249,69 @@ fn the_other_layers_still_fail_closed() {
         Err(PrepareError::NotEnforceable { layer, .. }) => assert_eq!(layer, "cgroup"),
         other => panic!("{:?}", other.map(|p| p.layers)),
     }
+}
+
+/// RLIMIT_CORE 1 stops a pipe helper and a core file; a socket takes the dump whatever the
+/// limit, so there only coredump_filter 0 keeps the memory out. A supervisor whose hard limit
+/// is 0 and that cannot raise it leaves the pipe helper running: degraded, refused without
+/// --allow-degraded.
+#[test]
+fn core_dumps_that_could_reach_a_host_helper_are_degraded() {
+    let core = |hard_limit, can_raise, pattern, contents_filtered| Fake {
+        core: CoreDumps {
+            hard_limit,
+            can_raise,
+            pattern,
+            contents_filtered,
+        },
+        ..Fake::default()
+    };
+    for (k, why) in [
+        (
+            core(0, false, CorePattern::Pipe, true),
+            "hard RLIMIT_CORE is 0",
+        ),
+        (core(0, false, CorePattern::Pipe, false), "memory and all"),
+        (
+            core(u64::MAX, true, CorePattern::Socket, false),
+            "coredump_filter",
+        ),
+    ] {
+        let (layer, reason) = refused(&k, NetworkMode::None, true);
+        assert_eq!(layer, "rlimits");
+        assert!(reason.contains(why), "{reason}");
+        let (pol, _wd) = policy(true, NetworkMode::None, true);
+        let p = prepare_with(&k, &pol).unwrap();
+        assert_eq!(status(&p, "rlimits").0, Enforcement::Degraded);
+    }
+    for k in [
+        core(0, true, CorePattern::Pipe, true),
+        core(1, false, CorePattern::Pipe, false),
+        core(0, false, CorePattern::File, false),
+        core(0, false, CorePattern::Socket, true),
+    ] {
+        let (pol, _wd) = policy(false, NetworkMode::None, true);
+        let p = prepare_with(&k, &pol).unwrap();
+        let (st, detail) = status(&p, "rlimits");
+        assert_eq!(st, Enforcement::Enforced, "{:?}: {detail}", k.core);
+        assert!(detail.contains("core=1"), "{detail}");
+    }
+}
+
+#[test]
+fn core_pattern_kinds() {
+    assert_eq!(CorePattern::of("core"), CorePattern::File);
+    assert_eq!(CorePattern::of("/var/crash/%e.%p"), CorePattern::File);
+    assert_eq!(
+        CorePattern::of("|/usr/lib/systemd/systemd-coredump %P"),
+        CorePattern::Pipe
+    );
+    assert_eq!(
+        CorePattern::of("@/run/coredump.socket"),
+        CorePattern::Socket
+    );
+    assert_eq!(
+        CorePattern::of("@@/run/coredump.socket"),
+        CorePattern::Socket
+    );
 }

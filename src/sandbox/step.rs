@@ -149,7 +149,7 @@ impl Step {
             Step::MountTmpfs => "mount a private tmpfs",
             Step::MakeMountpoint => "create a mount point in the view",
             Step::BindGrant => "bind-mount a granted path into the view",
-            Step::RemountGrantReadOnly => "remount a read-only grant read-only",
+            Step::RemountGrantReadOnly => "set a grant's mount flags (nosuid, nodev, read-only)",
             Step::HideDenied => "hide a denied path",
             Step::MountRoot => "mount the tmpfs of the view's new root",
             Step::MakeViewLink => "recreate a system symlink in the view's root",

@@ -4,10 +4,12 @@
 //! or fanotify marks, and a read-only mount stops none of them. So a path outside the grants
 //! must not exist in the view at all. The helper that builds the view (namespaces.rs) makes a
 //! small root-owned tmpfs, mode 0755, and fills it:
-//! - every granted path bind-mounted (recursively) at its own path, read-only grants made
-//!   read-only on the detached tree before it is attached (`mount_setattr`, which only sets
-//!   flags: nosuid, nodev and the rest stay as the source had them, as a user namespace also
-//!   requires);
+//! - every granted path bind-mounted (recursively) at its own path, its flags set on the
+//!   detached tree before it is attached (`mount_setattr`, which only adds flags: what the
+//!   source had stays, as a user namespace also requires): nosuid always; nodev unless the
+//!   grant is a character device itself; read-only for read-only grants, for devices (a
+//!   write to a device works on a read-only mount, a chmod or utimes of its node does not)
+//!   and for the supervisor's /proc;
 //! - a grant below another grant of the same kind is already visible through it: not bound
 //!   again;
 //! - the system symlinks on the way to a grant (`/lib -> usr/lib`, `/var/run -> /run`) as
@@ -44,6 +46,8 @@ pub(super) const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x01;
+pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x02;
+const MOUNT_ATTR_NODEV: u64 = 0x04;
 /// More binds than this fail the view with E2BIG (their sources are held open at once).
 const MAX_BINDS: usize = 128;
 
@@ -194,7 +198,9 @@ impl RootPlan {
             binds.push(Bind {
                 src: CString::new(p.path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
                 dir: true,
-                read_only: false,
+                // procfs keeps a chmod of a kernel-wide entry in the entry itself, for every
+                // later /proc on the machine: read-only, as each exec's own /proc is.
+                read_only: true,
                 dev: p.dev,
                 ino: p.ino,
                 proc_fallback: true,
@@ -459,13 +465,21 @@ unsafe fn open_sources(
     Ok(())
 }
 
-/// Bind `src` (an O_PATH descriptor) recursively onto `target`, read-only if asked.
+/// Bind `src` (an O_PATH descriptor) recursively onto `target`: nosuid, nodev unless `src` is
+/// a character device, read-only if asked or a device (`--uid 0` owns the host's nodes: a
+/// chmod or utimes would change them for everyone). nosuid does not change a file for the
+/// host, which sees it through its own mounts: no set-id bit is seccomp's job.
 ///
 /// # Safety
 /// In the helper only.
 unsafe fn bind(src: RawFd, target: RawFd, read_only: bool) -> Result<(), ChildError> {
-    // SAFETY: raw mount API syscalls on descriptors we own.
+    // SAFETY: raw mount API syscalls on descriptors we own; fstat into a zeroed struct.
     unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(src, &mut st) != 0 {
+            return Err(fail(Step::BindGrant));
+        }
+        let device = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
         let tree = Fd(libc::syscall(
             libc::SYS_open_tree,
             src,
@@ -478,24 +492,29 @@ unsafe fn bind(src: RawFd, target: RawFd, read_only: bool) -> Result<(), ChildEr
         if tree.0 < 0 {
             return Err(fail(Step::BindGrant));
         }
-        if read_only {
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            if libc::syscall(
-                libc::SYS_mount_setattr,
-                tree.0,
-                c"".as_ptr(),
-                (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            ) != 0
-            {
-                return Err(fail(Step::RemountGrantReadOnly));
-            }
+        let mut attr_set = MOUNT_ATTR_NOSUID;
+        if !device {
+            attr_set |= MOUNT_ATTR_NODEV;
+        }
+        if read_only || device {
+            attr_set |= MOUNT_ATTR_RDONLY;
+        }
+        let attr = MountAttr {
+            attr_set,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        if libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.0,
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ) != 0
+        {
+            return Err(fail(Step::RemountGrantReadOnly));
         }
         if libc::syscall(
             libc::SYS_move_mount,

@@ -220,18 +220,25 @@ unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
                 Step::BindGrant,
             )?;
             libc::close(fds[i]);
-            if b.read_only {
-                check(
-                    libc::mount(
-                        std::ptr::null(),
-                        b.path.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | b.keep_flags,
-                        std::ptr::null(),
-                    ),
-                    Step::RemountGrantReadOnly,
-                )?;
-            }
+            // nosuid and nodev as every grant of the view's own root gets them (view_root.rs
+            // says what they cover); the source's locked flags kept, as a user namespace
+            // requires of a remount.
+            let ro = if b.read_only { libc::MS_RDONLY } else { 0 };
+            check(
+                libc::mount(
+                    std::ptr::null(),
+                    b.path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND
+                        | libc::MS_REMOUNT
+                        | libc::MS_NOSUID
+                        | libc::MS_NODEV
+                        | ro
+                        | b.keep_flags,
+                    std::ptr::null(),
+                ),
+                Step::RemountGrantReadOnly,
+            )?;
         }
         if !t.hides.is_empty() {
             // An empty root-owned mode-000 file to cover denied files: opening it gives
@@ -365,8 +372,14 @@ unsafe fn probe_proc(keep: bool) -> (Result<(), ChildError>, i32) {
     (Ok(()), mode)
 }
 
-/// Mount a fresh /proc for the caller's PID namespace. Returns 0 or -1 (errno set).
+/// Mount a fresh /proc for the caller's PID namespace, read-only. Returns 0 or -1 (errno set).
 /// Async-signal-safe.
+///
+/// Read-only because procfs keeps a chmod of a kernel-wide entry (/proc/kpageflags) in the
+/// entry itself, for every later procfs on the machine, and `--uid 0` owns those entries: a
+/// chmod or utimes is EROFS. It also keeps the command from raising its coredump_filter (see
+/// rlimits.rs). Writes through /proc/self/fd/N reopen the file on its own mount and still
+/// work; writes to /proc files themselves (oom_score_adj, another thread's comm) are EROFS.
 pub fn mount_proc(mode: ProcMount) -> libc::c_int {
     let data: *const libc::c_void = match mode {
         ProcMount::SubsetPid => c"subset=pid".as_ptr().cast(),
@@ -378,7 +391,7 @@ pub fn mount_proc(mode: ProcMount) -> libc::c_int {
             c"proc".as_ptr(),
             c"/proc".as_ptr(),
             c"proc".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             data,
         )
     }
