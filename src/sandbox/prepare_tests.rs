@@ -239,3 +239,16 @@ fn the_other_layers_still_fail_closed() {
         other => panic!("{:?}", other.map(|p| p.layers)),
     }
 }
+
+/// The report JSON, `check` and the log spell a layer's state the same way.
+#[test]
+fn layer_states_have_one_spelling() {
+    for e in [
+        Enforcement::Enforced,
+        Enforcement::Degraded,
+        Enforcement::NotRequested,
+    ] {
+        assert_eq!(serde_json::to_value(e).unwrap(), e.as_str());
+    }
+    assert_eq!(Enforcement::NotRequested.as_str(), "not_requested");
+}
