@@ -444,6 +444,8 @@ fn version_names_the_commit_and_the_build_profile() {
         (&["-V"], "openshell-sandbox"),
         (&["run", "--version"], "openshell-sandbox run"),
         (&["check", "--version"], "openshell-sandbox check"),
+        (&["install", "--version"], "openshell-sandbox install"),
+        (&["certs", "--version"], "openshell-sandbox certs"),
         (&["--workdir", "/tmp", "--version"], "openshell-sandbox"),
     ] {
         let out = Command::new(BIN).args(args).output().unwrap();

@@ -122,7 +122,8 @@ pub enum CertsError {
 #[command(
     name = "openshell-sandbox certs",
     bin_name = "openshell-sandbox certs",
-    about = "mTLS certificates for the gateway"
+    about = "mTLS certificates for the gateway",
+    version = crate::cli::VERSION
 )]
 struct CertsCli {
     #[command(subcommand)]

@@ -158,7 +158,8 @@ fn why(e: &io::Error) -> &'static str {
 #[command(
     name = "openshell-sandbox install",
     bin_name = "openshell-sandbox install",
-    about = "Copy this binary atomically into a hostPath directory (the node installer)"
+    about = "Copy this binary atomically into a hostPath directory (the node installer)",
+    version = crate::cli::VERSION
 )]
 struct InstallArgs {
     /// Directory to install into; the binary lands at DEST/openshell-sandbox.
