@@ -387,12 +387,7 @@ fn print_human(report: &Report, source: &str) {
         }
     }
     for l in &report.layers {
-        println!(
-            "  {:<15} {:<13} {}",
-            l.layer,
-            format!("{:?}", l.status).to_lowercase(),
-            l.detail
-        );
+        println!("  {:<15} {:<13} {}", l.layer, l.status.as_str(), l.detail);
     }
     if let Some(rules) = &report.landlock_rules {
         println!("landlock rules (path, access):");

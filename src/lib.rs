@@ -6,6 +6,7 @@
 //! - `exec`: the parent side: spawn, stream, time out, kill the tree, build the exit report.
 //! - `gateway`: the mTLS dial-back to the OpenShell gateway and the SSH exec server behind it.
 //! - `install`: copy-to-hostPath for the node-installer DaemonSet.
+//! - `manual`: the whole command tree, for shell completions and man pages.
 
 pub mod certs;
 pub mod check;
@@ -14,6 +15,7 @@ pub mod exec;
 pub mod gateway;
 pub mod install;
 pub mod logging;
+pub mod manual;
 pub mod pause;
 pub mod policy;
 pub mod proto;

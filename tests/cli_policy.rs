@@ -108,7 +108,7 @@ fn run_policy_file_grants_and_ro_adds_to_its_list() {
     }
 }
 
-/// `network_policies` cannot be enforced yet: refused naming the key, exit 2. The default of
+/// `network_policies` cannot be enforced yet: refused naming the key, exit 125. The default of
 /// `--network` (none) is no explicit flag and must not replace the file's network section;
 /// an explicit `--network all` does.
 #[test]
@@ -122,7 +122,7 @@ fn run_policy_file_network_rules_are_refused_unless_network_is_given() {
     let p = pol.to_str().unwrap();
     let out = run_in(&wd, &["--policy", p], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("network_policies"), "{err}");
     assert!(err.contains("pypi"), "{err}");
     let out = run_in(&wd, &["--policy", p, "--network", "all"], &["/bin/true"]);
@@ -140,7 +140,7 @@ fn run_policy_file_unknown_key_is_an_error_naming_it() {
     .unwrap();
     let out = run_in(&wd, &["--policy", pol.to_str().unwrap()], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("read_onyl"), "{err}");
     assert!(err.contains(pol.to_str().unwrap()), "{err}");
 }
@@ -170,7 +170,7 @@ fn run_policy_file_missing_paths_warn_or_fail_by_compatibility() {
     );
     let out = run_in(&wd, &["--policy", pol.to_str().unwrap()], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("filesystem_policy.read_only[5]"), "{err}");
     assert!(err.contains("hard_requirement"), "{err}");
 }
@@ -312,7 +312,7 @@ fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
     for extra in [&["--uid", "65534"][..], &[]] {
         let out = run(extra);
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(out.status.code(), Some(125), "{extra:?}: {err}");
         assert!(err.contains(&d.path().display().to_string()), "{err}");
         assert!(err.contains("owned by 0:0 with mode 0755"), "{err}");
         // The per-run uid changes every run: the fix names 65534, which run hands over.
@@ -385,7 +385,16 @@ fn top_level_help_lists_every_subcommand() {
         let out = bin().args(args).output().unwrap();
         let stdout = text(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}");
-        for sub in ["run", "check", "serve", "install", "copy-self", "certs"] {
+        for sub in [
+            "run",
+            "check",
+            "serve",
+            "install",
+            "copy-self",
+            "certs",
+            "completions",
+            "man",
+        ] {
             assert!(
                 stdout
                     .lines()
@@ -398,7 +407,7 @@ fn top_level_help_lists_every_subcommand() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
     assert!(
-        stdout.contains("Usage: openshell-sandbox run [OPTIONS] -- <CMD>..."),
+        stdout.contains("Usage: openshell-sandbox run [OPTIONS] [--] CMD [ARGS]..."),
         "{stdout}"
     );
     let out = bin().args(["help", "check"]).output().unwrap();
@@ -418,7 +427,7 @@ fn top_level_help_lists_every_subcommand() {
 fn an_unknown_first_word_without_a_gateway_suggests_the_nearest_subcommand() {
     let out = bin().args(["rnu", "--", "true"]).output().unwrap();
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("unknown subcommand `rnu`"), "{err}");
     assert!(err.contains("did you mean `run`?"), "{err}");
 }
@@ -446,15 +455,16 @@ fn log_level_is_validated() {
     let wd = Workdir::new();
     let out = run_in(&wd, &["--log-level", "bogus"], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("`bogus` is not a log level"), "{err}");
 }
 
-/// With `--log-format json`, stderr holds JSON lines only: the summary and an error too.
+/// With `--log-format json`, our own lines on stderr are JSON: the summary (`-v`: a plain
+/// exit prints none otherwise) and an error too.
 #[test]
 fn log_format_json_covers_the_summary_and_errors() {
     let wd = Workdir::new();
-    let out = run_in(&wd, &["--log-format", "json"], &["/bin/true"]);
+    let out = run_in(&wd, &["--log-format", "json", "-v"], &["/bin/true"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let lines: Vec<serde_json::Value> = err
@@ -472,7 +482,7 @@ fn log_format_json_covers_the_summary_and_errors() {
         &["/bin/true"],
     );
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     let line: serde_json::Value =
         serde_json::from_str(err.trim()).unwrap_or_else(|e| panic!("{e}: not JSON: {err}"));
     assert_eq!(line["level"], "ERROR");

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::{BIN, PauseDir, Workdir, require_pause_points, require_root};
 
-/// Exit code of a refused policy (RunError::Policy): invalid input.
-const POLICY_REFUSED: i32 = 2;
+/// Exit code of a refused policy (RunError::Policy): ours, as every failure of the sandbox.
+const POLICY_REFUSED: i32 = 125;
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();

@@ -360,7 +360,7 @@ fn run_bin(args: &[&str]) -> (Option<i32>, String) {
 
 /// Issue 13 §5: only the combined topology is served; every other `--mode`, the post-HEAD
 /// `--role` launch style and the unimplemented hidden subcommands are refused at start with
-/// exit 2 and a message naming them, never run as a main command.
+/// exit 125 and a message naming them, never run as a main command.
 #[test]
 fn unsupported_topologies_and_launch_styles_are_refused() {
     let cases: &[(&[&str], &str)] = &[
@@ -376,7 +376,7 @@ fn unsupported_topologies_and_launch_styles_are_refused() {
     ];
     for (args, want) in cases {
         let (code, err) = run_bin(&[args, &["true"][..]].concat());
-        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(code, Some(125), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
     for word in ["validate-workspace", "debug-rpc"] {
@@ -385,7 +385,7 @@ fn unsupported_topologies_and_launch_styles_are_refused() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{word}: {err}");
+        assert_eq!(out.status.code(), Some(125), "{word}: {err}");
         assert!(
             err.contains(word) && err.contains("not implemented"),
             "{word}: {err}"

@@ -12,7 +12,7 @@ pub use tree::SweepError;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -79,7 +79,7 @@ pub enum RunError {
         path: PathBuf,
         source: crate::policy::openshell::YamlError,
     },
-    #[error("--policy {}: {source}", path.display())]
+    #[error("--policy {}: {source}{}", path.display(), run_hint(source))]
     PolicyMap {
         path: PathBuf,
         source: crate::policy::openshell::MapError,
@@ -110,22 +110,29 @@ pub enum RunError {
     },
 }
 
+/// What lets `run` or `check` keep a policy file it refuses, where flags can.
+fn run_hint(e: &crate::policy::openshell::MapError) -> &'static str {
+    match e {
+        crate::policy::openshell::MapError::NetworkRules(_) => {
+            ". To run it anyway, replace the file's network section with an explicit \
+             `--network none` (loopback only) or `--network all` (the host's network), or \
+             remove network_policies from the file"
+        }
+        _ => "",
+    }
+}
+
 impl RunError {
-    /// The launcher's exit code: 127 not found, 126 not executable, 2 invalid input,
-    /// 125 the sandbox itself failed or refused.
+    /// The launcher's exit code, as docker's: 127 not found, 126 not executable, 125 for
+    /// everything of ours (invalid input, a policy we cannot keep, an unusable workdir, a
+    /// refused layer, a failed setup), so that it cannot be taken for the command's own code.
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::NotFound(_) | RunError::InterpreterNotFound { .. } => 127,
             RunError::NotExecutable { .. }
             | RunError::NotGranted { .. }
             | RunError::NotPermitted { .. } => 126,
-            RunError::Policy(_)
-            | RunError::Usage(_)
-            | RunError::ReportJson { .. }
-            | RunError::PolicyFile { .. }
-            | RunError::PolicyMap { .. }
-            | RunError::Workdir(_) => 2,
-            _ => 125,
+            _ => crate::cli::USAGE_EXIT,
         }
     }
 }
@@ -517,6 +524,26 @@ impl Child {
         ) {
             tracing::warn!(error = %e, "could not signal the exec's processes");
         }
+    }
+
+    /// Hand a signal that `run` received to the command's job: its process group, as a
+    /// terminal's Ctrl-C reaches the foreground job (docker run's `--sig-proxy`, with the
+    /// terminal's reach). What the command makes of it is its own business: the run ends when
+    /// the command does, with the command's exit code. With a PID namespace the group's id is
+    /// the namespace's, so the init relays it (`sandbox::init::forward_to_job`).
+    pub fn forward_signal(&self, sig: i32) {
+        if self.cleaned || self.done.is_some() {
+            return;
+        }
+        if self.init {
+            if let Err(e) = sandbox::init::forward_to_job(self.pidfd.as_fd(), sig) {
+                tracing::warn!(signal = sig, error = %e, "could not forward the signal");
+            }
+            return;
+        }
+        // SAFETY: kill with integer arguments. The leader is not reaped yet, so its pid (and
+        // the id of the process group it leads) cannot have been reused.
+        unsafe { libc::kill(-self.pid, sig) };
     }
 
     /// Kill everything of this exec that is still alive, and return the pids that survived

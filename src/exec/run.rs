@@ -244,30 +244,65 @@ impl Drop for Scratch {
     }
 }
 
+/// The signals `run` hands to the command's job instead of acting on them itself (docker
+/// run's `--sig-proxy` set; SIGWINCH is a resize of the pty, with --tty).
+const FORWARDED: [(SignalKind, &str); 6] = [
+    (SignalKind::interrupt(), "installing the SIGINT handler"),
+    (SignalKind::terminate(), "installing the SIGTERM handler"),
+    (SignalKind::hangup(), "installing the SIGHUP handler"),
+    (SignalKind::quit(), "installing the SIGQUIT handler"),
+    (
+        SignalKind::user_defined1(),
+        "installing the SIGUSR1 handler",
+    ),
+    (
+        SignalKind::user_defined2(),
+        "installing the SIGUSR2 handler",
+    ),
+];
+
+/// Our handlers of [`FORWARDED`]; [`Forwarded::next`] yields the number of each one received.
+struct Forwarded(Vec<(i32, tokio::signal::unix::Signal)>);
+
+impl Forwarded {
+    fn install() -> Result<Forwarded, RunError> {
+        let mut v = Vec::with_capacity(FORWARDED.len());
+        for (kind, what) in FORWARDED {
+            let s = signal(kind).map_err(|source| RunError::Io { what, source })?;
+            v.push((kind.as_raw_value(), s));
+        }
+        Ok(Forwarded(v))
+    }
+
+    async fn next(&mut self) -> i32 {
+        std::future::poll_fn(|cx| {
+            for (sig, s) in &mut self.0 {
+                if s.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
 async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
-    // The handlers first, before anything can be spawned: a SIGTERM that arrives between the
-    // spawn and the wait must end the run as a later one does (kill the tree, write the
-    // report), not kill us by its default action. Tokio queues a signal that arrives before
-    // the wait polls for it.
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| RunError::Io {
-        what: "installing the SIGTERM handler",
-        source,
-    })?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| RunError::Io {
-        what: "installing the SIGINT handler",
-        source,
-    })?;
-    // A closed terminal (SIGHUP) or a quit key (SIGQUIT) must not kill us with the default
-    // action: the tree would outlive us (only the leader has a parent-death signal) and no
-    // report would be written. Both end the run as SIGTERM does.
-    let mut sighup = signal(SignalKind::hangup()).map_err(|source| RunError::Io {
-        what: "installing the SIGHUP handler",
-        source,
-    })?;
-    let mut sigquit = signal(SignalKind::quit()).map_err(|source| RunError::Io {
-        what: "installing the SIGQUIT handler",
-        source,
-    })?;
+    // The handlers first, before anything can be spawned: a signal that arrives between the
+    // spawn and the wait must reach the command as a later one does, not kill us by its
+    // default action (the tree would outlive us, and no report would be written). Tokio
+    // queues a signal that arrives before the wait polls for it.
+    let mut forwarded = Forwarded::install()?;
+    let mut winch = if args.tty {
+        Some(
+            signal(SignalKind::window_change()).map_err(|source| RunError::Io {
+                what: "installing the SIGWINCH handler",
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
@@ -380,7 +415,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             .map_err(RunError::Workdir)?;
     }
     for l in sandbox.layers() {
-        tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
+        tracing::info!(layer = l.layer, status = l.status.as_str(), detail = %l.detail, "sandbox layer");
     }
     tl.stamp("handover");
 
@@ -409,6 +444,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         name,
         events: Some(ev_tx.clone()),
     };
+    // With --tty: the pty whose size follows our terminal's (SIGWINCH).
+    let mut pty_master = None;
     let (mut child, out_task, err_task, raw_terminal) = if args.tty {
         let (cols, rows) = our_winsize();
         let (master, slave) =
@@ -444,6 +481,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             })?;
         // The pty carries stdout and stderr together: one stream, capped as stdout.
         let (mut w, r) = tokio::io::duplex(64 * 1024);
+        let master = std::sync::Arc::new(master);
+        pty_master = Some(master.clone());
         tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
             let mut buf = vec![0u8; 64 * 1024];
@@ -525,7 +564,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     };
     tokio::pin!(deadline);
     let mut timed_out = false;
-    let mut forwarded_signal = None;
+    // The tree was stopped by us for a reason the report has no name for (the reader went
+    // away): the summary says so.
+    let mut stopped_by_us = false;
     let kill_on_output_limit = args.on_output_limit == crate::cli::OnOutputLimit::Kill;
     let mut output_limit_kill = false;
     // (--cpu is kept by the exec cgroup's own watcher thread: see `cgroup::CpuWatch`.)
@@ -540,21 +581,18 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 timed_out = true;
                 break child.terminate_tree(grace).await;
             }
-            _ = sigterm.recv() => {
-                forwarded_signal = Some(libc::SIGTERM);
-                break child.terminate_tree(grace).await;
+            // The command decides what a signal means (a Python KeyboardInterrupt handler that
+            // exits 0 makes a run that exits 0); we only carry it.
+            sig = forwarded.next() => {
+                tracing::debug!(signal = %report::signal_name(sig), "forwarding to the command");
+                child.forward_signal(sig);
             }
-            _ = sigint.recv() => {
-                forwarded_signal = Some(libc::SIGINT);
-                break child.terminate_tree(grace).await;
-            }
-            _ = sighup.recv() => {
-                forwarded_signal = Some(libc::SIGHUP);
-                break child.terminate_tree(grace).await;
-            }
-            _ = sigquit.recv() => {
-                forwarded_signal = Some(libc::SIGQUIT);
-                break child.terminate_tree(grace).await;
+            Some(()) = async { winch.as_mut()?.recv().await }, if winch.is_some() => {
+                if let Some(m) = &pty_master {
+                    let (cols, rows) = our_winsize();
+                    // The kernel sends SIGWINCH to the pty's foreground process group itself.
+                    let _ = m.resize(cols, rows);
+                }
             }
             Some(ev) = events.recv() => match ev {
                 Event::OutputLimit if kill_on_output_limit => {
@@ -570,6 +608,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 }
             },
             _ = stop, if stop_at.is_some() => {
+                stopped_by_us = true;
                 break child.terminate_tree(grace).await;
             }
         }
@@ -638,10 +677,10 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let reason = report::classify(&info, &cx, &out, &err);
     let contained = survivors.is_empty() && containment_error.is_none();
     let timed_out = reason == Reason::Timeout;
-    let exit_code = match forwarded_signal {
-        _ if !contained => CONTAINMENT_FAILED_EXIT,
-        Some(sig) if !timed_out => 128 + sig,
-        _ => report::exit_code(&info, timed_out),
+    let exit_code = if contained {
+        report::exit_code(&info, timed_out)
+    } else {
+        CONTAINMENT_FAILED_EXIT
     };
     let report = ExitReport {
         reason,
@@ -678,7 +717,18 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         started_at: crate::logging::rfc3339(started_at),
         cgroup_version: report::host_cgroup_version(),
     };
-    if !args.quiet {
+    // Like bwrap, a run whose command simply ended says nothing of its own: the summary is for
+    // an end the sandbox decided (a timeout, a limit, the output cap, a kill of ours), a run
+    // weaker than its policy (never silently) and a containment failure; -v asks for it always.
+    let degraded = report
+        .layers
+        .iter()
+        .any(|l| l.status == crate::sandbox::Enforcement::Degraded);
+    let sandbox_said = !matches!(reason, Reason::Exited | Reason::Signaled)
+        || stopped_by_us
+        || !contained
+        || degraded;
+    if !args.quiet && (args.verbose || sandbox_said) {
         // The summary starts a line of its own, so that a child's unterminated last line
         // cannot pass for (part of) it. --report-json remains the machine-readable truth.
         // Not eprintln!: after SIGHUP our stderr may be a hung-up terminal, and a failed

@@ -19,7 +19,12 @@ pub const DEFAULT_TLS_DIR: &str = "/etc/openshell-tls/client";
 #[command(
     name = "openshell-sandbox",
     about = "Sandbox supervisor: dial back to the OpenShell gateway and serve exec",
-    version
+    version = crate::cli::VERSION,
+    mut_arg("workdir", |a| a.help(format!(
+        "Read-write working directory of the execs and the main process; created, owned by \
+         the sandbox uid, when missing. Default: {}",
+        super::DEFAULT_WORKDIR
+    ))),
 )]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -231,12 +236,11 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub reconnect_max_ms: u64,
 
-    /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC). From its
+    /// first word on, everything is the command's; a word before it that starts with `-` must
+    /// be a flag of ours (a misspelt one is a usage error, never the command), so a command
+    /// that itself starts with `-` comes after `--`.
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 

@@ -148,7 +148,7 @@ const PATH_STEPS: [&str; 7] = ["endpoint", "dns", "tcp", "tls", "token", "health
 /// Entry point; `argv[0]` is `check`.
 pub fn main(argv: &[OsString]) -> Result<ExitCode, DoctorError> {
     super::unset_empty_identity_env();
-    let args = DoctorArgs::parse_from(argv);
+    let args = crate::cli::parsed_or_exit(DoctorArgs::try_parse_from(argv), argv);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

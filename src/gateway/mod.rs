@@ -60,10 +60,10 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         eprintln!(
             "openshell-sandbox: error: the `{word}` subcommand is not implemented by this supervisor"
         );
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(crate::cli::USAGE_EXIT));
     }
     unset_empty_identity_env();
-    let matches = ServeArgs::command().get_matches_from(argv);
+    let matches = crate::cli::parsed_or_exit(ServeArgs::command().try_get_matches_from(argv), argv);
     let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| anyhow::anyhow!("{e}"))?;
     // With a gateway policy only an explicit --network overrides its network section.
     let network_explicit =

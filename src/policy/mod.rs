@@ -22,7 +22,9 @@ pub use size::{ParseSizeError, parse_size};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkMode {
-    /// Only AF_UNIX sockets; TCP bind and connect denied by Landlock too.
+    /// Nothing leaves the sandbox: a network namespace of its own with only `lo` (loopback
+    /// bind and connect work, any other connect is ENETUNREACH). Only a degraded sandbox
+    /// without that namespace falls back to AF_UNIX sockets and Landlock's TCP denial.
     None,
     /// Normal networking, minus raw packet, vsock and non-route netlink sockets.
     All,

@@ -17,8 +17,9 @@
 //! 2. the command: stdio, cwd, then the layers in the order of [`super::enforce_in_child`],
 //!    then execve;
 //! 3. init: close every descriptor but its status pipe (it must hold no pipe, socket or tty of
-//!    the supervisor or of the exec), forward SIGTERM, SIGINT and SIGHUP to every process of
-//!    the namespace, reap every orphan, and when the command exits, write its wait status on
+//!    the supervisor or of the exec), relay signals ([`FORWARDED`]: the supervisor's own to
+//!    every process of the namespace, those `run` forwards for its caller to the command's
+//!    process group), reap every orphan, and when the command exits, write its wait status on
 //!    the status pipe and exit. The kernel then kills whatever else is left in the namespace
 //!    before our waitid sees the init exit, so a reaped init means an empty exec.
 //!
@@ -321,15 +322,95 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
     Ok(())
 }
 
-/// The init's forwarding handler: the signal goes to every process of the namespace (kill(-1)
-/// from PID 1 reaches all of them but the init itself), as SIGTERM reached the whole tree
-/// before there was an init.
-extern "C" fn forward(sig: libc::c_int) {
-    // SAFETY: kill and the errno location are async-signal-safe; errno is restored so the
-    // interrupted wait4 sees its own.
+/// The signals the init relays. The supervisor's own SIGTERM (a timeout, a shutdown) must
+/// reach the whole tree; the rest are what `run` forwards for its caller (docker's
+/// `--sig-proxy` set, less SIGWINCH, which a pty's resize delivers itself).
+pub const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// The value that marks a signal as one forwarded for `run`'s caller (sent with SI_QUEUE by
+/// [`forward_to_job`]): the init hands it to the command's process group, as a terminal's
+/// Ctrl-C reaches its foreground job. An unmarked one (the supervisor's own, or kill(1) from
+/// the host) goes to every process of the namespace.
+const TO_JOB: u64 = 0x6f73_625f_6a6f_6221;
+
+/// The command's pid in the namespace, which is its process group too (it is a session
+/// leader, and a session leader cannot change its group). Set by the init before it unblocks
+/// [`FORWARDED`]; 0 before.
+static COMMAND: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// siginfo as the kernel lays it out for SI_QUEUE on 64-bit Linux (`_sifields._rt`): signo,
+/// errno, code, padding to the 8-byte aligned union, then pid, uid and the value. libc keeps
+/// the union private, so the two ends of [`TO_JOB`] read and write it through this.
+#[repr(C)]
+struct QueuedInfo {
+    signo: i32,
+    errno: i32,
+    code: i32,
+    _pad: i32,
+    pid: i32,
+    uid: u32,
+    value: u64,
+    _rest: [u64; 12],
+}
+const _: () = assert!(std::mem::size_of::<QueuedInfo>() == std::mem::size_of::<libc::siginfo_t>());
+
+/// Send `sig` through the init held by `pidfd` to its command's process group (see
+/// [`TO_JOB`]). pidfd_send_signal takes a caller's siginfo only with a negative si_code
+/// (SI_QUEUE); the kernel zeroes si_pid, which the init cannot see from its namespace, and
+/// keeps the value.
+pub fn forward_to_job(pidfd: std::os::fd::BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+    let info = QueuedInfo {
+        signo: sig,
+        errno: 0,
+        code: libc::SI_QUEUE,
+        _pad: 0,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+        value: TO_JOB,
+        _rest: [0; 12],
+    };
+    // SAFETY: pidfd_send_signal with a pidfd we hold and a siginfo-sized struct on our stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            &info as *const QueuedInfo,
+            0u32,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The init's relaying handler: a signal marked [`TO_JOB`] goes to the command's process
+/// group; any other to every process of the namespace (kill(-1) from PID 1 reaches all of them
+/// but the init itself), as SIGTERM reached the whole tree before there was an init.
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler, laid out as
+    // QueuedInfo for SI_QUEUE; kill, an atomic load and the errno location are
+    // async-signal-safe; errno is restored so the interrupted wait4 sees its own.
     unsafe {
         let saved = errno();
-        libc::kill(-1, sig);
+        let q = &*(info as *const QueuedInfo);
+        let job = COMMAND.load(std::sync::atomic::Ordering::Relaxed);
+        if q.code == libc::SI_QUEUE && q.value == TO_JOB && job > 0 {
+            libc::kill(-job, sig);
+        } else {
+            libc::kill(-1, sig);
+        }
         *libc::__errno_location() = saved;
     }
 }
@@ -342,8 +423,6 @@ struct InitArgs<'a> {
     supervisor_pidfd: RawFd,
     stack: &'a [u8],
 }
-
-const FORWARDED: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// # Safety
 /// Only in the child forked by [`fork_exec`] into a new PID namespace.
@@ -397,7 +476,7 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         for s in FORWARDED {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = forward as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
+            sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
             if libc::sigaction(s, &sa, std::ptr::null_mut()) != 0 {
                 fail(ChildError::last(Step::InitSignals), err_w);
             }
@@ -417,6 +496,7 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         if cmd < 0 {
             fail(ChildError::last(Step::ForkCommand), err_w);
         }
+        COMMAND.store(cmd, std::sync::atomic::Ordering::Relaxed);
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
         libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);

@@ -52,9 +52,10 @@ pub fn errno() -> i32 {
     unsafe { *libc::__errno_location() }
 }
 
-/// Whether one layer is fully in force.
+/// Whether one layer is fully in force. Spelt as [`Enforcement::as_str`] everywhere: the
+/// report JSON, `check`, the log and the docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Enforcement {
     /// Exactly what the policy asked for.
     Enforced,
@@ -62,6 +63,17 @@ pub enum Enforcement {
     Degraded,
     /// Not requested by the policy (e.g. Landlock TCP rules with `--network all`).
     NotRequested,
+}
+
+impl Enforcement {
+    /// `enforced`, `degraded` or `not_requested`, as the report JSON has it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Enforced => "enforced",
+            Enforcement::Degraded => "degraded",
+            Enforcement::NotRequested => "not_requested",
+        }
+    }
 }
 
 /// One row of the report: a layer and what was enforced.

@@ -315,3 +315,16 @@ fn core_pattern_kinds() {
         CorePattern::Socket
     );
 }
+
+/// The report JSON, `check` and the log spell a layer's state the same way.
+#[test]
+fn layer_states_have_one_spelling() {
+    for e in [
+        Enforcement::Enforced,
+        Enforcement::Degraded,
+        Enforcement::NotRequested,
+    ] {
+        assert_eq!(serde_json::to_value(e).unwrap(), e.as_str());
+    }
+    assert_eq!(Enforcement::NotRequested.as_str(), "not_requested");
+}
