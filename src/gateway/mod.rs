@@ -236,10 +236,16 @@ async fn supervise(
                 "no token source (OPENSHELL_SANDBOX_TOKEN, _TOKEN_FILE, OPENSHELL_K8S_SA_TOKEN_FILE): connecting with the client certificate only, as v0.0.36 gateways expect"
             );
         }
-        if g.tls.is_none() {
+        if g.tls.is_none() && g.loopback_only {
+            tracing::info!(
+                endpoint = %g.endpoint,
+                "plaintext gateway connection over loopback (http://): the bearer token never leaves this network namespace"
+            );
+        } else if g.tls.is_none() {
             tracing::warn!(
                 endpoint = %g.endpoint,
-                "PLAINTEXT gateway connection (http://): no TLS, no server authentication; use https:// outside tests"
+                "PLAINTEXT gateway connection (http://): no TLS, no server authentication; whoever can see this traffic can read it{}",
+                if tokens.has_source() { ", the bearer token included (OPENSHELL_ALLOW_PLAINTEXT_TOKEN)" } else { "" }
             );
         }
         let channels = session::ChannelSlot::new(g.clone());
