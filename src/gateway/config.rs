@@ -233,8 +233,9 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub keepalive_timeout: u64,
 
-    /// First reconnect delay in milliseconds; it doubles up to --reconnect-max-ms.
-    #[arg(long, value_name = "MS", default_value_t = 1000, hide = true,
+    /// First reconnect delay in milliseconds; it doubles up to --reconnect-max-ms (5 s at
+    /// most while the gateway answers Health), and starts over after a session that was up.
+    #[arg(long, value_name = "MS", default_value_t = 250, hide = true,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub reconnect_base_ms: u64,
 

@@ -2,6 +2,7 @@
 //!
 //! - `config`: flags and OpenShell's env vars, checked.
 //! - `tls`, `channel`, `auth`: the mTLS HTTP/2 channel and the bearer token.
+//! - `backoff`: retry delays, and when a reconnect starts them over.
 //! - `session`: ConnectSupervisor (hello, heartbeats, reconnect).
 //! - `relay`: RelayOpen → RelayStream, bridged to the in-process SSH server or a loopback port.
 //! - `exec`: the one exec service (context, shutdown tracking, exit codes) that SSH execs,
@@ -18,6 +19,7 @@
 //! terminate execs and the main process (SIGTERM, grace, SIGKILL), report, exit 0.
 
 pub mod auth;
+pub mod backoff;
 pub mod channel;
 pub mod config;
 pub mod doctor;
