@@ -206,10 +206,7 @@ fn a_loopback_plaintext_endpoint_needs_no_opt_in_and_dials_only_loopback() {
 #[test]
 fn the_opt_in_takes_the_usual_boolean_spellings_and_refuses_others() {
     let parse = |v: &str| {
-        ServeArgs::try_parse_from([
-            "openshell-sandbox",
-            &format!("--allow-plaintext-token={v}"),
-        ])
+        ServeArgs::try_parse_from(["openshell-sandbox", &format!("--allow-plaintext-token={v}")])
     };
     for yes in ["1", "true", "yes", "on"] {
         assert!(parse(yes).unwrap().allow_plaintext_token, "{yes}");
