@@ -457,6 +457,42 @@ async fn sigterm_drains_execs_and_the_main_process() {
     assert_eq!(seen.reports[0].exit_code, 143);
 }
 
+/// An interactive shell exec on a pty (as `openshell sandbox connect` opens one) is hung up at
+/// shutdown like a pty main process: bash ignores SIGTERM, so it used to sit out the whole
+/// grace and be killed (137); it ends by SIGHUP (129) now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hangs_up_an_interactive_exec_on_a_pty() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec![
+                "--shutdown-grace".into(),
+                "30".into(),
+                "sleep".into(),
+                "1000".into(),
+            ],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let marker = sup.workdir.join("interactive");
+    let mut req = gw.request(&["exec", "bash", "-i"]);
+    req.tty = true;
+    // Read from the terminal by the interactive shell: it marks that it runs, then waits.
+    req.stdin = format!("case $- in *i*) touch {};; esac\n", marker.display()).into_bytes();
+    let st = gw.state.clone();
+    let running = tokio::spawn(async move { exec_collect(st, req).await });
+    wait_started(&marker, &sup).await;
+    let t = std::time::Instant::now();
+    sup.signal(libc::SIGTERM);
+    let r = running.await.unwrap();
+    assert_eq!(r.exit, Some(128 + libc::SIGHUP), "{r:?}\n{}", sup.log());
+    assert_eq!(sup.wait_exit(LONG).await.code(), Some(0), "{}", sup.log());
+    // Not a timing claim, only far from the 30 s grace.
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_supervisor_ends_its_session() {
     let (gw, sup) = up(AuthMode::Jwt, SupOpts::default()).await;

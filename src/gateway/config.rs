@@ -209,7 +209,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, env = "OPENSHELL_EXEC_SHELL", default_value_t = ShellMode::Login)]
     pub shell: ShellMode,
 
-    /// Seconds between SIGTERM and SIGKILL when execs are stopped at shutdown.
+    /// Seconds between the first signal and SIGKILL when execs and the main process are
+    /// stopped at shutdown: SIGTERM, or on a pty SIGHUP (as a hang-up) then SIGTERM.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub shutdown_grace: u64,
 

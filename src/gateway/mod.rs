@@ -16,7 +16,8 @@
 //!
 //! Order at start: policy and sandbox first (fail closed before anything is reachable), then
 //! the main process, then the session. Order at SIGTERM: refuse new relays, stop the session,
-//! terminate execs and the main process (SIGTERM, grace, SIGKILL), report, exit 0.
+//! terminate execs and the main process (SIGTERM, or SIGHUP then SIGTERM on a pty; grace;
+//! SIGKILL), report, exit 0.
 
 pub mod auth;
 pub mod backoff;
