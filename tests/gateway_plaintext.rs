@@ -147,3 +147,84 @@ async fn localhost_that_resolves_off_loopback_is_never_dialed() {
         sup.log()
     );
 }
+
+/// `check --gateway` with the pod's env, optionally under a wrapper command; its JSON report.
+async fn check(gw: &TestGateway, wrapper: &[&str], extra: &[&str]) -> serde_json::Value {
+    let mut cmd = match wrapper.split_first() {
+        None => tokio::process::Command::new(BIN),
+        Some((w, words)) => {
+            let mut c = tokio::process::Command::new(w);
+            c.args(words).arg(BIN);
+            c
+        }
+    };
+    let out = cmd
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("OPENSHELL_ENDPOINT", gw.endpoint())
+        .env("OPENSHELL_SANDBOX_ID", SANDBOX_ID)
+        .env(
+            "OPENSHELL_SANDBOX_TOKEN",
+            gw.state.jwt.mint(SANDBOX_ID, 3600),
+        )
+        .args(["check", "--gateway", "--json", "--step-timeout", "5"])
+        .args(extra)
+        .output()
+        .await
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn failure(report: &serde_json::Value) -> (String, String) {
+    let name = report["first_failure"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let step = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == name.as_str())
+        .unwrap_or_else(|| panic!("no failing step in {report:#}"));
+    (name, step["kind"].as_str().unwrap_or_default().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_a_localhost_off_loopback_and_a_shared_network() {
+    let gw = TestGateway::start_with(AuthMode::Jwt, Transport::Plaintext).await;
+    // Loopback, the sandbox in its own network namespace: every step passes.
+    let ok = check(&gw, &[], &[]).await;
+    assert_eq!(ok["ok"], true, "{ok:#}");
+    // Sandboxed commands on the supervisor's loopback could squat the gateway's port.
+    let shared = check(&gw, &[], &["--network", "all"]).await;
+    assert_eq!(
+        failure(&shared),
+        ("token".into(), "plaintext-token-shared-network".into()),
+        "{shared:#}"
+    );
+    if !require(
+        is_root() && std::path::Path::new("/usr/bin/unshare").exists(),
+        "root and unshare(1) (a private mount namespace replaces /etc/hosts)",
+    ) {
+        return;
+    }
+    let hosts = gw.dir.path().join("hosts-check");
+    std::fs::write(&hosts, "0.0.0.0 localhost\n").unwrap();
+    let swap = format!(
+        "mount --bind {} /etc/hosts && exec \"$0\" \"$@\"",
+        hosts.display()
+    );
+    let off = check(&gw, &["unshare", "-m", "sh", "-c", &swap], &[]).await;
+    assert_eq!(
+        failure(&off),
+        ("dns".into(), "not-loopback".into()),
+        "{off:#}"
+    );
+    assert!(gw.state.seen().hellos.is_empty());
+}
