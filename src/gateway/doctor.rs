@@ -333,6 +333,20 @@ impl Walk {
             ));
         }
         let list: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+        if self.cfg.loopback_only && addrs.iter().any(|a| !a.ip().to_canonical().is_loopback()) {
+            return Err(Step::failed(
+                "dns",
+                "not-loopback",
+                format!(
+                    "`{host}` -> {}: not only loopback addresses, so serve will not send the bearer token to it over plaintext",
+                    list.join(", ")
+                ),
+                format!(
+                    "make `{host}` resolve to 127.0.0.1 / ::1 only (/etc/hosts), use https://, or accept the risk with {}=1",
+                    super::config::ALLOW_PLAINTEXT_TOKEN
+                ),
+            ));
+        }
         self.steps
             .push(Step::ok("dns", format!("{host} -> {}", list.join(", "))));
         Ok(addrs)
