@@ -29,6 +29,7 @@
 
 pub mod cgroup;
 pub mod cgroup_remount;
+pub mod diagnose;
 pub mod identity;
 pub mod init;
 pub mod kernel;
