@@ -325,12 +325,12 @@ pub enum LogFormat {
     Json,
 }
 
-/// `openshell-sandbox check [POLICY FLAGS] [--policy FILE] [--explain] [--json]`
+/// `openshell-sandbox check [POLICY FLAGS] [--policy FILE] [--explain] [--json] [-- COMMAND]`
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox check",
     bin_name = "openshell-sandbox check",
-    about = "Report what this kernel supports and whether a policy (the default one, or the one the flags and --policy describe) is fully enforceable here; exit 1 if not. Changes nothing on the system",
+    about = "Report what this kernel supports, whether a policy (the default one, or the one the flags and --policy describe) is fully enforceable here, and whether programs would start under it; exit 1 if not. Changes nothing on the system",
     version
 )]
 pub struct CheckArgs {
@@ -353,6 +353,13 @@ pub struct CheckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// A command to check: whether it would start in the sandbox (the program, found as `run`
+    /// finds it, and every interpreter it needs are in the view). Without one, `check` looks
+    /// at /bin/sh, /usr/bin/env and the dynamic loader /bin/sh names, where the policy grants
+    /// them.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 
     /// Check the dial-back path to the gateway instead, with serve's env and flags (handled
     /// before this parser, in main.rs; see `check --gateway --help` and docs/gateway.md).
