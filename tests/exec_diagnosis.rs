@@ -69,11 +69,8 @@ fn text(b: &[u8]) -> String {
 fn mkfifo(p: &Path) {
     let c = CString::new(p.to_str().unwrap()).unwrap();
     // SAFETY: a NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(c.as_ptr(), 0o755) },
-        0,
-        "mkfifo {p:?}"
-    );
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o755) };
+    assert_eq!(rc, 0, "mkfifo {p:?}");
 }
 
 /// A FIFO named as the command: nothing may open it (an open for read blocks until a writer

@@ -88,25 +88,32 @@ pub fn exec_failed(error: ChildError, d: Option<&Diagnosis>, cx: &Context<'_>) -
             mode: d.mode & 0o7777,
             source: io::Error::from_raw_os_error(libc::EACCES),
         },
-        Finding::InterpreterMissing => RunError::InterpreterNotFound {
-            holder: d
-                .holder
-                .clone()
-                .filter(|h| !same_file(h, &program))
-                .unwrap_or_else(|| program.clone()),
-            program,
-            interpreter: d.subject.clone(),
-            elf: d.interp == Some(Interp::Elf),
-            missing: d.at.clone(),
-            grant: d
-                .full
-                .parent()
-                .filter(|p| *p != Path::new("/"))
-                .unwrap_or(&d.full)
-                .to_path_buf(),
-            leads_to: d.full.clone(),
-        },
+        Finding::InterpreterMissing => {
+            RunError::InterpreterNotFound(Box::new(MissingInterpreter {
+                holder: d
+                    .holder
+                    .clone()
+                    .filter(|h| !same_file(h, &program))
+                    .unwrap_or_else(|| program.clone()),
+                program,
+                interpreter: d.subject.clone(),
+                elf: d.interp == Some(Interp::Elf),
+                missing: d.at.clone(),
+                grant: d
+                    .full
+                    .parent()
+                    .filter(|p| *p != Path::new("/"))
+                    .unwrap_or(&d.full)
+                    .to_path_buf(),
+                leads_to: d.full.clone(),
+            }))
+        }
         Finding::Unexplained | Finding::Startable => match d.errno {
+            // The program is there; what it needs could not be read in the view.
+            libc::ENOENT if d.unreadable => RunError::NotExecutable {
+                path: program,
+                source,
+            },
             libc::ENOENT => RunError::NotFound(name),
             libc::EACCES => RunError::Refused {
                 subject: if d.holder.is_some() {
@@ -126,9 +133,32 @@ pub fn exec_failed(error: ChildError, d: Option<&Diagnosis>, cx: &Context<'_>) -
     }
 }
 
-/// The message of [`RunError::InterpreterNotFound`].
-pub fn interpreter_message(e: &RunError) -> String {
-    let RunError::InterpreterNotFound {
+/// The program is in the view, but an interpreter it needs is not
+/// ([`RunError::InterpreterNotFound`]).
+#[derive(Debug)]
+pub struct MissingInterpreter {
+    pub program: PathBuf,
+    /// The file that names the interpreter: the program, or an interpreter of it.
+    pub holder: PathBuf,
+    pub interpreter: PathBuf,
+    /// Named as ELF `PT_INTERP` (else on a `#!` line).
+    pub elf: bool,
+    /// The first component of the interpreter's path that does not exist in the view.
+    pub missing: PathBuf,
+    /// Where the interpreter's path led, through the links the view holds.
+    pub leads_to: PathBuf,
+    /// The directory to grant.
+    pub grant: PathBuf,
+}
+
+impl std::fmt::Display for MissingInterpreter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&interpreter_message(self))
+    }
+}
+
+fn interpreter_message(m: &MissingInterpreter) -> String {
+    let MissingInterpreter {
         program,
         holder,
         interpreter,
@@ -136,10 +166,7 @@ pub fn interpreter_message(e: &RunError) -> String {
         missing,
         leads_to,
         grant,
-    } = e
-    else {
-        return String::new();
-    };
+    } = m;
     let (p, i) = (program.display(), interpreter.display());
     let mut notes = Vec::new();
     let head = match (holder == program, *elf) {

@@ -1,6 +1,6 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
-mod explain;
+pub mod explain;
 pub mod manager;
 pub mod reaper;
 pub mod report;
@@ -88,20 +88,8 @@ pub enum RunError {
         source: io::Error,
     },
     /// The program is in the view, but an interpreter it needs (ELF `PT_INTERP` or `#!`) is not.
-    #[error("{}", explain::interpreter_message(self))]
-    InterpreterNotFound {
-        program: PathBuf,
-        /// The file that names the interpreter: the program, or an interpreter of it.
-        holder: PathBuf,
-        interpreter: PathBuf,
-        elf: bool,
-        /// The first component of the interpreter's path that does not exist in the view.
-        missing: PathBuf,
-        /// Where the interpreter's path led, through the links the view holds.
-        leads_to: PathBuf,
-        /// The directory to grant.
-        grant: PathBuf,
-    },
+    #[error("{0}")]
+    InterpreterNotFound(Box<explain::MissingInterpreter>),
     #[error("--policy {}: {source}", path.display())]
     PolicyFile {
         path: PathBuf,
@@ -145,7 +133,7 @@ impl RunError {
         match self {
             RunError::NotFound(_)
             | RunError::NotInView { .. }
-            | RunError::InterpreterNotFound { .. } => 127,
+            | RunError::InterpreterNotFound(_) => 127,
             RunError::NotExecutable { .. }
             | RunError::NotAProgram { .. }
             | RunError::Refused { .. }
@@ -331,7 +319,7 @@ impl Sandbox {
         .map_err(|_| RunError::Usage("the command contains a NUL byte".into()))?
         .probe_only();
         let d = match sandbox::init::probe(&self.inner.prepared, &plan) {
-            Ok(Some(d)) => d,
+            Ok(Some(d)) => *d,
             Ok(None) => {
                 return Err(RunError::Io {
                     what: "examining the program in the sandbox (no answer in time)",
@@ -520,7 +508,7 @@ impl Sandbox {
     ) -> RunError {
         match e {
             manager::ManagerError::Spawn(SpawnError::Exec { error, diagnosis }) => {
-                self.explain(error, diagnosis.as_ref(), argv0, candidates)
+                self.explain(error, diagnosis.as_deref(), argv0, candidates)
             }
             manager::ManagerError::Spawn(SpawnError::Child(c))
                 if c.step == Step::Chdir && matches!(c.errno, libc::ENOENT | libc::ENOTDIR) =>

@@ -152,7 +152,8 @@ fn a_fifo_a_device_link_and_a_directory_are_not_regular_and_never_opened() {
     std::fs::create_dir_all(r.p("/work/dir")).unwrap();
     let fifo = std::ffi::CString::new(r.p("/work/fifo").to_str().unwrap()).unwrap();
     // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o755) }, 0);
+    let rc = unsafe { libc::mkfifo(fifo.as_ptr(), 0o755) };
+    assert_eq!(rc, 0);
     // The host's /dev/tty is outside this root: the link resolves inside it, to nothing.
     r.link("/work/tty", "/dev/tty");
     std::fs::create_dir_all(r.p("/dev")).unwrap();

@@ -150,7 +150,7 @@ pub enum SpawnError {
     #[error("{error}")]
     Exec {
         error: ChildError,
-        diagnosis: Option<Diagnosis>,
+        diagnosis: Option<Box<Diagnosis>>,
     },
 }
 
@@ -189,7 +189,7 @@ pub fn fork_exec(
         // After a failed execve the command examines why, then exits.
         let diagnosis = (e.step == Step::Exec).then(|| {
             let rec = read_until_eof(&c.err_r, DIAGNOSIS_WAIT, &c.pidfd);
-            Diagnosis::decode(&rec)
+            Diagnosis::decode(&rec).map(Box::new)
         });
         // The child (and, with an init, the whole namespace) exits at once: reap it here, so
         // the manager's bookkeeping never sees this pid.
@@ -213,7 +213,7 @@ pub fn fork_exec(
 /// Examine, inside the view and as the sandbox identity, whether `plan`'s program could start
 /// (`check`): the exec's own children, up to where the command would exec. `None` when the
 /// examination did not end in time.
-pub fn probe(p: &Prepared, plan: &ExecPlan) -> Result<Option<Diagnosis>, SpawnError> {
+pub fn probe(p: &Prepared, plan: &ExecPlan) -> Result<Option<Box<Diagnosis>>, SpawnError> {
     let c = clone_exec(p, plan, None, -1)?;
     let out = read_until_eof(&c.err_r, PROBE_WAIT, &c.pidfd);
     reap(&c.pidfd);
@@ -223,7 +223,7 @@ pub fn probe(p: &Prepared, plan: &ExecPlan) -> Result<Option<Diagnosis>, SpawnEr
     {
         return Err(SpawnError::Child(e));
     }
-    Ok(Diagnosis::decode(&out))
+    Ok(Diagnosis::decode(&out).map(Box::new))
 }
 
 /// Read `r` until EOF, at most [`RECORD_MAX`] bytes and at most `limit` long; past it, kill
