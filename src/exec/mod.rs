@@ -253,9 +253,9 @@ impl Sandbox {
         &self.inner.policy
     }
 
-    /// A sandbox from an already prepared (possibly hand-trimmed) set of layers. For the
-    /// per-layer benchmark; it skips the fail-closed checks of [`Sandbox::new`].
-    #[doc(hidden)]
+    /// A sandbox from an already prepared (possibly hand-trimmed) set of layers: for `check`'s
+    /// probes, which prepared it as `run` would, and the per-layer benchmark. It skips the
+    /// fail-closed checks of [`Sandbox::new`].
     pub fn from_prepared(policy: Policy, prepared: Prepared) -> Sandbox {
         Sandbox {
             inner: Arc::new(Inner { policy, prepared }),

@@ -139,9 +139,15 @@ impl Diagnosis {
         ];
         for s in &mut strings {
             let len = usize::from(u16::from_ne_bytes([*b.get(off)?, *b.get(off + 1)?]));
-            let bytes = b.get(off + 2..off + 2 + len)?;
+            // Paths come from files the sandbox wrote (a `#!` line): control characters are
+            // shown as `?`, so that a message cannot drive the caller's terminal.
+            let bytes: Vec<u8> = b
+                .get(off + 2..off + 2 + len)?
+                .iter()
+                .map(|&c| if c < 0x20 || c == 0x7f { b'?' } else { c })
+                .collect();
             *s = PathBuf::from(
-                <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes.to_vec()),
+                <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes),
             );
             off += 2 + len;
         }

@@ -202,6 +202,11 @@ fn a_record_keeps_every_field_and_marks_a_cut_path() {
     assert!(rec.bytes().len() <= RECORD_MAX);
     assert_eq!(Diagnosis::decode(rec.bytes()).unwrap().candidate, None);
     assert_eq!(Diagnosis::decode(&rec.bytes()[..30]), None);
+    // A terminal escape on a `#!` line is not passed on.
+    let mut rec = Record::new(Finding::InterpreterMissing, 0);
+    rec.paths([b"/x\x1b]0;owned\x07", b"", b"/", b"/"]);
+    let d = Diagnosis::decode(rec.bytes()).unwrap();
+    assert_eq!(d.subject, Path::new("/x?]0;owned?"));
 }
 
 #[test]
@@ -211,4 +216,28 @@ fn proc_fd_paths_are_written_without_allocating() {
     assert_eq!(&b[..19], b"/proc/self/fd/1234\0");
     proc_fd_path(&mut b, 0);
     assert_eq!(&b[..16], b"/proc/self/fd/0\0");
+}
+
+/// A real dynamically linked program in a root without its loader: its PT_INTERP is named.
+#[test]
+fn a_real_elf_programs_loader_is_read_from_its_headers() {
+    let host = std::fs::read("/bin/true").unwrap();
+    let Some(elf) = Elf::parse(&host) else {
+        eprintln!("SKIPPED: /bin/true is not ELF");
+        return;
+    };
+    let phdrs = &host[elf.phoff as usize..];
+    let Some((off, size)) = elf.interp(phdrs) else {
+        eprintln!("SKIPPED: /bin/true is static");
+        return;
+    };
+    let want = &host[off as usize..(off + size) as usize];
+    let want = std::str::from_utf8(&want[..want.len() - 1]).unwrap();
+    let r = Root::new();
+    std::fs::create_dir_all(r.p("/work")).unwrap();
+    r.file("/usr/bin/true", &host);
+    let d = r.examine("/usr/bin/true");
+    assert_eq!(d.finding, Finding::InterpreterMissing, "{d:?}");
+    assert_eq!(d.interp, Some(Interp::Elf));
+    assert_eq!(d.subject, Path::new(want));
 }
