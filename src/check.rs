@@ -51,6 +51,19 @@ struct Report {
     /// With `--explain`: every seccomp rule, as `syscall: condition: action`.
     #[serde(skip_serializing_if = "Option::is_none")]
     seccomp_rules: Option<Vec<String>>,
+    /// Whether programs would start in the sandbox: the command given after `--`, or the
+    /// system's shell, env and dynamic loader where the policy grants them.
+    programs: Vec<ProgramCheck>,
+    /// Every program checked would start.
+    programs_start: bool,
+}
+
+#[derive(Serialize)]
+struct ProgramCheck {
+    program: String,
+    starts: bool,
+    /// Why it would not start, as `run` would say it.
+    problem: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -192,8 +205,8 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // The Landlock rules as the prepared sandbox holds them (a missing deny path is not split
     // around where the view's mount namespace is private; the view's tmpfs roots are rules of
     // their own): what `--explain` shows is what a run here would install.
-    let (layers, fs_rules) = match prepare(&layered) {
-        Ok(p) => (p.layers, p.fs_rules),
+    let prepared = match prepare(&layered) {
+        Ok(p) => Some((layered.clone(), p)),
         Err(e) => {
             refused.get_or_insert(e.to_string());
             // Prepare again, degraded, to list every layer's state.
@@ -201,10 +214,17 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 allow_degraded: true,
                 ..layered.clone()
             };
-            prepare(&degraded)
-                .map(|p| (p.layers, p.fs_rules))
-                .unwrap_or_default()
+            prepare(&degraded).ok().map(|p| (degraded, p))
         }
+    };
+    let (layers, fs_rules) = prepared
+        .as_ref()
+        .map(|(_, p)| (p.layers.clone(), p.fs_rules.clone()))
+        .unwrap_or_default();
+    // Of the policy checked only (the default one speaks about the kernel).
+    let programs = match (prepared, &policy) {
+        (Some((prepared_policy, p)), Some(_)) => check_programs(prepared_policy, p, &args.command),
+        _ => Vec::new(),
     };
 
     let workdir = policy.as_ref().map(|p| {
@@ -279,6 +299,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
 
     let fully = refused.is_none() && layers.iter().all(|l| l.status != Enforcement::Degraded);
+    let programs_start = programs.iter().all(|p| p.starts);
     let report = Report {
         version: env!("CARGO_PKG_VERSION"),
         root,
@@ -303,17 +324,77 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         fully_enforced: fully,
         landlock_rules,
         seccomp_rules,
+        programs,
+        programs_start,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_human(&report, &source);
     }
-    Ok(if fully {
+    Ok(if fully && programs_start {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Whether programs would start under the prepared sandbox (`Sandbox::probe`: examined inside
+/// the view as the sandbox identity, nothing executed): `command`'s, or else the system's
+/// /bin/sh, /usr/bin/env and the dynamic loader /bin/sh names, each only where the policy
+/// grants it on the host (a policy that grants no /bin/sh means it to be absent). This is the
+/// usr-merge check: a policy written for Landlock on the real root grants /usr and expects
+/// /bin/sh and /lib64/ld-linux-x86-64.so.2 to work through the root's links.
+fn check_programs(
+    policy: Policy,
+    prepared: sandbox::Prepared,
+    command: &[std::ffi::OsString],
+) -> Vec<ProgramCheck> {
+    use std::os::fd::AsFd;
+    use std::path::Path;
+    let walker = policy.fs.walker();
+    let granted = |p: &Path| {
+        walker.resolve(p).is_ok_and(|r| {
+            prepared
+                .fs_rules
+                .iter()
+                .any(|(g, access, _)| *access != PathAccess::Device && r.path.starts_with(g))
+        })
+    };
+    let mut names: Vec<(std::ffi::OsString, String)> = Vec::new();
+    if let Some(c) = command.first() {
+        names.push((c.clone(), c.to_string_lossy().into_owned()));
+    } else {
+        for p in ["/bin/sh", "/usr/bin/env"] {
+            if granted(Path::new(p)) {
+                names.push((p.into(), p.into()));
+            }
+        }
+        let loader = walker
+            .resolve(Path::new("/bin/sh"))
+            .ok()
+            .and_then(|sh| sandbox::diagnose::interpreter_of(sh.fd.as_fd()));
+        if let Some(l) = loader.filter(|l| granted(l)) {
+            let shown = format!("{} (the dynamic loader /bin/sh names)", l.display());
+            names.push((l.into_os_string(), shown));
+        }
+    }
+    let sandbox = crate::exec::Sandbox::from_prepared(policy, prepared);
+    names
+        .into_iter()
+        .map(|(name, program)| {
+            let problem = match sandbox.probe(&name) {
+                Ok(None) => None,
+                Ok(Some(e)) => Some(e.to_string()),
+                Err(e) => Some(render(&e)),
+            };
+            ProgramCheck {
+                program,
+                starts: problem.is_none(),
+                problem,
+            }
+        })
+        .collect()
 }
 
 fn print_human(report: &Report, source: &str) {
@@ -407,12 +488,25 @@ fn print_human(report: &Report, source: &str) {
             println!("  {r}");
         }
     }
+    if !report.programs.is_empty() {
+        println!("programs (would they start in the sandbox):");
+        for p in &report.programs {
+            match &p.problem {
+                None => println!("  {}: starts", p.program),
+                Some(why) => println!("  {}: CANNOT START: {why}", p.program),
+            }
+        }
+    }
     let what = if source == "default" {
         "default policy"
     } else {
         "policy"
     };
+    let failing = report.programs.iter().filter(|p| !p.starts).count();
     match &report.refused {
+        None if report.fully_enforced && failing > 0 => println!(
+            "{what}: fully enforced, but {failing} of the programs checked cannot start in the sandbox (above)"
+        ),
         None if report.fully_enforced => println!("{what}: fully enforced"),
         None => println!("{what}: NOT fully enforced"),
         Some(r) => println!("{what}: NOT enforceable: {r}"),

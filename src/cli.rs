@@ -361,13 +361,13 @@ fn parse_cpus(s: &str) -> Result<u64, String> {
     Ok((v * 1000.0).round() as u64)
 }
 
-/// `openshell-sandbox check [POLICY FLAGS] [--policy FILE] [--explain] [--json]`
+/// `openshell-sandbox check [POLICY FLAGS] [--policy FILE] [--explain] [--json] [-- COMMAND]`
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox check",
     bin_name = "openshell-sandbox check",
-    about = "Report what this kernel supports and whether a policy (the default one, or the one the flags and --policy describe) is fully enforceable here; exit 1 if not. Changes nothing on the system",
-    after_help = "Exit code: 0 when the policy is fully enforceable here, 1 when it is not, 125 for \
+    about = "Report what this kernel supports, whether a policy (the default one, or the one the flags and --policy describe) is fully enforceable here, and whether programs would start under it; exit 1 if not. Changes nothing on the system",
+    after_help = "Exit code: 0 when the policy is fully enforceable here and the programs checked would start, 1 when not, 125 for \
 bad flags.",
     version = VERSION,
     mut_arg("workdir", |a| a.help(check_workdir_help())),
@@ -392,6 +392,13 @@ pub struct CheckArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// A command to check: whether it would start in the sandbox (the program, found as `run`
+    /// finds it, and every interpreter it needs are in the view). Without one, `check` looks
+    /// at /bin/sh, /usr/bin/env and the dynamic loader /bin/sh names, where the policy grants
+    /// them.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 
     /// Check the dial-back path to the gateway instead, with serve's env and flags (handled
     /// before this parser, in main.rs; see `check --gateway --help` and docs/gateway.md).

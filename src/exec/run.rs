@@ -15,12 +15,10 @@ use super::stream::{self, Event, StreamStats, pump};
 use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
 use crate::cli::RunArgs;
 use crate::policy::openshell::{self, MapWarning};
-use crate::policy::{FsPolicy, Identity, Policy, PolicyFlags};
+use crate::policy::{Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, SandboxOwners, UidLease};
 
-mod explain;
 mod stdio;
-use explain::explain_spawn_error;
 use stdio::*;
 
 pub use super::report::TIMEOUT_EXIT;
@@ -464,8 +462,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 controlling_tty: true,
                 program_fd: None,
             })
-            .await
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
+            .await?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
         let writer = master.dup_fd().map_err(|source| RunError::Io {
@@ -540,8 +537,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 controlling_tty: false,
                 program_fd: None,
             })
-            .await
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
+            .await?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
         let (o, e) = (opts("stdout"), opts("stderr"));

@@ -215,6 +215,12 @@ fn readlink(fd: BorrowedFd<'_>, path: &Path) -> Result<PathBuf, WalkError> {
     ))
 }
 
+/// The target of the link `e` (an entry [`open_entry`] opened), as written, read from its own
+/// descriptor.
+pub fn read_link(e: &Resolved) -> Result<PathBuf, WalkError> {
+    readlink(e.fd.as_fd(), &e.path)
+}
+
 /// The names in a directory, sorted, without `.` and `..`.
 pub fn list_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>, WalkError> {
     let err = |source| WalkError::List {

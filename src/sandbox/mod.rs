@@ -30,6 +30,7 @@
 pub mod cgroup;
 pub mod cgroup_remount;
 pub mod devnull;
+pub mod diagnose;
 pub mod identity;
 pub mod init;
 pub mod kernel;
@@ -40,6 +41,7 @@ pub mod rlimits;
 pub mod seccomp;
 mod step;
 pub use step::{ChildError, Step};
+mod view_links;
 pub mod view_root;
 
 use seccompiler::BpfProgram;
@@ -601,17 +603,31 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
         grants.push(pts);
     }
     let proc = resolve(std::path::Path::new("/proc"), false);
+    let denied: Vec<std::path::PathBuf> = fs
+        .deny
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    // The links of the host's root (and of each directory made on the way to a grant) whose
+    // target the view holds (view_links.rs). The private tmpfs mounts are where
+    // `ViewPlan::new` puts them: /tmp and /dev/shm, unless a grant covers them.
+    let tmpfs: Vec<std::path::PathBuf> = ["/tmp", "/dev/shm"]
+        .iter()
+        .filter_map(|t| std::path::Path::new(t).canonicalize().ok())
+        .filter(|t| !grants.iter().any(|g| t.starts_with(&g.path)))
+        .collect();
+    for l in view_links::reproduced(&walker, &grants, &denied, &tmpfs) {
+        if !links.contains(&l) {
+            links.push(l);
+        }
+    }
     namespaces::ViewRequest {
         private_net: policy.network == NetworkMode::None,
         hostname: policy.namespaces.hostname.clone(),
         tmp_size: policy.namespaces.tmp_size,
         shm_size: policy.namespaces.shm_size,
         grants,
-        denied: fs
-            .deny
-            .iter()
-            .filter_map(|p| p.canonicalize().ok())
-            .collect(),
+        denied,
         proc,
         proc_read: fs.proc_read,
         links,

@@ -216,7 +216,7 @@ pub struct ViewRequest {
     pub proc: Option<Grant>,
     /// The policy grants read on /proc.
     pub proc_read: bool,
-    /// System symlinks on the way to a grant: (link, its target as written).
+    /// Symlinks of the host the view reproduces (view_links.rs): (link, its target as written).
     pub links: Vec<(PathBuf, PathBuf)>,
 }
 

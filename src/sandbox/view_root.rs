@@ -12,8 +12,9 @@
 //!   and for the supervisor's /proc;
 //! - a grant below another grant of the same kind is already visible through it: not bound
 //!   again;
-//! - the system symlinks on the way to a grant (`/lib -> usr/lib`, `/var/run -> /run`) as
-//!   symlinks with the same target;
+//! - the host's symlinks that lead into the view (`/lib64 -> usr/lib64` once `/usr` is
+//!   granted, `/var/run -> /run` once `/run` is; chosen in view_links.rs) as symlinks with the
+//!   same target;
 //! - /tmp and /dev/shm as the view's private tmpfs, /dev holding only the granted devices,
 //!   an empty /proc for each exec's fresh one (or the supervisor's /proc bound there when no
 //!   fresh /proc can be mounted and the policy grants /proc);
@@ -113,7 +114,7 @@ pub struct RootRequest {
     pub proc: Option<Grant>,
     /// The policy grants read on /proc.
     pub proc_read: bool,
-    /// System symlinks on the way to a grant: (link, its target as written).
+    /// Symlinks of the host the view reproduces (view_links.rs): (link, its target as written).
     pub links: Vec<(PathBuf, PathBuf)>,
     /// Denied paths (canonical).
     pub denied: Vec<PathBuf>,
