@@ -103,6 +103,8 @@ pub enum RunError {
     Usage(String),
     #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
+    #[error("{0}")]
+    Hold(workdir::HoldError),
     #[error("--report-json {path}: {source}")]
     ReportJson {
         path: PathBuf,
@@ -124,7 +126,11 @@ impl RunError {
             | RunError::ReportJson { .. }
             | RunError::PolicyFile { .. }
             | RunError::PolicyMap { .. }
-            | RunError::Workdir(_) => 2,
+            | RunError::Workdir(_)
+            | RunError::Hold(workdir::HoldError::NotWritable(_))
+            | RunError::Hold(workdir::HoldError::HandOver(workdir::HandOverError::TooDeep {
+                ..
+            })) => 2,
             _ => 125,
         }
     }
@@ -139,6 +145,9 @@ pub struct Sandbox {
 struct Inner {
     policy: Policy,
     prepared: Prepared,
+    /// The claim on the read-write grants, and `run`'s hand-over: given back only once the
+    /// last exec, which holds this, is gone.
+    held: workdir::Held,
 }
 
 /// How one stdio stream of the child is connected.
@@ -225,9 +234,25 @@ impl Sandbox {
             what: "becoming a child subreaper",
             source,
         })?;
+        // After prepare: nothing is claimed or handed over for a sandbox it refuses.
+        let held = workdir::hold(&policy, &prepared).map_err(RunError::Hold)?;
         Ok(Sandbox {
-            inner: Arc::new(Inner { policy, prepared }),
+            inner: Arc::new(Inner {
+                policy,
+                prepared,
+                held,
+            }),
         })
+    }
+
+    /// Whose ids the writes to the read-write grants carry, as `prepare` decided.
+    pub fn ownership(&self) -> &sandbox::ownership::Ownership {
+        &self.inner.prepared.ownership
+    }
+
+    /// Whether `run`'s workdir was handed to the run's uid (idmapped mounts refused).
+    pub fn handed_over(&self) -> bool {
+        self.inner.held.handed_over()
     }
 
     pub fn policy(&self) -> &Policy {
@@ -239,7 +264,11 @@ impl Sandbox {
     #[doc(hidden)]
     pub fn from_prepared(policy: Policy, prepared: Prepared) -> Sandbox {
         Sandbox {
-            inner: Arc::new(Inner { policy, prepared }),
+            inner: Arc::new(Inner {
+                policy,
+                prepared,
+                held: workdir::Held::default(),
+            }),
         }
     }
 

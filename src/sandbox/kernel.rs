@@ -3,6 +3,7 @@
 //! particular kernel). The real-binary tests stay for what only the kernel can show.
 
 use super::cgroup;
+use super::idmap::IdSwap;
 use super::landlock::{self, Support};
 use super::namespaces::{self, Probe, UserNs, ViewError, ViewPlan};
 
@@ -18,6 +19,8 @@ pub trait Kernel {
     fn user_ns(&self) -> UserNs;
     /// Build the view, or say per kind why not.
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError>;
+    /// A user namespace carrying `swap`, for an idmapped bind (see idmap.rs).
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<std::os::fd::OwnedFd>;
 }
 
 /// The running kernel.
@@ -68,5 +71,9 @@ impl Kernel for Real {
                 Outcome::Failed(super::ChildError::new(super::Step::UnshareNet, libc::EPERM));
         }
         Ok(probe)
+    }
+
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<std::os::fd::OwnedFd> {
+        super::idmap::userns(swap)
     }
 }

@@ -62,6 +62,12 @@ impl Kernel for Fake {
     fn user_ns(&self) -> UserNs {
         self.user_ns
     }
+    fn idmap_userns(
+        &self,
+        _swap: &crate::sandbox::idmap::IdSwap,
+    ) -> std::io::Result<std::os::fd::OwnedFd> {
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
     fn make_view(&self, _plan: &ViewPlan) -> Result<Probe, ViewError> {
         let pid = self.view[Kind::Pid as usize];
         Ok(Probe {
