@@ -147,7 +147,7 @@ struct Inner {
     prepared: Prepared,
     /// The claim on the read-write grants, and `run`'s hand-over: given back only once the
     /// last exec, which holds this, is gone.
-    held: workdir::Held,
+    _held: workdir::Held,
 }
 
 /// How one stdio stream of the child is connected.
@@ -240,7 +240,7 @@ impl Sandbox {
             inner: Arc::new(Inner {
                 policy,
                 prepared,
-                held,
+                _held: held,
             }),
         })
     }
@@ -248,11 +248,6 @@ impl Sandbox {
     /// Whose ids the writes to the read-write grants carry, as `prepare` decided.
     pub fn ownership(&self) -> &sandbox::ownership::Ownership {
         &self.inner.prepared.ownership
-    }
-
-    /// Whether `run`'s workdir was handed to the run's uid (idmapped mounts refused).
-    pub fn handed_over(&self) -> bool {
-        self.inner.held.handed_over()
     }
 
     pub fn policy(&self) -> &Policy {
@@ -267,7 +262,7 @@ impl Sandbox {
             inner: Arc::new(Inner {
                 policy,
                 prepared,
-                held: workdir::Held::default(),
+                _held: workdir::Held::default(),
             }),
         }
     }

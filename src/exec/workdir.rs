@@ -348,7 +348,7 @@ pub enum HoldError {
 /// go).
 #[derive(Debug, Default)]
 pub struct Held {
-    handed: Option<handover::Handed>,
+    _handed: Option<handover::Handed>,
     _claim: claim::Claim,
 }
 
@@ -382,7 +382,7 @@ pub fn hold(policy: &Policy, prepared: &Prepared) -> Result<Held, HoldError> {
         (hand_over, dir, &policy.fs.write_as)
     else {
         return Ok(Held {
-            handed: None,
+            _handed: None,
             _claim: claim,
         });
     };
@@ -411,16 +411,9 @@ pub fn hold(policy: &Policy, prepared: &Prepared) -> Result<Held, HoldError> {
         "idmapped mounts are refused here: the workdir is handed to the run's uid until it ends"
     );
     Ok(Held {
-        handed: Some(handed),
+        _handed: Some(handed),
         _claim: claim,
     })
-}
-
-impl Held {
-    /// Whether the workdir was handed over.
-    pub fn handed_over(&self) -> bool {
-        self.handed.is_some()
-    }
 }
 
 #[cfg(test)]

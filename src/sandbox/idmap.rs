@@ -82,15 +82,47 @@ fn swap_lines(a: u32, b: u32) -> String {
     out
 }
 
-/// A user namespace whose maps are `swap`'s, held by the returned descriptor.
-pub fn userns(swap: &IdSwap) -> io::Result<OwnedFd> {
-    let (r, w) = pipe()?;
-    struct Args {
-        r: i32,
-        w: i32,
+/// A user namespace made by [`userns`]: `fd` holds it. Dropping this reaps the throwaway child
+/// that made it (let go at once, it exits while the caller goes on).
+#[derive(Debug)]
+pub struct UserNs {
+    pub fd: OwnedFd,
+    _child: Child,
+}
+
+/// What the clone child of [`userns`] runs on: it reads `Args` and runs on `stack`, both ours,
+/// so both live until it is reaped.
+#[derive(Debug)]
+struct Child {
+    pid: libc::pid_t,
+    _args: Box<Args>,
+    _stack: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Args {
+    r: i32,
+    w: i32,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let mut status = 0;
+        loop {
+            // SAFETY: waitpid on our own clone child with a stack status.
+            let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::__WCLONE) };
+            if rc == self.pid || (rc < 0 && super::errno() != libc::EINTR) {
+                break;
+            }
+        }
     }
+}
+
+/// A user namespace whose maps are `swap`'s.
+pub fn userns(swap: &IdSwap) -> io::Result<UserNs> {
+    let (r, w) = pipe()?;
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` points at the parent's `Args`, alive until the parent has reaped us;
+        // SAFETY: `arg` points at the boxed `Args` of our `Child`, alive until we are reaped;
         // only raw syscalls on two integers follow.
         unsafe {
             let a = &*(arg as *const Args);
@@ -103,20 +135,20 @@ pub fn userns(swap: &IdSwap) -> io::Result<OwnedFd> {
             libc::_exit(0)
         }
     }
-    let args = Args {
+    let args = Box::new(Args {
         r: std::os::fd::AsRawFd::as_raw_fd(&r),
         w: std::os::fd::AsRawFd::as_raw_fd(&w),
-    };
+    });
     let mut stack = vec![0u8; 16 * 1024];
     let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
     // The child shares our memory (CLONE_VM: no copy of the supervisor's page tables) but not
     // our descriptors, and runs only `entry` on its own stack, with every signal blocked (the
     // mask is inherited; ours is restored at once), so no handler of ours runs on that stack.
-    // Exit signal 0: a "clone child" that the reaper thread's waitid(P_ALL) never sees; the
-    // waitpid(__WCLONE) below reaps it. Not CLONE_VFORK: we must run while it waits, to write
+    // Exit signal 0: a "clone child" that the reaper thread's waitid(P_ALL) never sees; `Child`
+    // reaps it with waitpid(__WCLONE). Not CLONE_VFORK: we must run while it waits, to write
     // its maps (only a writer in the parent namespace may map ids other than its own).
-    // SAFETY: sigset operations on stack values; `stack` and `args` outlive the child, which
-    // we reap before returning.
+    // SAFETY: sigset operations on stack values; `stack` and `args` move into the `Child`
+    // that reaps the clone before it frees them.
     let pid = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
@@ -126,7 +158,7 @@ pub fn userns(swap: &IdSwap) -> io::Result<OwnedFd> {
             entry,
             top as *mut libc::c_void,
             libc::CLONE_NEWUSER | libc::CLONE_VM,
-            (&args as *const Args).cast_mut().cast(),
+            (&*args as *const Args).cast_mut().cast(),
         );
         let e = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
@@ -135,7 +167,12 @@ pub fn userns(swap: &IdSwap) -> io::Result<OwnedFd> {
         }
         pid
     };
-    let result = (|| {
+    let child = Child {
+        pid,
+        _args: args,
+        _stack: stack,
+    };
+    let fd = (|| {
         let proc = Path::new("/proc").join(pid.to_string());
         std::fs::write(proc.join("uid_map"), swap.uid_map())?;
         std::fs::write(proc.join("gid_map"), swap.gid_map())?;
@@ -149,18 +186,14 @@ pub fn userns(swap: &IdSwap) -> io::Result<OwnedFd> {
         // SAFETY: just opened, owned by nobody else.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     })();
+    // Let it go now: it exits while the view is built, and is reaped when `UserNs` is dropped
+    // (waiting for it here cost a few milliseconds of scheduling on a loaded machine).
     drop(w);
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid on our own clone child with a stack status.
-        let rc = unsafe { libc::waitpid(pid, &mut status, libc::__WCLONE) };
-        if rc == pid || (rc < 0 && super::errno() != libc::EINTR) {
-            break;
-        }
-    }
     drop(r);
-    drop(stack);
-    result
+    Ok(UserNs {
+        fd: fd?,
+        _child: child,
+    })
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -242,11 +275,12 @@ mod tests {
             eprintln!("SKIPPED: writing another process's uid_map needs root");
             return;
         }
-        let fd = userns(&IdSwap {
+        let ns = userns(&IdSwap {
             owner: id(65534, 65534),
             sandbox: id(1_900_000_005, 1_900_000_006),
         })
         .unwrap();
+        let fd = ns.fd;
         // The namespace outlives its only process: the descriptor holds it.
         let link = std::fs::read_link(format!(
             "/proc/self/fd/{}",

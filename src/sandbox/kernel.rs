@@ -20,7 +20,7 @@ pub trait Kernel {
     /// Build the view, or say per kind why not.
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError>;
     /// A user namespace carrying `swap`, for an idmapped bind (see idmap.rs).
-    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<std::os::fd::OwnedFd>;
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs>;
 }
 
 /// The running kernel.
@@ -73,7 +73,7 @@ impl Kernel for Real {
         Ok(probe)
     }
 
-    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<std::os::fd::OwnedFd> {
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs> {
         super::idmap::userns(swap)
     }
 }

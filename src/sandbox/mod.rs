@@ -698,7 +698,7 @@ fn prepare_namespaces(
     // The user namespaces of the idmapped binds, one per mapping, held until the helper (which
     // inherits them) has built the view.
     let sandbox = policy.identity.filter(|_| k.euid() == 0);
-    let mut userns: Vec<(idmap::IdSwap, std::io::Result<std::os::fd::OwnedFd>)> = Vec::new();
+    let mut userns: Vec<(idmap::IdSwap, std::io::Result<idmap::UserNs>)> = Vec::new();
     if let (Some(sb), crate::policy::WriteAs::Owner { .. }) = (sandbox, &policy.fs.write_as) {
         let wanted = ownership::wanted(&req.grants, sb);
         for (g, w) in req.grants.iter_mut().zip(wanted) {
@@ -706,11 +706,11 @@ fn prepare_namespaces(
             if !userns.iter().any(|(s, _)| *s == swap) {
                 userns.push((swap, k.idmap_userns(&swap)));
             }
-            if let Some((_, Ok(fd))) = userns.iter().find(|(s, _)| *s == swap) {
+            if let Some((_, Ok(ns))) = userns.iter().find(|(s, _)| *s == swap) {
                 use std::os::fd::AsRawFd;
                 g.idmap = Some(namespaces::Idmap {
                     swap,
-                    userns: fd.as_raw_fd(),
+                    userns: ns.fd.as_raw_fd(),
                 });
             }
         }

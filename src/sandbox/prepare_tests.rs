@@ -65,7 +65,7 @@ impl Kernel for Fake {
     fn idmap_userns(
         &self,
         _swap: &crate::sandbox::idmap::IdSwap,
-    ) -> std::io::Result<std::os::fd::OwnedFd> {
+    ) -> std::io::Result<crate::sandbox::idmap::UserNs> {
         Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
     }
     fn make_view(&self, _plan: &ViewPlan) -> Result<Probe, ViewError> {
