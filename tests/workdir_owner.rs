@@ -253,13 +253,21 @@ fn a_refused_run_changes_no_owner() {
     if !require_root() {
         return;
     }
-    let wd = Workdir::new();
-    std::fs::set_permissions(wd.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
-    let r = run_in(wd.path(), &[], &[], "echo x > x");
-    assert_eq!(r.code(), 2, "{}", r.stderr());
-    assert!(r.stderr().contains("not writable"), "{}", r.stderr());
-    assert_eq!(owner(wd.path()), (NOBODY, NOBODY));
-    assert!(!wd.path().join("x").exists());
+    // With idmapped mounts, and (test builds) where they are refused and the workdir would be
+    // handed over.
+    let mut envs = vec![vec![]];
+    if cfg!(feature = "test-pause-points") {
+        envs.push(deny_idmap());
+    }
+    for env in envs {
+        let wd = Workdir::new();
+        std::fs::set_permissions(wd.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+        let r = run_in(wd.path(), &[], &env, "echo x > x");
+        assert_eq!(r.code(), 2, "{env:?}: {}", r.stderr());
+        assert!(r.stderr().contains("not writable"), "{}", r.stderr());
+        assert_eq!(owner(wd.path()), (NOBODY, NOBODY), "{env:?}");
+        assert!(!wd.path().join("x").exists());
+    }
 }
 
 /// The first root run in a fresh root-owned directory (`mkdir x && cd x && sudo run ...`) was
@@ -597,9 +605,7 @@ fn a_hand_over_locks_out_runs_above_and_below_but_not_beside() {
     assert_ne!(up.code(), 0, "the run above ran beside a hand-over");
     assert!(
         up.stderr().contains("cannot be handed over")
-            && up
-                .stderr()
-                .contains("a running run uses it or a directory below it"),
+            && up.stderr().contains("uses it or a directory below it"),
         "above: {}",
         up.stderr()
     );
@@ -615,6 +621,52 @@ fn a_hand_over_locks_out_runs_above_and_below_but_not_beside() {
     assert_eq!(side.code(), 0, "the run beside: {}", side.stderr());
     for (p, uid) in owners_below(&outer) {
         assert_eq!(uid, NOBODY, "{} was left re-owned", p.display());
+    }
+}
+
+/// `serve` claims its workdir too (it took no lock at all): a run in the tree above it that
+/// must hand its workdir over is refused while serve runs, and serve's main process keeps
+/// writing as the sandbox user.
+#[test]
+fn a_hand_over_is_refused_above_a_running_serve() {
+    if !require_knob() {
+        return;
+    }
+    let t = Tree::new();
+    let outer = t.workdir("w", NOBODY);
+    let served = t.workdir("w/served", NOBODY);
+    let main = Command::new(BIN)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .arg("--workdir")
+        .arg(&served)
+        .args(["sh", "-c", &format!("echo one > a; {WAIT}; echo two >> a")])
+        .current_dir(&served)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(&served.join("ready"), 60),
+        "serve's main process never started"
+    );
+    let up = run_in(&outer, &[], &deny_idmap(), "echo x > up");
+    write_owned(&served.join("release"), NOBODY, "");
+    let (code, _, err) = finish(main);
+    assert_eq!(code, Some(0), "serve: {err}");
+    assert_eq!(
+        std::fs::read_to_string(served.join("a")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_ne!(up.code(), 0, "the run above serve ran");
+    assert!(
+        up.stderr().contains("uses it or a directory below it"),
+        "{}",
+        up.stderr()
+    );
+    for (p, uid) in owners_below(&outer) {
+        assert_eq!(uid, NOBODY, "{} was re-owned", p.display());
     }
 }
 

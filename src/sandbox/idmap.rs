@@ -209,7 +209,6 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     fn id(uid: u32, gid: u32) -> Identity {
         Identity { uid, gid }

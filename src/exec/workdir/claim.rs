@@ -282,7 +282,7 @@ pub fn take(uses: &[Dir], hand_over: Option<&Dir>) -> Result<Claim, ClaimError> 
         if !hold(&mut held, fd) {
             return Err(ClaimError::InUse {
                 path: h.path.clone(),
-                why: "a running run uses it or a directory below it".into(),
+                why: "a running sandbox (a run, or serve) uses it or a directory below it".into(),
             });
         }
         for i in h.ancestors() {
@@ -301,7 +301,7 @@ pub fn take(uses: &[Dir], hand_over: Option<&Dir>) -> Result<Claim, ClaimError> 
                 return Err(ClaimError::InUse {
                     path: h.path.clone(),
                     why: format!(
-                        "a running run has {}, which holds it, as a grant",
+                        "a running sandbox has {}, which holds it, as a grant",
                         h.chain[i].0.display()
                     ),
                 });
