@@ -190,6 +190,36 @@ fn a_run_writes_as_the_workdirs_owner_and_nothing_is_chowned() {
     );
 }
 
+/// The mapping changes whose files the sandbox owns, not what it may reach: a denied file
+/// inside the idmapped workdir, the sandbox's own by owner there, stays unreadable and
+/// unwritable.
+#[test]
+fn a_denied_path_inside_an_idmapped_workdir_stays_denied() {
+    if !require_root() {
+        return;
+    }
+    let wd = Workdir::new();
+    let secret = wd.path().join("secret");
+    write_owned(&secret, NOBODY, "s3cret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let r = run_in(
+        wd.path(),
+        &["--deny", secret.to_str().unwrap()],
+        &[],
+        "cat secret; echo x >> secret; echo ok > other && cat other",
+    );
+    assert!(!r.stdout().contains("s3cret"), "{}", r.stdout());
+    assert_eq!(r.stdout(), "ok\n", "{}", r.stderr());
+    assert_eq!(
+        r.stderr().matches("Permission denied").count(),
+        2,
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "s3cret");
+    assert_eq!(owner(&wd.path().join("other")).0, NOBODY);
+}
+
 /// Runs in one tree at once, as with bwrap: a run in the parent of a live run's workdir, a
 /// second per-run-uid run in the same workdir and an explicit `--uid 65534` run there all
 /// succeed, and the first run keeps writing after them.
