@@ -3,8 +3,10 @@
 //!
 //! The policy is the one `run` would build from the same flags (`--workdir`, `--uid`,
 //! `--network`, `--memory`, `--policy FILE`, ...; see `exec::run::load_policy`). Without
-//! `--workdir`, the workdir is the temp directory, which every uid may write, so that a bare
-//! `check` speaks about the kernel, not about the directory it was started in. `--explain`
+//! `--workdir`, the workdir is an empty directory made in the temp directory for the check and
+//! removed after it (the temp directory itself is the view's private tmpfs, refused as a
+//! workdir), so that a bare `check` speaks about the kernel, not about the directory it was
+//! started in. `--explain`
 //! prints the effective Landlock and seccomp rules.
 //!
 //! `check` changes nothing: it takes no per-run uid lock (it names the first uid of
@@ -86,9 +88,13 @@ struct WorkdirStatus {
     owner: Option<u32>,
     group: Option<u32>,
     mode: Option<String>,
-    /// As the sandbox identity, asked of the kernel.
+    /// As whom the kernel checks the sandbox there (its owner through an idmapped mount),
+    /// asked of the kernel.
     writable: bool,
-    /// `run` hands a workdir owned by 65534 or by a uid of the range to its per-run uid.
+    /// `run` binds it as an idmapped mount: the sandbox writes as its owner.
+    idmapped: bool,
+    /// Idmapped mounts are refused there, and `run` hands a workdir owned by 65534 or by a
+    /// uid of the range to its per-run uid for the run.
     handed_over: bool,
     /// What is wrong and how to fix it, when it is not writable.
     problem: Option<String>,
@@ -139,6 +145,34 @@ fn access_words(access: PathAccess, is_dir: bool) -> &'static str {
     }
 }
 
+/// An empty directory for a bare `check`'s default policy, removed when dropped.
+struct BareWorkdir {
+    path: PathBuf,
+    made: bool,
+}
+
+impl BareWorkdir {
+    /// Made only when `needed` (no --workdir).
+    fn new(needed: bool) -> BareWorkdir {
+        let path = std::env::temp_dir().join(format!(
+            "openshell-check-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        // A failure leaves the path missing: the policy then names it.
+        let made = needed && std::fs::DirBuilder::new().create(&path).is_ok();
+        BareWorkdir { path, made }
+    }
+}
+
+impl Drop for BareWorkdir {
+    fn drop(&mut self) {
+        if self.made {
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
+}
+
 /// The error and its causes on one line, as `main` renders them.
 fn render(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -167,15 +201,20 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut refused = None;
     let mut warnings = Vec::new();
     let mut per_run_uid = false;
-    let policy = match run::load_policy(
-        &args.flags,
-        args.policy_file.as_deref(),
-        &std::env::temp_dir(),
-    ) {
+    // Without --workdir, an empty directory of its own in the temp directory (removed again),
+    // so that a bare `check` speaks about the kernel: the temp directory itself is the view's
+    // private tmpfs, refused as a workdir.
+    let bare = BareWorkdir::new(args.flags.workdir.is_none());
+    let policy = match run::load_policy(&args.flags, args.policy_file.as_deref(), &bare.path) {
         Ok(loaded) => {
             run::log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
             warnings = loaded.warnings.iter().map(|w| w.to_string()).collect();
             let mut policy = loaded.policy;
+            if root {
+                policy.fs.write_as = crate::policy::WriteAs::Owner {
+                    hand_over: args.uid_range.start..=args.uid_range.end,
+                };
+            }
             if root && args.flags.uid.is_none() && !loaded.file_sets_identity {
                 per_run_uid = true;
                 let uid = args.uid_range.start;
@@ -191,7 +230,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
     // The layers: of the policy when there is one, else of the default, for the kernel facts.
     let fallback = || Policy {
-        fs: crate::policy::FsPolicy::with_defaults(std::env::temp_dir()),
+        fs: crate::policy::FsPolicy::with_defaults(bare.path.clone()),
         network: NetworkMode::None,
         limits: Limits::default(),
         identity: root.then_some(Identity {
@@ -217,9 +256,9 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
             prepare(&degraded).ok().map(|p| (degraded, p))
         }
     };
-    let (layers, fs_rules) = prepared
+    let (layers, fs_rules, ownership) = prepared
         .as_ref()
-        .map(|(_, p)| (p.layers.clone(), p.fs_rules.clone()))
+        .map(|(_, p)| (p.layers.clone(), p.fs_rules.clone(), p.ownership.clone()))
         .unwrap_or_default();
     // Of the policy checked only (the default one speaks about the kernel).
     let programs = match (prepared, &policy) {
@@ -231,9 +270,10 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         let path = p.fs.workdir.clone();
         let meta = std::fs::metadata(&path).ok();
         let owner = meta.as_ref().map(|m| m.uid());
-        let in_range =
-            |u: u32| u == NOBODY || (args.uid_range.start..=args.uid_range.end).contains(&u);
-        let handed_over = per_run_uid && owner.is_some_and(in_range);
+        // Decided by prepare, as for `run`.
+        let handed_over = ownership.hand_over.is_some();
+        let writer = ownership.workdir_writer();
+        let idmapped = root && writer != p.identity;
         let chown_to = |id: Identity| {
             if per_run_uid {
                 Identity {
@@ -244,9 +284,16 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 id
             }
         };
-        let (writable, problem) = match (root, p.identity) {
-            _ if handed_over => (true, None),
-            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id)) {
+        let (writable, problem) = match (root, writer) {
+            // Once handed over, the run's uid has what the owner has.
+            (true, Some(_)) if handed_over => {
+                let from = ownership.hand_over.as_ref().map(|h| h.from);
+                match from.map(|f| workdir::check_writable(&path, f, f, true)) {
+                    Some(Err(e)) => (false, Some(e.to_string())),
+                    _ => (true, None),
+                }
+            }
+            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id), idmapped) {
                 Ok(()) => (true, None),
                 Err(e) => (false, Some(e.to_string())),
             },
@@ -261,6 +308,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
             group: meta.as_ref().map(|m| m.gid()),
             mode: meta.as_ref().map(|m| format!("{:04o}", m.mode() & 0o7777)),
             writable,
+            idmapped,
             handed_over,
             problem,
         }
@@ -460,7 +508,11 @@ fn print_human(report: &Report, source: &str) {
     if let Some(w) = &report.workdir {
         match (&w.problem, w.handed_over) {
             (None, true) => println!(
-                "workdir {}: writable (run hands it to its per-run uid)",
+                "workdir {}: writable (idmapped mounts are refused there: run hands it to its per-run uid)",
+                w.path.display()
+            ),
+            (None, false) if w.idmapped => println!(
+                "workdir {}: writable by the sandbox, as its owner (an idmapped mount)",
                 w.path.display()
             ),
             (None, false) => println!("workdir {}: writable by the sandbox", w.path.display()),

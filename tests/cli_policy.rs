@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -251,10 +251,12 @@ fn check_explain_prints_the_landlock_and_seccomp_rules() {
     assert!(line("clone3:").contains("ENOSYS"));
 }
 
-/// A workdir the sandbox uid cannot write, by ownership and mode, and one it can through its
-/// group only, which a guess from the owner alone would get wrong.
+/// `run` binds the workdir as an idmapped mount, so the kernel checks the sandbox there as
+/// the directory's owner: a workdir whose owner may not write it is reported, one of root's
+/// that root may write is writable, and one that only its group may write is not (the owner's
+/// bits decide for the owner), which a guess from the group would get wrong.
 #[test]
-fn check_workdir_reports_whether_the_sandbox_uid_can_write_it() {
+fn check_workdir_reports_whether_the_sandbox_can_write_it() {
     if !require_root() {
         return;
     }
@@ -262,35 +264,43 @@ fn check_workdir_reports_whether_the_sandbox_uid_can_write_it() {
         .prefix("osb-wd-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let check = || {
-        bin()
+    let check = |mode: u32, gid: u32| {
+        std::os::unix::fs::chown(d.path(), Some(0), Some(gid)).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = bin()
             .args(["check", "--uid", "65534", "--workdir"])
             .arg(d.path())
             .output()
-            .unwrap()
+            .unwrap();
+        (out.status.code(), text(&out.stdout))
     };
-    let out = check();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = check(0o555, 0);
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(stdout.contains(&format!("workdir {}: NOT writable", d.path().display())));
-    assert!(stdout.contains("owned by 0:0 with mode 0755"), "{stdout}");
-    assert!(stdout.contains("chown 65534:65534"), "{stdout}");
+    assert!(stdout.contains("owned by 0:0 with mode 0555"), "{stdout}");
+    assert!(stdout.contains("not writable by its owner"), "{stdout}");
+    assert!(stdout.contains("chmod u+w"), "{stdout}");
 
-    std::os::unix::fs::chown(d.path(), Some(0), Some(65534)).unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
-    let out = check();
-    let stdout = text(&out.stdout);
+    let (code, stdout) = check(0o755, 0);
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(
-        stdout.contains("writable by the sandbox"),
-        "group write must count:\n{stdout}"
+        stdout.contains("writable by the sandbox, as its owner (an idmapped mount)"),
+        "{stdout}"
     );
+
+    let (code, stdout) = check(0o070, 65534);
+    assert_eq!(
+        code,
+        Some(1),
+        "the group's bits counted for the owner:\n{stdout}"
+    );
+    assert!(stdout.contains("NOT writable"), "{stdout}");
 }
 
 // --- the workdir of run ---------------------------------------------------------------------
 
 #[test]
-fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
+fn run_refuses_a_workdir_the_sandbox_cannot_write() {
     if !require_root() {
         return;
     }
@@ -298,14 +308,14 @@ fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
         .prefix("osb-wd-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
     let run = |extra: &[&str]| {
         bin()
             .arg("run")
             .args(extra)
             .arg("--workdir")
             .arg(d.path())
-            .args(["--", "/bin/true"])
+            .args(["--", "/bin/sh", "-c", "echo x > out"])
             .output()
             .unwrap()
     };
@@ -314,25 +324,19 @@ fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(125), "{extra:?}: {err}");
         assert!(err.contains(&d.path().display().to_string()), "{err}");
-        assert!(err.contains("owned by 0:0 with mode 0755"), "{err}");
-        // The per-run uid changes every run: the fix names 65534, which run hands over.
+        assert!(err.contains("owned by 0:0 with mode 0555"), "{err}");
+        // The sandbox writes as the owner there: the fix is the owner's write permission.
         assert!(
-            err.contains(&format!("chown 65534:65534 {}", d.path().display())),
+            err.contains(&format!("chmod u+w {}", d.path().display())),
             "{err}"
         );
-        assert!(err.contains("--uid"), "{err}");
     }
-    // Writable through the group: the exact check lets it run, and the write works.
-    std::os::unix::fs::chown(d.path(), Some(0), Some(65534)).unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
-    let out = bin()
-        .args(["run", "--uid", "65534", "--workdir"])
-        .arg(d.path())
-        .args(["--", "/bin/sh", "-c", "echo x > out"])
-        .output()
-        .unwrap();
+    // Root's own directory that root may write: the run writes there as root's.
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(&["--uid", "65534"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(d.path().join("out").exists());
+    let m = std::fs::metadata(d.path().join("out")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (0, 0));
 }
 
 /// `serve` creates a missing workdir for the sandbox uid, and logs a loud error for one it
@@ -358,7 +362,6 @@ fn serve_creates_a_missing_workdir_and_logs_an_unwritable_one() {
     };
     let out = serve(&wd);
     let err = text(&out.stderr);
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(&wd).unwrap_or_else(|e| panic!("{e}: {err}"));
     assert_eq!((m.uid(), m.gid()), (65534, 65534), "{err}");
     assert_eq!(

@@ -329,13 +329,19 @@ fn our_own_failures_exit_125() {
         assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
-    // A workdir the sandbox uid cannot write (as root: root's own 0700 directory).
+    // A workdir the command cannot write (as root: a 0555 directory of root's, which the
+    // idmapped workdir shows as the command's own, without the write bit).
     if is_root() {
         let private = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            private.path(),
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o555),
+        )
+        .unwrap();
         let out = run_raw_in(private.path(), &["--", "true"]);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(125), "{err}");
-        assert!(err.contains("not writable by the sandbox uid"), "{err}");
+        assert!(err.contains("is not writable by"), "{err}");
     }
     // A refused layer is check_and_failclosed's (exit 125 there); a command's own codes
     // stay its own.

@@ -216,7 +216,8 @@ fn uid0_symlinked_workdir_in_a_root_owned_tree_is_refused() {
         err.contains(&format!("symlink {}", link.display())),
         "{err}"
     );
-    // Refused for the owner-write rule alone: for uid 65534 the same link would be trusted.
+    // Refused for the owner-write rule (every run writes as root in a root-owned workdir:
+    // tests/workdir_owner.rs has the same link planted by a per-run uid).
     assert!(err.contains("writable by the sandbox uid 0"), "{err}");
 }
 

@@ -119,6 +119,8 @@ pub enum RunError {
     Usage(String),
     #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
+    #[error("{0}")]
+    Hold(workdir::HoldError),
     #[error("--report-json {path}: {source}")]
     ReportJson {
         path: PathBuf,
@@ -165,6 +167,9 @@ pub struct Sandbox {
 struct Inner {
     policy: Policy,
     prepared: Prepared,
+    /// The claim on the read-write grants, and `run`'s hand-over: given back only once the
+    /// last exec, which holds this, is gone.
+    _held: workdir::Held,
 }
 
 /// How one stdio stream of the child is connected.
@@ -251,9 +256,20 @@ impl Sandbox {
             what: "becoming a child subreaper",
             source,
         })?;
+        // After prepare: nothing is claimed or handed over for a sandbox it refuses.
+        let held = workdir::hold(&policy, &prepared).map_err(RunError::Hold)?;
         Ok(Sandbox {
-            inner: Arc::new(Inner { policy, prepared }),
+            inner: Arc::new(Inner {
+                policy,
+                prepared,
+                _held: held,
+            }),
         })
+    }
+
+    /// Whose ids the writes to the read-write grants carry, as `prepare` decided.
+    pub fn ownership(&self) -> &sandbox::ownership::Ownership {
+        &self.inner.prepared.ownership
     }
 
     pub fn policy(&self) -> &Policy {
@@ -265,7 +281,11 @@ impl Sandbox {
     /// fail-closed checks of [`Sandbox::new`].
     pub fn from_prepared(policy: Policy, prepared: Prepared) -> Sandbox {
         Sandbox {
-            inner: Arc::new(Inner { policy, prepared }),
+            inner: Arc::new(Inner {
+                policy,
+                prepared,
+                _held: workdir::Held::default(),
+            }),
         }
     }
 

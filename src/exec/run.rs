@@ -16,7 +16,7 @@ use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
 use crate::cli::RunArgs;
 use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{Identity, Policy, PolicyFlags};
-use crate::sandbox::identity::{self, SandboxOwners, UidLease};
+use crate::sandbox::identity::UidLease;
 
 mod stdio;
 use stdio::*;
@@ -332,6 +332,14 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     } else {
         None
     };
+    // What the run writes to its workdir and `--rw` grants belongs to each one's owner
+    // (idmapped mounts); where they are refused, a workdir of the sandbox's uids is handed to
+    // the run's uid for the run (sandbox/ownership.rs, exec/workdir).
+    if root {
+        policy.fs.write_as = crate::policy::WriteAs::Owner {
+            hand_over: args.uid_range.start..=args.uid_range.end,
+        };
+    }
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
     } else {
@@ -352,70 +360,30 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         // SAFETY: geteuid and getegid have no preconditions.
         _ => unsafe { (libc::geteuid(), libc::getegid()) },
     };
-    let switch_to = policy.identity.filter(|_| root);
     tl.stamp("uid-scratch-env");
     // One run, one exec: no cgroup is made ahead for a next exec.
     let sandbox = Sandbox::new(policy)?;
     sandbox.one_exec_only();
     tl.stamp("sandbox-new");
-    // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
-    // workdir has passed the filesystem policy's checks.
-    // Who the workdir is handed to: a run's own uid; or 65534 for an explicit `--uid 65534`
-    // (the sandbox's fixed uid) when an earlier run left the workdir to a uid of the range,
-    // so that mixing the two kinds of run in one workdir works instead of being refused as
-    // "not writable by 65534". Any other explicit uid hands nothing over.
-    let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
-    let hand_to = match (&lease, switch_to) {
-        (Some(lease), _) => Some(lease.uid),
-        (None, Some(id))
-            if id.uid == crate::policy::NOBODY
-                && id.gid == crate::policy::NOBODY
-                && std::fs::symlink_metadata(&sandbox.policy().fs.workdir).is_ok_and(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    m.is_dir() && m.uid() != id.uid && owners.0.contains(&m.uid())
-                }) =>
-        {
-            Some(id.uid)
-        }
-        _ => None,
-    };
-    // One run that hands the workdir over at a time; held until we return (a run with a uid
-    // of its own writes as that uid all along: a second one must not take the tree mid-run).
-    let _workdir_lock = match hand_to {
-        Some(_) => Some(
-            identity::WorkdirLock::take(&sandbox.policy().fs.workdir)
-                .map_err(RunError::Identity)?,
-        ),
-        None => None,
-    };
-    if let Some(uid) = hand_to {
-        let workdir = &sandbox.policy().fs.workdir;
-        let handed =
-            identity::hand_over_dir(workdir, uid, uid, &owners).map_err(RunError::Identity)?;
-        if !handed {
-            tracing::info!(
-                workdir = %workdir.display(),
-                "the workdir belongs to neither nobody nor a uid of --uid-range: it keeps its owner"
-            );
-        }
-    }
-    // After the hand-over, which may have made it writable: every write of a run in a
-    // workdir it cannot write fails, while the report would say "all layers enforced".
-    if root && let Some(id) = sandbox.policy().identity {
+    // Every write of a run in a workdir it cannot write fails, while the report would say
+    // "all layers enforced": asked as whom the kernel checks the command there (its owner
+    // through an idmapped mount; after a hand-over, the run's uid).
+    if let Some(who) = sandbox.ownership().workdir_writer() {
         let chown_to = match lease {
             Some(_) => Identity {
                 uid: crate::policy::NOBODY,
                 gid: crate::policy::NOBODY,
             },
-            None => id,
+            None => who,
         };
-        workdir::check_writable(&sandbox.policy().fs.workdir, id, chown_to)
+        let as_owner = Some(who) != sandbox.policy().identity;
+        workdir::check_writable(&sandbox.policy().fs.workdir, who, chown_to, as_owner)
             .map_err(RunError::Workdir)?;
     }
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = l.status.as_str(), detail = %l.detail, "sandbox layer");
     }
-    tl.stamp("handover");
+    tl.stamp("workdir");
 
     // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
     // the end could by then be the child's symlink (root overwrites what it points to) or its

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 pub use flags::PolicyFlags;
 pub use fs::{
-    FsPolicy, FsRule, PathAccess, absent_root_only_denies, default_secret_paths, expand_grants,
-    expand_grants_skipping,
+    FsPolicy, FsRule, PRIVATE_TMPFS, PathAccess, WriteAs, absent_root_only_denies,
+    default_secret_paths, expand_grants, expand_grants_skipping,
 };
 pub use size::{ParseSizeError, parse_size};
 
@@ -137,6 +137,11 @@ pub enum PolicyError {
     },
     #[error("workdir {0} is not a directory")]
     WorkdirNotDir(PathBuf),
+    #[error(
+        "workdir {}: {} is where the sandbox gets a private tmpfs of its own, so it cannot be the workdir (that would be the host's shared {} instead); run in a directory of your own below it (`mkdir {}/work && cd {}/work`), or pass --scratch for a private scratch directory",
+        path.display(), tmpfs.display(), tmpfs.display(), tmpfs.display(), tmpfs.display()
+    )]
+    WorkdirIsPrivateTmpfs { path: PathBuf, tmpfs: PathBuf },
     #[error("--{flag} {path}: {source}")]
     GrantRoot {
         flag: &'static str,

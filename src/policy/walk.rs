@@ -443,7 +443,17 @@ impl Walker {
             // only Landlock does. The directories no policy can grant write to (`/`, the system
             // directories and their ancestors: `FsPolicy::validate` refuses them as read-write
             // roots) stay trusted, so `/lib -> usr/lib` still works under `--uid 0`.
-            let by_owner = self.uid == 0 && m & libc::S_IWUSR != 0 && !never_writable(&d.path);
+            // Every other run is that owner too wherever a read-write grant of root's was
+            // bound idmapped (sandbox/idmap.rs): its links there are root's on disk. That is
+            // never in the system's own trees (no grant there is mapped to root), so a
+            // root-owned link there is root's own (`/var/run -> /run`); anywhere else, a link
+            // in a directory root may write may have been planted by an earlier run.
+            let by_owner = m & libc::S_IWUSR != 0
+                && if self.uid == 0 {
+                    !never_writable(&d.path)
+                } else {
+                    !in_system_tree(&d.path)
+                };
             if by_other || by_group || by_owner {
                 return Some(format!(
                     "{} above it is writable by the sandbox uid {} / gid {} (mode {:o}, group {})",
@@ -522,6 +532,21 @@ impl Walker {
 /// write grant of any run.
 pub fn never_writable(dir: &Path) -> bool {
     SYSTEM_DIRS.iter().any(|s| Path::new(s).starts_with(dir))
+}
+
+/// Trees of the system's own besides the system directories: what lives there is root's by
+/// the system's design, never a project's.
+const OTHER_SYSTEM_TREES: &[&str] = &["/var", "/run", "/dev", "/sys", "/proc", "/boot"];
+
+/// In the system's own trees: [`never_writable`], or at or below a system directory, `/var`,
+/// `/run`, `/dev`, `/sys`, `/proc` or `/boot`. No read-write grant there is ever idmapped to
+/// root (sandbox/ownership.rs), so no sandbox writes there as root unless it runs as uid 0.
+pub fn in_system_tree(path: &Path) -> bool {
+    never_writable(path)
+        || SYSTEM_DIRS
+            .iter()
+            .chain(OTHER_SYSTEM_TREES)
+            .any(|s| path.starts_with(s))
 }
 
 /// The common case in one lookup: an absolute path with no `..` and no symlink on it resolves
@@ -663,5 +688,66 @@ mod tests {
         assert!(never_writable(Path::new("/usr")));
         assert!(!never_writable(Path::new("/usr/local")));
         assert!(!never_writable(Path::new("/var")));
+        for p in [
+            "/",
+            "/usr/local/bin",
+            "/var",
+            "/var/lib/x",
+            "/etc/alternatives",
+            "/dev",
+        ] {
+            assert!(in_system_tree(Path::new(p)), "{p}");
+        }
+        for p in [
+            "/srv",
+            "/srv/proj",
+            "/home",
+            "/root",
+            "/mnt/data",
+            "/variable",
+        ] {
+            assert!(!in_system_tree(Path::new(p)), "{p}");
+        }
+    }
+
+    /// A root-owned link in a root-owned directory that root may write, outside the system's
+    /// trees, may come from a run whose grant of root's was idmapped: not followed by anyone.
+    /// (Inside them, `/var/run -> /run` and its like stay trusted.)
+    #[test]
+    fn a_root_link_where_a_mapped_run_could_write_as_root_is_not_followed() {
+        let fake = |path: &str, uid: u32, mode: u32| Step {
+            fd: walker()
+                .resolve(Path::new("/"))
+                .map(|r| r.fd)
+                .expect("/ opens"),
+            path: PathBuf::from(path),
+            meta: Meta {
+                mode: libc::S_IFDIR | mode,
+                uid,
+                gid: 0,
+                nlink: 2,
+                dev: 0,
+                ino: 0,
+            },
+        };
+        let link = Meta {
+            mode: libc::S_IFLNK | 0o777,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            dev: 0,
+            ino: 0,
+        };
+        let w = walker();
+        let planted = [
+            fake("/", 0, 0o755),
+            fake("/srv", 0, 0o755),
+            fake("/srv/p", 0, 0o755),
+        ];
+        assert!(w.distrust(&link, &planted).is_some());
+        let var = [fake("/", 0, 0o755), fake("/var", 0, 0o755)];
+        assert_eq!(w.distrust(&link, &var), None);
+        let read_only = [fake("/", 0, 0o755), fake("/srv", 0, 0o555)];
+        assert_eq!(w.distrust(&link, &read_only), None);
     }
 }

@@ -3,6 +3,7 @@
 //! particular kernel). The real-binary tests stay for what only the kernel can show.
 
 use super::cgroup;
+use super::idmap::IdSwap;
 use super::landlock::{self, Support};
 use super::namespaces::{self, Probe, UserNs, ViewError, ViewPlan};
 use super::rlimits::{self, CoreDumps};
@@ -22,6 +23,8 @@ pub trait Kernel {
     /// Make every later child dump no memory ([`rlimits::limit_core_contents`]), and say how
     /// the host handles core dumps.
     fn core_dumps(&self) -> CoreDumps;
+    /// A user namespace carrying `swap`, for an idmapped bind (see idmap.rs).
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs>;
 }
 
 /// The running kernel.
@@ -81,5 +84,9 @@ impl Kernel for Real {
                 Outcome::Failed(super::ChildError::new(super::Step::UnshareNet, libc::EPERM));
         }
         Ok(probe)
+    }
+
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs> {
+        super::idmap::userns(swap)
     }
 }

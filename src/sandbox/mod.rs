@@ -32,10 +32,12 @@ pub mod cgroup_remount;
 pub mod devnull;
 pub mod diagnose;
 pub mod identity;
+pub mod idmap;
 pub mod init;
 pub mod kernel;
 pub mod landlock;
 pub mod namespaces;
+pub mod ownership;
 pub mod process;
 pub mod rlimits;
 pub mod seccomp;
@@ -110,6 +112,9 @@ pub struct Prepared {
     pub cgroups: Option<cgroup::Root>,
     /// The namespaces every exec joins (empty when none could be made).
     pub view: namespaces::View,
+    /// Whose ids the writes to the workdir and the `--rw` grants carry, and whether `run` hands
+    /// the workdir over (ownership.rs).
+    pub ownership: ownership::Ownership,
     /// The policy grants read on /proc (so on the exec's fresh /proc too).
     pub proc_rule: bool,
     pub layers: Vec<LayerStatus>,
@@ -184,7 +189,7 @@ fn prepare_inner(
     // the mount tree and again after (policy::absent_root_only_denies says why both).
     let absent_before = crate::policy::absent_root_only_denies(&policy.fs);
     // Namespaces first: the view's private tmpfs roots get Landlock rules below.
-    let view = prepare_namespaces(k, policy, &mut layers)?;
+    let (view, ownership) = prepare_namespaces(k, policy, &mut layers)?;
     // With the view's mount namespace (private propagation), a secret mounted at a missing
     // deny path later never appears in it: nothing there to split a grant around, and /etc
     // stays one rule instead of one per entry. Without it (degraded), keep every split.
@@ -352,6 +357,8 @@ fn prepare_inner(
             }
         }
     }
+
+    layers.push(ownership.row());
 
     // cgroup (pids, memory, tree kill).
     // (description, why there is no memory controller, CPU support) of what is, or would be,
@@ -521,6 +528,7 @@ fn prepare_inner(
         identity,
         cgroups,
         view,
+        ownership,
         proc_rule: policy.fs.proc_read,
         layers,
         landlock_abi,
@@ -570,6 +578,12 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
             dir: r.meta.is_dir(),
             dev: r.meta.dev,
             ino: r.meta.ino,
+            owner: crate::policy::Identity {
+                uid: r.meta.uid,
+                gid: r.meta.gid,
+            },
+            mode: r.meta.mode,
+            idmap: None,
         })
     };
     let written: Vec<(&std::path::PathBuf, bool)> = std::iter::once(&fs.workdir)
@@ -580,10 +594,14 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
         .collect();
     let mut grants = Vec::new();
     let mut links = Vec::new();
+    let mut workdir = None;
     for (p, read_only) in written {
         let Some(g) = resolve(p, read_only) else {
             continue;
         };
+        if std::ptr::eq(p, &fs.workdir) {
+            workdir = Some(grants.len());
+        }
         // The links met on the way, as the walk followed them (it trusted each one): the
         // first one below `/` is recreated in the view; what it leads to is a grant itself.
         if g.path != *p {
@@ -631,6 +649,7 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
         proc,
         proc_read: fs.proc_read,
         links,
+        workdir,
     }
 }
 
@@ -639,7 +658,7 @@ fn prepare_namespaces(
     k: &dyn kernel::Kernel,
     policy: &Policy,
     layers: &mut Vec<LayerStatus>,
-) -> Result<namespaces::View, PrepareError> {
+) -> Result<(namespaces::View, ownership::Ownership), PrepareError> {
     use namespaces::{Kind, Outcome, ProcMount, UserNs};
     let usable = match k.user_ns() {
         UserNs::Root => {
@@ -701,15 +720,58 @@ fn prepare_namespaces(
                 layers,
             )?;
         }
-        return Ok(namespaces::View::default());
+        let req = view_request(policy);
+        let ownership = ownership::Ownership::decide(
+            policy,
+            k.euid(),
+            &req.grants,
+            req.workdir,
+            &[],
+            None,
+            &[],
+        );
+        return Ok((namespaces::View::default(), ownership));
     }
-    let req = view_request(policy);
+    let mut req = view_request(policy);
+    // The user namespaces of the idmapped binds, one per mapping, held until the helper (which
+    // inherits them) has built the view.
+    let sandbox = policy.identity.filter(|_| k.euid() == 0);
+    let mut userns: Vec<(idmap::IdSwap, std::io::Result<idmap::UserNs>)> = Vec::new();
+    if let (Some(sb), crate::policy::WriteAs::Owner { .. }) = (sandbox, &policy.fs.write_as) {
+        let wanted = ownership::wanted(&req.grants, sb);
+        for (g, w) in req.grants.iter_mut().zip(wanted) {
+            let Some(swap) = w else { continue };
+            if !userns.iter().any(|(s, _)| *s == swap) {
+                userns.push((swap, k.idmap_userns(&swap)));
+            }
+            if let Some((_, Ok(ns))) = userns.iter().find(|(s, _)| *s == swap) {
+                use std::os::fd::AsRawFd;
+                g.idmap = Some(namespaces::Idmap {
+                    swap,
+                    userns: ns.fd.as_raw_fd(),
+                });
+            }
+        }
+    }
     let plan = namespaces::ViewPlan::new(&req);
     // Race tests hold the supervisor here: the walk has decided each grant's inode, the
     // helper has not bound them yet.
     crate::pause::point("view-plan");
     let probe = k.make_view(&plan)?;
     let view = probe.view;
+    let failed: Vec<(idmap::IdSwap, std::io::Error)> = userns
+        .into_iter()
+        .filter_map(|(s, r)| r.err().map(|e| (s, e)))
+        .collect();
+    let ownership = ownership::Ownership::decide(
+        policy,
+        k.euid(),
+        &req.grants,
+        req.workdir,
+        &failed,
+        plan.root().filter(|_| view.root),
+        &view.idmap,
+    );
     for kind in kinds {
         let outcome = probe.outcomes[kind as usize];
         let enforced = match kind {
@@ -799,7 +861,7 @@ fn prepare_namespaces(
             Outcome::Failed(e) => degrade_row(policy, kind.layer(), e.to_string(), layers)?,
         }
     }
-    Ok(view)
+    Ok((view, ownership))
 }
 
 /// Apply every layer to the calling (forked, single-threaded) command process, in the

@@ -199,6 +199,19 @@ pub struct Grant {
     /// Device and inode of what the walk decided on: the helper binds that inode or nothing.
     pub dev: u64,
     pub ino: u64,
+    /// Its owner and mode, as the walk saw them.
+    pub owner: crate::policy::Identity,
+    pub mode: u32,
+    /// Bind it as an idmapped mount (see idmap.rs).
+    pub idmap: Option<Idmap>,
+}
+
+/// An idmapped bind: the mapping, and the user namespace that carries it (a descriptor the
+/// helper inherits; it stays open until the view is built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Idmap {
+    pub swap: crate::sandbox::idmap::IdSwap,
+    pub userns: RawFd,
 }
 
 /// What the view should hold, as plain data (the policy's part).
@@ -218,6 +231,8 @@ pub struct ViewRequest {
     pub proc_read: bool,
     /// Symlinks of the host the view reproduces (view_links.rs): (link, its target as written).
     pub links: Vec<(PathBuf, PathBuf)>,
+    /// Which of `grants` is the workdir.
+    pub workdir: Option<usize>,
 }
 
 /// One private tmpfs, prepared for the helper: every string and list built before fork.
@@ -317,6 +332,13 @@ impl ViewPlan {
             });
         }
         let targets: Vec<PathBuf> = tmpfs.iter().map(|t| t.target.clone()).collect();
+        // Test builds only: `OSB_TEST_DENY_IDMAP=1` makes every idmapped bind fail as on a
+        // filesystem without idmapped mounts (EINVAL), so the tests reach the hand-over on a
+        // filesystem that has them. Read here, before the fork.
+        #[cfg(feature = "test-pause-points")]
+        let deny_idmap = std::env::var_os("OSB_TEST_DENY_IDMAP").is_some_and(|v| v == "1");
+        #[cfg(not(feature = "test-pause-points"))]
+        let deny_idmap = false;
         let root = RootPlan::new(
             &RootRequest {
                 grants: req.grants.clone(),
@@ -324,6 +346,7 @@ impl ViewPlan {
                 proc_read: req.proc_read,
                 links: req.links.clone(),
                 denied: req.denied.clone(),
+                deny_idmap,
             },
             &targets,
         );
@@ -393,6 +416,9 @@ pub struct View {
     /// namespace itself instead of in a child mount namespace of its own, which would copy the
     /// view's mount tree and tear it down again for nobody else's sake.
     pub one_exec: std::sync::atomic::AtomicBool,
+    /// Per idmapped bind of the root's plan (`RootPlan::idmap_slot`): 0 idmapped, an errno
+    /// where the kernel refused (the bind was made without the mapping), -1 never bound.
+    pub idmap: Vec<i32>,
 }
 
 /// What the helper reports, per kind and overall.
@@ -481,6 +507,8 @@ struct HelperReport {
     mnt_usable: i32,
     /// 1 when the helper pivoted into the new root, 2 when it chrooted into it.
     root: i32,
+    /// Per idmapped bind: see [`View::idmap`].
+    idmap: [i32; crate::sandbox::view_root::MAX_IDMAP],
 }
 
 impl HelperReport {
@@ -685,6 +713,8 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
             2 => ProcMount::SubsetPid,
             _ => ProcMount::None,
         };
+        let slots = plan.root.as_ref().map_or(0, RootPlan::idmap_slots);
+        view.idmap = rep.idmap[..slots].to_vec();
         Ok(view)
     })();
     finish(hold_w);
@@ -719,6 +749,9 @@ mod tests {
             dir: true,
             dev: 0,
             ino: 0,
+            owner: crate::policy::Identity { uid: 0, gid: 0 },
+            mode: libc::S_IFDIR | 0o755,
+            idmap: None,
         }
     }
 
@@ -747,6 +780,7 @@ mod tests {
             proc: None,
             proc_read: true,
             links: Vec::new(),
+            workdir: None,
         };
         let plan = ViewPlan::new(&req);
         let tmp = plan

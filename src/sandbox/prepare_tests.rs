@@ -73,6 +73,12 @@ impl Kernel for Fake {
     fn core_dumps(&self) -> CoreDumps {
         self.core
     }
+    fn idmap_userns(
+        &self,
+        _swap: &crate::sandbox::idmap::IdSwap,
+    ) -> std::io::Result<crate::sandbox::idmap::UserNs> {
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
     fn make_view(&self, _plan: &ViewPlan) -> Result<Probe, ViewError> {
         let pid = self.view[Kind::Pid as usize];
         Ok(Probe {

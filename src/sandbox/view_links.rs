@@ -93,6 +93,12 @@ mod tests {
             dir: true,
             dev: r.meta.dev,
             ino: r.meta.ino,
+            owner: crate::policy::Identity {
+                uid: r.meta.uid,
+                gid: r.meta.gid,
+            },
+            mode: r.meta.mode,
+            idmap: None,
         }
     }
 

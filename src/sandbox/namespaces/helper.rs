@@ -31,6 +31,7 @@ pub(super) unsafe fn helper_main(
         tmpfs_made: 0,
         mnt_usable: 0,
         root: 0,
+        idmap: [-1; view_root::MAX_IDMAP],
     };
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -92,7 +93,14 @@ pub(super) unsafe fn helper_main(
             for (i, t) in plan.tmpfs.iter().take(2).enumerate() {
                 targets[i] = (t.c_target.as_c_str(), t.data.as_c_str());
             }
-            match view_root::build(root, &targets[..n], proc != 0, &mut rep.tmpfs_made) {
+            let built = view_root::build(
+                root,
+                &targets[..n],
+                proc != 0,
+                &mut rep.tmpfs_made,
+                &mut rep.idmap,
+            );
+            match built {
                 Built::Root => {
                     rep.root = 1;
                     trial_mounted = false;
