@@ -3,6 +3,7 @@
 pub mod manager;
 pub mod reaper;
 pub mod report;
+pub mod report_file;
 pub mod run;
 pub mod stream;
 mod tree;
@@ -106,7 +107,7 @@ pub enum RunError {
     #[error("--report-json {path}: {source}")]
     ReportJson {
         path: PathBuf,
-        source: Box<crate::policy::walk::WalkError>,
+        source: Box<report_file::ReportFileError>,
     },
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::report::{self, Context, EffectiveLimits, ExitReport, Reason};
+use super::report_file::ReportFile;
 use super::stream::{self, Event, StreamStats, pump};
 use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
 use crate::cli::RunArgs;
@@ -84,6 +85,18 @@ pub fn load_policy(
         warnings,
         file_sets_identity,
     })
+}
+
+/// The report's reason for a command that could not be started, when that is why `e` ended
+/// the run (not a failure of the sandbox itself, which writes no report).
+fn not_started_reason(e: &RunError) -> Option<Reason> {
+    match e {
+        RunError::NotFound(_) | RunError::InterpreterNotFound { .. } => Some(Reason::NotFound),
+        RunError::NotExecutable { .. }
+        | RunError::NotGranted { .. }
+        | RunError::NotPermitted { .. } => Some(Reason::NotExecutable),
+        _ => None,
+    }
 }
 
 /// Put the policy file's warnings in the log, naming the file.
@@ -384,22 +397,71 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     }
     tl.stamp("handover");
 
-    // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
-    // the end could by then be the child's symlink (root overwrites what it points to) or its
-    // FIFO (the supervisor blocks forever). See `Walker::open_output`.
+    // The report's directory, opened before any sandboxed code runs, through the
+    // symlink-safe walk; the report itself is written there only once the tree is dead, so
+    // the child can neither forge it nor point it elsewhere (see report_file.rs).
     let report_file = match &args.report_json {
-        Some(p) => Some(
-            sandbox
-                .policy()
-                .fs
-                .walker()
-                .open_output(p)
-                .map_err(|source| RunError::ReportJson {
+        Some(p) => {
+            let fs = &sandbox.policy().fs;
+            let rw: Vec<&Path> = std::iter::once(fs.workdir.as_path())
+                .chain(fs.read_write.iter().map(PathBuf::as_path))
+                .collect();
+            Some(
+                ReportFile::open(&fs.walker(), p, &rw).map_err(|source| RunError::ReportJson {
                     path: p.clone(),
                     source: Box::new(source),
                 })?,
-        ),
+            )
+        }
         None => None,
+    };
+    // What every report of this run says, however it ends.
+    let report_of = |reason: Reason, exit_code: i32| ExitReport {
+        reason,
+        exit_code,
+        status: None,
+        signal: None,
+        wall_ms: started.elapsed().as_millis() as u64,
+        user_cpu_ms: 0,
+        sys_cpu_ms: 0,
+        peak_rss_kib: 0,
+        stdout_bytes: 0,
+        stderr_bytes: 0,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        cgroup_cpu_ms: None,
+        contained: true,
+        survivors: Vec::new(),
+        containment_error: None,
+        landlock_abi: sandbox.landlock_abi(),
+        layers: sandbox.layers().to_vec(),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        uid: child_uid,
+        gid: child_gid,
+        limits: EffectiveLimits {
+            policy: limits.clone(),
+            timeout_secs: args.timeout,
+            kill_grace_secs: args.kill_grace,
+            max_output_bytes: args.max_output,
+        },
+        started_at: crate::logging::rfc3339(started_at),
+        cgroup_version: report::host_cgroup_version(),
+    };
+    // A command that could not be started ends a run that got this far: it still has its
+    // report. (Its child is already reaped: nothing of the run is left.)
+    let not_started = |e: RunError| {
+        if let (Some(file), Some(reason)) = (&report_file, not_started_reason(&e)) {
+            let report = report_of(reason, i32::from(e.exit_code()));
+            let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
+            if let Err(w) = file.write(&json) {
+                tracing::warn!(error = %w, "--report-json");
+            }
+        }
+        e
     };
 
     let cap = args.max_output;
@@ -428,7 +490,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 program_fd: None,
             })
             .await
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
+            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))
+            .map_err(not_started)?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
         let writer = master.dup_fd().map_err(|source| RunError::Io {
@@ -474,7 +537,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 controlling_tty: false,
                 program_fd: None,
             })
-            .await?;
+            .await
+            .map_err(not_started)?;
         let r =
             tokio::net::unix::pipe::Receiver::from_owned_fd(r).map_err(|source| RunError::Io {
                 what: "registering the merged output pipe",
@@ -502,7 +566,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 program_fd: None,
             })
             .await
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
+            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))
+            .map_err(not_started)?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
         let (o, e) = (opts("stdout"), opts("stderr"));
@@ -644,11 +709,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         _ => report::exit_code(&info, timed_out),
     };
     let report = ExitReport {
-        reason,
-        exit_code,
         status: info.code,
         signal: info.signal,
-        wall_ms: started.elapsed().as_millis() as u64,
         user_cpu_ms: info.user_cpu.as_millis() as u64,
         sys_cpu_ms: info.sys_cpu.as_millis() as u64,
         peak_rss_kib: info.max_rss_kib,
@@ -660,23 +722,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         contained,
         survivors,
         containment_error,
-        landlock_abi: sandbox.landlock_abi(),
-        layers: sandbox.layers().to_vec(),
-        command: args
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        uid: child_uid,
-        gid: child_gid,
-        limits: EffectiveLimits {
-            policy: limits.clone(),
-            timeout_secs: args.timeout,
-            kill_grace_secs: args.kill_grace,
-            max_output_bytes: args.max_output,
-        },
-        started_at: crate::logging::rfc3339(started_at),
-        cgroup_version: report::host_cgroup_version(),
+        ..report_of(reason, exit_code)
     };
     if !args.quiet {
         // The summary starts a line of its own, so that a child's unterminated last line
@@ -693,14 +739,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         }
     }
     if let Some(file) = &report_file {
-        use std::os::unix::fs::FileExt;
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
-        file.set_len(0)
-            .and_then(|()| file.write_all_at(&json, 0))
-            .map_err(|source| RunError::Io {
-                what: "writing --report-json",
-                source,
-            })?;
+        file.write(&json).map_err(|source| RunError::ReportJson {
+            path: file.path().to_path_buf(),
+            source: Box::new(source),
+        })?;
     }
     // Only now, with the report out, remove the scratch tree: on a deep or wide tree that can
     // take far longer than the run's --timeout (37 s was seen), and nothing of the run's
