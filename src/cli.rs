@@ -93,11 +93,17 @@ pub struct RunArgs {
     pub tty: bool,
 
     /// When we are root and no --uid is given: the uids that concurrent runs take one each
-    /// (held by a lock under /run for the run's lifetime), so one run cannot drain the per-uid
-    /// kernel budgets (inotify instances, queued signals, ...) of another. The default lies
-    /// above systemd's container range and below 2^31; see the README.
+    /// (held by a lock in --uid-lease-dir for the run's lifetime), so one run cannot drain the
+    /// per-uid kernel budgets (inotify instances, queued signals, ...) of another. The default
+    /// lies above systemd's container range and below 2^31; see the README.
     #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range)]
     pub uid_range: UidRange,
+
+    /// Where runs hold their uids (a lock file per uid, root's directory): every run that may
+    /// share uids with this one must use the same directory, e.g. a node-wide hostPath for
+    /// runs in several pods of one node. Default /run/openshell-sandbox-uids.
+    #[arg(long, env = "OPENSHELL_SANDBOX_UID_LEASE_DIR", value_name = "DIR")]
+    pub uid_lease_dir: Option<PathBuf>,
 
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]

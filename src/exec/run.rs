@@ -297,6 +297,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // drain them for every concurrent run. Held until we return, after the last kill sweep.
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    if let Some(dir) = &args.uid_lease_dir {
+        identity::set_lease_dir(dir.clone());
+    }
     let lease = if root
         && args.policy.uid.is_none()
         && args.policy.gid.is_none()
@@ -311,6 +314,14 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         Some(lease)
     } else {
         None
+    };
+    // A uid named explicitly is held too, shared: no per-run run may get it meanwhile, and it
+    // is refused while one has it (the same uid in two runs shares its kernel budgets).
+    let _explicit_lease = match policy.identity {
+        Some(id) if root && lease.is_none() => {
+            Some(UidLease::share(id.uid).map_err(RunError::Identity)?)
+        }
+        _ => None,
     };
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
