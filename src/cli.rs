@@ -204,7 +204,9 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = parse_size_arg)]
     pub tmp_size: u64,
 
-    /// Size of the private tmpfs mounted on /dev/shm in the sandbox's view.
+    /// Size of the private tmpfs mounted on /dev/shm in the sandbox's view, and the budget of
+    /// its IPC namespace: SysV shared memory at most this much in all, message queues and
+    /// semaphores a quarter each (docs/policy.md, "Shared memory").
     #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = parse_size_arg)]
     pub shm_size: u64,
 

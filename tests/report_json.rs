@@ -46,7 +46,10 @@ fn run_reporting(wd: &Path, report: &Path, cmd: &[&str]) -> Output {
 /// The report at `p`, which must be a regular file holding one JSON object.
 fn report_at(p: &Path) -> serde_json::Value {
     let m = std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-    assert!(m.file_type().is_file(), "{p:?} is not a regular file: {m:?}");
+    assert!(
+        m.file_type().is_file(),
+        "{p:?} is not a regular file: {m:?}"
+    );
     let bytes = std::fs::read(p).unwrap();
     serde_json::from_slice(&bytes)
         .unwrap_or_else(|e| panic!("{p:?} is not a whole report ({e}): {:?}", text(&bytes)))
@@ -331,7 +334,10 @@ mv out out.old && mkdir out && printf '{"forged":true}' > out/report.json"#;
         let se = text(&out.stderr);
         assert_eq!(out.status.code(), Some(REFUSED), "{report:?}: {se}");
         assert!(
-            se.contains(&format!("lies below the read-write grant {}", grant.display())),
+            se.contains(&format!(
+                "lies below the read-write grant {}",
+                grant.display()
+            )),
             "{se}"
         );
         assert!(!wd.path().join("ran").exists(), "the command ran: {se}");
@@ -383,7 +389,15 @@ echo "rc=$?"
 if [ -e "$1/report.json" ] || [ -L "$1/report.json" ]; then echo LEFT; else echo NOTHING-AT-PATH; fi"#
     );
     let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ])
         .arg(&wd)
         .arg(BIN)
         .arg(child)

@@ -154,7 +154,11 @@ fn a_per_run_run_never_gets_a_uid_an_explicit_run_holds() {
     let a = release(wa.path(), a);
     assert_eq!(a.status.code(), Some(0), "{}", text(&a.stderr));
     let (so, se) = (text(&b.stdout), text(&b.stderr));
-    assert_ne!(so.trim(), u.to_string(), "the per-run run got uid {u}: {se}");
+    assert_ne!(
+        so.trim(),
+        u.to_string(),
+        "the per-run run got uid {u}: {se}"
+    );
     assert_eq!(b.status.code(), Some(125), "{so}{se}");
     assert!(
         se.contains(&format!("every uid of --uid-range {u}-{u} is held")),
@@ -236,12 +240,17 @@ fn runs_in_two_pods_share_leases_through_the_lease_dir() {
     let a = release(wa.path(), a);
     assert_eq!(a.status.code(), Some(0), "A: {}", text(&a.stderr));
     assert_eq!(
-        std::fs::read_to_string(wa.path().join("uid")).unwrap().trim(),
+        std::fs::read_to_string(wa.path().join("uid"))
+            .unwrap()
+            .trim(),
         u.to_string()
     );
     let (so, se) = (text(&b.stdout), text(&b.stderr));
     assert_eq!(b.status.code(), Some(125), "B got a uid: {so}{se}");
-    assert!(se.contains(&format!("every uid of --uid-range {range} is held")), "{se}");
+    assert!(
+        se.contains(&format!("every uid of --uid-range {range} is held")),
+        "{se}"
+    );
     assert!(leases.join(u.to_string()).exists());
     assert_eq!(
         (c.status.code(), text(&c.stdout).trim().to_string()),

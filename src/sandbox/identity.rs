@@ -418,7 +418,11 @@ impl WorkdirLock {
         // workdir is refused by the filesystem policy before this.)
         let md = std::fs::symlink_metadata(path).map_err(err)?;
         let dir = lock_dir()?;
-        match try_lock(&dir, &format!("wd-{}-{}", md.dev(), md.ino()), libc::LOCK_EX) {
+        match try_lock(
+            &dir,
+            &format!("wd-{}-{}", md.dev(), md.ino()),
+            libc::LOCK_EX,
+        ) {
             Ok(Some(fd)) => Ok(WorkdirLock { _lock: fd }),
             Ok(None) => Err(LeaseError::WorkdirBusy {
                 path: path.to_path_buf(),
