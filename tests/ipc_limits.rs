@@ -136,19 +136,26 @@ fn the_report_names_the_ipc_limits() {
 /// or v2, and the hierarchical shmem counter's name there.
 fn sandbox_memory_group(pid: u32) -> Option<(PathBuf, &'static str)> {
     let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let (root, own, key) = if let Some(l) = cg.lines().find(|l| l.split(':').nth(1) == Some("memory")) {
-        ("/sys/fs/cgroup/memory", l.splitn(3, ':').nth(2)?, "total_shmem")
-    } else {
-        let l = cg.lines().find(|l| l.starts_with("0::"))?;
-        ("/sys/fs/cgroup", &l[3..], "shmem")
-    };
+    let (root, own, key) =
+        if let Some(l) = cg.lines().find(|l| l.split(':').nth(1) == Some("memory")) {
+            (
+                "/sys/fs/cgroup/memory",
+                l.splitn(3, ':').nth(2)?,
+                "total_shmem",
+            )
+        } else {
+            let l = cg.lines().find(|l| l.starts_with("0::"))?;
+            ("/sys/fs/cgroup", &l[3..], "shmem")
+        };
     // The supervisor moved itself into a leaf below its group (v2), or made its base beside.
     let mut dir = Path::new(root).join(own.trim_start_matches('/'));
     for _ in 0..2 {
         let prefix = format!("openshell-owned-{pid}-");
-        if let Some(e) = std::fs::read_dir(&dir).ok()?.flatten().find(|e| {
-            e.file_name().to_string_lossy().starts_with(&prefix)
-        }) {
+        if let Some(e) = std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        {
             return Some((e.path(), key));
         }
         dir = dir.parent()?.to_path_buf();

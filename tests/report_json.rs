@@ -382,12 +382,10 @@ fn a_report_that_cannot_be_written_leaves_nothing_of_the_child_at_the_path() {
     // it to the last inode and block, then exits 0.
     let child = r#"printf '{"forged":true}' > forged.json; ln -s forged.json report.json
 dd if=/dev/zero of=fill bs=4k 2>/dev/null; i=0; while : > f$i 2>/dev/null; do i=$((i+1)); done"#;
-    let script = format!(
-        r#"mount -t tmpfs -o size=1m,nr_inodes=64,mode=0755 osb-full "$1" && chown 65534:65534 "$1" || exit 99
+    let script = r#"mount -t tmpfs -o size=1m,nr_inodes=64,mode=0755 osb-full "$1" && chown 65534:65534 "$1" || exit 99
 "$2" run --workdir "$1" --report-json "$1/report.json" -- sh -c "$3"
 echo "rc=$?"
-if [ -e "$1/report.json" ] || [ -L "$1/report.json" ]; then echo LEFT; else echo NOTHING-AT-PATH; fi"#
-    );
+if [ -e "$1/report.json" ] || [ -L "$1/report.json" ]; then echo LEFT; else echo NOTHING-AT-PATH; fi"#;
     let out = Command::new("unshare")
         .args([
             "--mount",
@@ -395,7 +393,7 @@ if [ -e "$1/report.json" ] || [ -L "$1/report.json" ]; then echo LEFT; else echo
             "private",
             "sh",
             "-c",
-            &script,
+            script,
             "sh",
         ])
         .arg(&wd)
