@@ -298,3 +298,52 @@ fn a_lease_dir_others_can_write_is_refused() {
         assert!(!wd.path().join("ran").exists());
     }
 }
+
+/// Where the lease directory cannot exist (its parent is missing, or `/run` is read-only), no
+/// per-run run can hold a uid in it: a per-run run is refused, naming the directory, and an
+/// explicit `--uid` runs without a lease, as before.
+#[test]
+fn an_explicit_uid_needs_no_lease_where_none_can_exist() {
+    if !require_root() {
+        return;
+    }
+    let base = tempfile::Builder::new()
+        .prefix("osb-leases-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let nowhere = base.path().join("missing/uids");
+    let nowhere_s = nowhere.to_str().unwrap();
+    let u = test_uid(4);
+    let explicit = run(
+        workdir_of(u).path(),
+        &["--uid", &u.to_string(), "--uid-lease-dir", nowhere_s],
+        &[],
+        &["id", "-u"],
+    );
+    assert_eq!(
+        (
+            explicit.status.code(),
+            text(&explicit.stdout).trim().to_string()
+        ),
+        (Some(0), u.to_string()),
+        "{}",
+        text(&explicit.stderr)
+    );
+    let per_run = run(
+        Workdir::new().path(),
+        &[
+            "--uid-range",
+            &format!("{u}-{u}"),
+            "--uid-lease-dir",
+            nowhere_s,
+        ],
+        &[],
+        &["id", "-u"],
+    );
+    let se = text(&per_run.stderr);
+    assert_eq!(per_run.status.code(), Some(125), "{se}");
+    assert!(
+        se.contains(&format!("preparing the uid lease directory {nowhere_s}")),
+        "{se}"
+    );
+}

@@ -109,6 +109,12 @@ pub enum RunError {
         path: PathBuf,
         source: Box<report_file::ReportFileError>,
     },
+    /// The run ended, but its report could not be put at the path (nothing is left there).
+    #[error("--report-json {path}: the run ended, but its report could not be written: {source}")]
+    ReportWrite {
+        path: PathBuf,
+        source: Box<report_file::ReportFileError>,
+    },
 }
 
 impl RunError {

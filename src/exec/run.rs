@@ -319,7 +319,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // is refused while one has it (the same uid in two runs shares its kernel budgets).
     let _explicit_lease = match policy.identity {
         Some(id) if root && lease.is_none() => {
-            Some(UidLease::share(id.uid).map_err(RunError::Identity)?)
+            UidLease::share(id.uid).map_err(RunError::Identity)?
         }
         _ => None,
     };
@@ -751,7 +751,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     }
     if let Some(file) = &report_file {
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
-        file.write(&json).map_err(|source| RunError::ReportJson {
+        file.write(&json).map_err(|source| RunError::ReportWrite {
             path: file.path().to_path_buf(),
             source: Box::new(source),
         })?;

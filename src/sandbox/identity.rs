@@ -384,11 +384,21 @@ impl UidLease {
     }
 
     /// Hold `uid`, named explicitly, for this run: shared with other runs that name it, refused
-    /// while a run holds it as its per-run uid.
-    pub fn share(uid: u32) -> Result<UidLease, LeaseError> {
-        let dir = lock_dir()?;
+    /// while a run holds it as its per-run uid. `None` where the lease directory neither
+    /// exists nor can be made (a read-only `/run`): no per-run uid can be held there either.
+    pub fn share(uid: u32) -> Result<Option<UidLease>, LeaseError> {
+        let dir = match lock_dir() {
+            Ok(d) => d,
+            Err(LeaseError::LockDir(path, e))
+                if matches!(e.raw_os_error(), Some(libc::EROFS | libc::ENOENT)) =>
+            {
+                tracing::debug!(dir = %path.display(), error = %e, "no uid lease directory: an explicit uid needs no lease here");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         match try_lock(&dir, &uid.to_string(), libc::LOCK_SH) {
-            Ok(Some(fd)) => Ok(UidLease { uid, _lock: fd }),
+            Ok(Some(fd)) => Ok(Some(UidLease { uid, _lock: fd })),
             Ok(None) => Err(LeaseError::UidInUse {
                 uid,
                 dir: lease_dir().to_path_buf(),
