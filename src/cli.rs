@@ -132,11 +132,17 @@ pub struct RunArgs {
     pub tty: bool,
 
     /// When we are root and no --uid is given: the uids that concurrent runs take one each
-    /// (held by a lock under /run for the run's lifetime), so one run cannot drain the per-uid
-    /// kernel budgets (inotify instances, queued signals, ...) of another. The default lies
-    /// above systemd's container range and below 2^31; see the README.
+    /// (held by a lock in --uid-lease-dir for the run's lifetime), so one run cannot drain the
+    /// per-uid kernel budgets (inotify instances, queued signals, ...) of another. The default
+    /// lies above systemd's container range and below 2^31; see the README.
     #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range, help_heading = IDENTITY)]
     pub uid_range: UidRange,
+
+    /// Where runs hold their uids (a lock file per uid, root's directory): every run that may
+    /// share uids with this one must use the same directory, e.g. a node-wide hostPath for
+    /// runs in several pods of one node. Default /run/openshell-sandbox-uids.
+    #[arg(long, env = "OPENSHELL_SANDBOX_UID_LEASE_DIR", value_name = "DIR")]
+    pub uid_lease_dir: Option<PathBuf>,
 
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, num_args = 1.., value_name = "CMD")]
@@ -237,7 +243,9 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = parse_size_arg, help_heading = ISOLATION)]
     pub tmp_size: u64,
 
-    /// Size of the private tmpfs mounted on /dev/shm in the sandbox's view.
+    /// Size of the private tmpfs mounted on /dev/shm in the sandbox's view, and the budget of
+    /// its IPC namespace: SysV shared memory at most this much in all, message queues and
+    /// semaphores a quarter each (docs/policy.md, "Shared memory").
     #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = parse_size_arg, help_heading = ISOLATION)]
     pub shm_size: u64,
 

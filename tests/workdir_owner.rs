@@ -293,7 +293,7 @@ fn a_refused_run_changes_no_owner() {
         let wd = Workdir::new();
         std::fs::set_permissions(wd.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
         let r = run_in(wd.path(), &[], &env, "echo x > x");
-        assert_eq!(r.code(), 2, "{env:?}: {}", r.stderr());
+        assert_eq!(r.code(), 125, "{env:?}: {}", r.stderr());
         assert!(r.stderr().contains("not writable"), "{}", r.stderr());
         assert_eq!(owner(wd.path()), (NOBODY, NOBODY), "{env:?}");
         assert!(!wd.path().join("x").exists());
@@ -358,7 +358,7 @@ fn a_link_planted_by_a_run_in_a_root_owned_workdir_is_never_followed() {
         !victim.join("pwned").exists(),
         "run 2 wrote through the link"
     );
-    assert_eq!(r2.code(), 2, "{}", r2.stderr());
+    assert_eq!(r2.code(), 125, "{}", r2.stderr());
     assert!(
         r2.stderr().contains(&format!("symlink {}", link.display())),
         "{}",
@@ -445,7 +445,7 @@ fn a_workdir_of_tmp_or_dev_shm_is_refused_with_a_reason() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "--workdir {dir}: {err}");
+        assert_eq!(out.status.code(), Some(125), "--workdir {dir}: {err}");
         assert!(
             err.contains(dir) && err.contains("private tmpfs"),
             "--workdir {dir}: {err}"
@@ -459,7 +459,7 @@ fn a_workdir_of_tmp_or_dev_shm_is_refused_with_a_reason() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("private tmpfs"), "{err}");
 }
 

@@ -412,6 +412,19 @@ class Contract(unittest.TestCase):
         self.assertEqual(cm["data"]["OPENSHELL_GATEWAY_ENDPOINT"], f"https://openshell.{NS}.svc.cluster.local:8080")
         self.assertEqual(cm["data"]["OPENSHELL_GATEWAY_MTLS_DIR"], ".config/openshell/gateways/openshell/mtls")
 
+    def test_runs_in_every_pod_of_a_node_share_one_uid_lease_dir(self):
+        # The default is the node-wide path the README's runtime Deployment mounts by hostPath.
+        for mode in ("in-cluster", "external"):
+            cm = one(rendered(mode), "ConfigMap", "openshell-runtime", NS)
+            self.assertEqual(cm["data"]["OPENSHELL_SANDBOX_UID_LEASE_DIR"], "/run/openshell-sandbox-uids")
+        docs = render(["runtime.sandbox.uidLeaseDir=/var/lib/openshell/uids"])
+        cm = one(docs, "ConfigMap", "openshell-runtime", NS)
+        self.assertEqual(cm["data"]["OPENSHELL_SANDBOX_UID_LEASE_DIR"], "/var/lib/openshell/uids")
+        p = render(["runtime.sandbox.uidLeaseDir=relative/dir"], check=False)
+        self.assertNotEqual(p.returncode, 0, "a relative lease directory was accepted")
+        readme = (CHART / "README.md").read_text()
+        self.assertIn("path: /run/openshell-sandbox-uids\n            type: DirectoryOrCreate", readme)
+
     def test_off_mode_renders_nothing(self):
         self.assertEqual(rendered("off"), [])
         p = render(MODES["off"], check=False)

@@ -4,6 +4,7 @@ pub mod explain;
 pub mod manager;
 pub mod reaper;
 pub mod report;
+pub mod report_file;
 pub mod run;
 pub mod stream;
 mod tree;
@@ -124,7 +125,13 @@ pub enum RunError {
     #[error("--report-json {path}: {source}")]
     ReportJson {
         path: PathBuf,
-        source: Box<crate::policy::walk::WalkError>,
+        source: Box<report_file::ReportFileError>,
+    },
+    /// The run ended, but its report could not be put at the path (nothing is left there).
+    #[error("--report-json {path}: the run ended, but its report could not be written: {source}")]
+    ReportWrite {
+        path: PathBuf,
+        source: Box<report_file::ReportFileError>,
     },
 }
 

@@ -20,6 +20,10 @@ pub enum Reason {
     MemoryLimit,
     OutputLimit,
     PidsLimit,
+    /// The command could not be started: no such program (or its interpreter), exit 127.
+    NotFound,
+    /// The command could not be started: not executable, or refused by the sandbox, exit 126.
+    NotExecutable,
 }
 
 impl Reason {
@@ -32,6 +36,8 @@ impl Reason {
             Reason::MemoryLimit => "memory_limit",
             Reason::OutputLimit => "output_limit",
             Reason::PidsLimit => "pids_limit",
+            Reason::NotFound => "not_found",
+            Reason::NotExecutable => "not_executable",
         }
     }
 }

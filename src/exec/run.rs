@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::report::{self, Context, EffectiveLimits, ExitReport, Reason};
+use super::report_file::ReportFile;
 use super::stream::{self, Event, StreamStats, pump};
 use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
 use crate::cli::RunArgs;
 use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{Identity, Policy, PolicyFlags};
-use crate::sandbox::identity::UidLease;
+use crate::sandbox::identity::{self, UidLease};
 
 mod stdio;
 use stdio::*;
@@ -82,6 +83,17 @@ pub fn load_policy(
         warnings,
         file_sets_identity,
     })
+}
+
+/// The report's reason for a command that could not be started, when that is why `e` ended
+/// the run (not a failure of the sandbox itself, which writes no report).
+fn not_started_reason(e: &RunError) -> Option<Reason> {
+    // Read from the exit code, which says once which errors mean "could not start".
+    match e.exit_code() {
+        127 => Some(Reason::NotFound),
+        126 => Some(Reason::NotExecutable),
+        _ => None,
+    }
 }
 
 /// Put the policy file's warnings in the log, naming the file.
@@ -317,6 +329,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // drain them for every concurrent run. Held until we return, after the last kill sweep.
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    if let Some(dir) = &args.uid_lease_dir {
+        identity::set_lease_dir(dir.clone());
+    }
     let lease = if root
         && args.policy.uid.is_none()
         && args.policy.gid.is_none()
@@ -340,6 +355,14 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             hand_over: args.uid_range.start..=args.uid_range.end,
         };
     }
+    // A uid named explicitly is held too, shared: no per-run run may get it meanwhile, and it
+    // is refused while one has it (the same uid in two runs shares its kernel budgets).
+    let _explicit_lease = match policy.identity {
+        Some(id) if root && lease.is_none() => {
+            UidLease::share(id.uid).map_err(RunError::Identity)?
+        }
+        _ => None,
+    };
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
     } else {
@@ -385,22 +408,71 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     }
     tl.stamp("workdir");
 
-    // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
-    // the end could by then be the child's symlink (root overwrites what it points to) or its
-    // FIFO (the supervisor blocks forever). See `Walker::open_output`.
+    // The report's directory, opened before any sandboxed code runs, through the
+    // symlink-safe walk; the report itself is written there only once the tree is dead, so
+    // the child can neither forge it nor point it elsewhere (see report_file.rs).
     let report_file = match &args.report_json {
-        Some(p) => Some(
-            sandbox
-                .policy()
-                .fs
-                .walker()
-                .open_output(p)
-                .map_err(|source| RunError::ReportJson {
+        Some(p) => {
+            let fs = &sandbox.policy().fs;
+            let rw: Vec<&Path> = std::iter::once(fs.workdir.as_path())
+                .chain(fs.read_write.iter().map(PathBuf::as_path))
+                .collect();
+            Some(
+                ReportFile::open(&fs.walker(), p, &rw).map_err(|source| RunError::ReportJson {
                     path: p.clone(),
                     source: Box::new(source),
                 })?,
-        ),
+            )
+        }
         None => None,
+    };
+    // What every report of this run says, however it ends.
+    let report_of = |reason: Reason, exit_code: i32| ExitReport {
+        reason,
+        exit_code,
+        status: None,
+        signal: None,
+        wall_ms: started.elapsed().as_millis() as u64,
+        user_cpu_ms: 0,
+        sys_cpu_ms: 0,
+        peak_rss_kib: 0,
+        stdout_bytes: 0,
+        stderr_bytes: 0,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        cgroup_cpu_ms: None,
+        contained: true,
+        survivors: Vec::new(),
+        containment_error: None,
+        landlock_abi: sandbox.landlock_abi(),
+        layers: sandbox.layers().to_vec(),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        uid: child_uid,
+        gid: child_gid,
+        limits: EffectiveLimits {
+            policy: limits.clone(),
+            timeout_secs: args.timeout,
+            kill_grace_secs: args.kill_grace,
+            max_output_bytes: args.max_output,
+        },
+        started_at: crate::logging::rfc3339(started_at),
+        cgroup_version: report::host_cgroup_version(),
+    };
+    // A command that could not be started ends a run that got this far: it still has its
+    // report. (Its child is already reaped: nothing of the run is left.)
+    let not_started = |e: RunError| {
+        if let (Some(file), Some(reason)) = (&report_file, not_started_reason(&e)) {
+            let report = report_of(reason, i32::from(e.exit_code()));
+            let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
+            if let Err(w) = file.write(&json) {
+                tracing::warn!(error = %w, "--report-json");
+            }
+        }
+        e
     };
 
     let cap = args.max_output;
@@ -430,7 +502,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 controlling_tty: true,
                 program_fd: None,
             })
-            .await?;
+            .await
+            .map_err(not_started)?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
         let writer = master.dup_fd().map_err(|source| RunError::Io {
@@ -478,7 +551,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 controlling_tty: false,
                 program_fd: None,
             })
-            .await?;
+            .await
+            .map_err(not_started)?;
         let r =
             tokio::net::unix::pipe::Receiver::from_owned_fd(r).map_err(|source| RunError::Io {
                 what: "registering the merged output pipe",
@@ -505,7 +579,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 controlling_tty: false,
                 program_fd: None,
             })
-            .await?;
+            .await
+            .map_err(not_started)?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
         let (o, e) = (opts("stdout"), opts("stderr"));
@@ -647,11 +722,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         CONTAINMENT_FAILED_EXIT
     };
     let report = ExitReport {
-        reason,
-        exit_code,
         status: info.code,
         signal: info.signal,
-        wall_ms: started.elapsed().as_millis() as u64,
         user_cpu_ms: info.user_cpu.as_millis() as u64,
         sys_cpu_ms: info.sys_cpu.as_millis() as u64,
         peak_rss_kib: info.max_rss_kib,
@@ -663,23 +735,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         contained,
         survivors,
         containment_error,
-        landlock_abi: sandbox.landlock_abi(),
-        layers: sandbox.layers().to_vec(),
-        command: args
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        uid: child_uid,
-        gid: child_gid,
-        limits: EffectiveLimits {
-            policy: limits.clone(),
-            timeout_secs: args.timeout,
-            kill_grace_secs: args.kill_grace,
-            max_output_bytes: args.max_output,
-        },
-        started_at: crate::logging::rfc3339(started_at),
-        cgroup_version: report::host_cgroup_version(),
+        ..report_of(reason, exit_code)
     };
     // Like bwrap, a run whose command simply ended says nothing of its own: the summary is for
     // an end the sandbox decided (a timeout, a limit, the output cap, a kill of ours), a run
@@ -707,14 +763,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         }
     }
     if let Some(file) = &report_file {
-        use std::os::unix::fs::FileExt;
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
-        file.set_len(0)
-            .and_then(|()| file.write_all_at(&json, 0))
-            .map_err(|source| RunError::Io {
-                what: "writing --report-json",
-                source,
-            })?;
+        file.write(&json).map_err(|source| RunError::ReportWrite {
+            path: file.path().to_path_buf(),
+            source: Box::new(source),
+        })?;
     }
     // Only now, with the report out, remove the scratch tree: on a deep or wide tree that can
     // take far longer than the run's --timeout (37 s was seen), and nothing of the run's

@@ -4,6 +4,7 @@
 
 mod flags;
 mod fs;
+mod ipc;
 pub mod openshell;
 mod size;
 pub mod walk;
@@ -16,6 +17,7 @@ pub use fs::{
     FsPolicy, FsRule, PRIVATE_TMPFS, PathAccess, WriteAs, absent_root_only_denies,
     default_secret_paths, expand_grants, expand_grants_skipping,
 };
+pub use ipc::IpcLimits;
 pub use size::{ParseSizeError, parse_size};
 
 /// What the child may do on the network.
@@ -74,7 +76,8 @@ impl Default for Limits {
 pub struct NamespacePolicy {
     /// Size of the private tmpfs on /tmp, bytes.
     pub tmp_size: u64,
-    /// Size of the private tmpfs on /dev/shm, bytes.
+    /// Size of the private tmpfs on /dev/shm, bytes; also the budget of the IPC namespace's
+    /// SysV objects ([`IpcLimits`]).
     pub shm_size: u64,
     /// Hostname in the view's UTS namespace.
     pub hostname: String,

@@ -16,7 +16,6 @@
 //! still be followed, one decision per link, which `openat2` cannot express.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
-use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -86,12 +85,6 @@ pub enum WalkError {
     NotDir(PathBuf),
     #[error("{0} does not name a file")]
     NoFileName(PathBuf),
-    #[error("{path} exists and is not a regular file with one link (mode {mode:o}, {nlink} links)")]
-    NotPlainFile {
-        path: PathBuf,
-        mode: u32,
-        nlink: u64,
-    },
     #[error("{0} was replaced while it was being opened")]
     Replaced(PathBuf),
 }
@@ -454,7 +447,7 @@ impl Walker {
                 } else {
                     !in_system_tree(&d.path)
                 };
-            if by_other || by_group || by_owner {
+            if by_other || by_group {
                 return Some(format!(
                     "{} above it is writable by the sandbox uid {} / gid {} (mode {:o}, group {})",
                     d.path.display(),
@@ -464,67 +457,15 @@ impl Walker {
                     d.meta.gid
                 ));
             }
+            if by_owner {
+                return Some(format!(
+                    "{} above it is writable by its owner root (mode {:o}), as whom a sandbox writes in a root-owned workdir, so a link there may have been left by an earlier run",
+                    d.path.display(),
+                    m & 0o7777,
+                ));
+            }
         }
         None
-    }
-
-    /// Open `path` to write a result into at the end of a run, before any sandboxed code runs:
-    /// the directories through this walk, the file itself `O_NOFOLLOW|O_NONBLOCK` (a FIFO put
-    /// there can neither block the open nor the write). A new file is created `O_EXCL`; an
-    /// existing one must be a regular file with a single link, checked by fstat of the very
-    /// descriptor returned. Nothing is truncated here.
-    pub fn open_output(&self, path: &Path) -> Result<File, WalkError> {
-        let abs = std::path::absolute(path).map_err(|source| WalkError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let name = match abs.components().next_back() {
-            Some(Component::Normal(n)) => n.to_owned(),
-            _ => return Err(WalkError::NoFileName(abs)),
-        };
-        let parent = abs
-            .parent()
-            .ok_or_else(|| WalkError::NoFileName(abs.clone()))?;
-        let dir = self.resolve(parent)?;
-        if !dir.meta.is_dir() {
-            return Err(WalkError::NotDir(dir.path));
-        }
-        let path = dir.path.join(&name);
-        let open_err = |source| WalkError::Open {
-            path: path.clone(),
-            source,
-        };
-        let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
-        match openat(
-            dir.fd.as_fd(),
-            &name,
-            flags | libc::O_CREAT | libc::O_EXCL,
-            0o666,
-        ) {
-            Ok(fd) => return Ok(File::from(fd)),
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(e) => return Err(open_err(e)),
-        }
-        // It exists: look before opening for write, since opening a device or FIFO for write
-        // can itself have effects; then check that the descriptor is of the same inode.
-        let seen = open_entry(dir.fd.as_fd(), &dir.path, &name)?;
-        let plain = |m: &Meta| m.is_file() && m.nlink == 1;
-        if !plain(&seen.meta) {
-            return Err(WalkError::NotPlainFile {
-                path,
-                mode: seen.meta.mode,
-                nlink: seen.meta.nlink,
-            });
-        }
-        let fd = openat(dir.fd.as_fd(), &name, flags, 0).map_err(open_err)?;
-        let meta = fstat(fd.as_fd()).map_err(|source| WalkError::Stat {
-            path: path.clone(),
-            source,
-        })?;
-        if (meta.dev, meta.ino) != (seen.meta.dev, seen.meta.ino) || !plain(&meta) {
-            return Err(WalkError::Replaced(path));
-        }
-        Ok(File::from(fd))
     }
 }
 

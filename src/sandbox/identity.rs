@@ -211,27 +211,57 @@ pub fn describe_groups(groups: &[(libc::gid_t, Option<String>)]) -> String {
         .join(", ")
 }
 
-/// Where the per-uid lock files of [`UidLease`] live: root-only (0700), outside every grant,
-/// and on tmpfs so a reboot frees every lease.
+/// Where the per-uid lock files of [`UidLease`] live by default: root-only (0700), outside
+/// every grant, and on tmpfs so a reboot frees every lease. Each pod has a `/run` of its own,
+/// so runs in two pods of one node need a directory both see ([`set_lease_dir`]; the chart
+/// mounts a node-wide hostPath there).
 pub const UID_LOCK_DIR: &str = "/run/openshell-sandbox-uids";
+
+static LEASE_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Keep the leases (and workdir locks) of this process in `dir` instead of [`UID_LOCK_DIR`]:
+/// `run --uid-lease-dir`. Called once, before the first lease; a later call changes nothing.
+pub fn set_lease_dir(dir: std::path::PathBuf) {
+    let _ = LEASE_DIR.set(dir);
+}
+
+/// The lease directory in use.
+pub fn lease_dir() -> &'static std::path::Path {
+    LEASE_DIR
+        .get()
+        .map_or(std::path::Path::new(UID_LOCK_DIR), |p| p.as_path())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("preparing the uid lock directory {UID_LOCK_DIR}: {0}")]
-    LockDir(std::io::Error),
+    #[error("preparing the uid lease directory {dir}: {1}", dir = .0.display())]
+    LockDir(std::path::PathBuf, std::io::Error),
     #[error(
-        "{UID_LOCK_DIR} is not a root-owned directory of mode 0700; refusing to trust its locks"
+        "the uid lease directory {} is not a directory of root's that only root can write (owner {owner}, mode {mode:04o}); refusing to trust its locks",
+        path.display()
     )]
-    UntrustedLockDir,
+    UntrustedLockDir {
+        path: std::path::PathBuf,
+        owner: u32,
+        mode: u32,
+    },
     #[error("locking uid {uid}: {source}")]
     Lock { uid: u32, source: std::io::Error },
     #[error("every uid of --uid-range {start}-{end} is held by a running run")]
     Exhausted { start: u32, end: u32 },
+    #[error(
+        "uid {uid} is the per-run uid of a running run (its lease is in {}): two runs under one uid share its kernel budgets and can reach each other's files; pass another --uid, one outside --uid-range, or none",
+        dir.display()
+    )]
+    UidInUse { uid: u32, dir: std::path::PathBuf },
 }
 
-/// One uid of a range, held for as long as this value lives: an exclusive flock on
-/// `UID_LOCK_DIR/<uid>`. The kernel drops the lock when the holder dies, however it dies, so a
-/// crashed run never leaks its uid, and two live runs never share one.
+/// One uid, held for as long as this value lives: a flock on `<lease dir>/<uid>`. A per-run
+/// uid holds it exclusively ([`UidLease::take`]); a uid named explicitly (`--uid`, the policy
+/// file's `run_as_user`) holds it shared ([`UidLease::share`]), so runs that name one uid
+/// together may share it, and no per-run run gets a uid an explicit one is using, nor the
+/// other way round. The kernel drops the lock when the holder dies, however it dies, so a
+/// crashed run never leaks its uid.
 #[derive(Debug)]
 pub struct UidLease {
     pub uid: u32,
@@ -242,13 +272,18 @@ pub struct UidLease {
 /// claims of exec/workdir keep their lock files here too.)
 pub(crate) fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let path = c"/run/openshell-sandbox-uids";
-    // SAFETY: mkdir with a NUL-terminated constant path.
+    use std::os::unix::ffi::OsStrExt;
+    let dir = lease_dir();
+    let err = |e: std::io::Error| LeaseError::LockDir(dir.to_path_buf(), e);
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+    // SAFETY: mkdir with a NUL-terminated path.
     if unsafe { libc::mkdir(path.as_ptr(), 0o700) } != 0 && crate::sandbox::errno() != libc::EEXIST
     {
-        return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+        return Err(err(std::io::Error::last_os_error()));
     }
-    // SAFETY: open with a constant path; O_NOFOLLOW so a planted link is never our lock dir.
+    // SAFETY: open with a NUL-terminated path; O_NOFOLLOW so a planted link is never our
+    // lock dir.
     let fd = unsafe {
         libc::open(
             path.as_ptr(),
@@ -256,7 +291,7 @@ pub(crate) fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
         )
     };
     if fd < 0 {
-        return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+        return Err(err(std::io::Error::last_os_error()));
     }
     // SAFETY: fd was just opened and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -264,22 +299,30 @@ pub(crate) fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
     let st = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
-            return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+            return Err(err(std::io::Error::last_os_error()));
         }
         st
     };
-    // Anyone else able to write here could hold our locks (or swap the files under us).
-    if st.st_uid != 0 || st.st_mode & 0o7777 != 0o700 {
-        return Err(LeaseError::UntrustedLockDir);
+    // Anyone else able to write here could hold our locks (or swap the files under us). A
+    // group- or world-readable directory is fine (kubelet makes a hostPath 0755): the lock
+    // files themselves are root's 0600, so nobody else can open one to hold it.
+    if st.st_uid != 0 || st.st_mode & 0o022 != 0 {
+        return Err(LeaseError::UntrustedLockDir {
+            path: dir.to_path_buf(),
+            owner: st.st_uid,
+            mode: st.st_mode & 0o7777,
+        });
     }
     Ok(fd)
 }
 
-/// Open (creating it) the lock file `name` of the lock directory and try an exclusive flock on
-/// it: `Ok(Some(fd))` held, `Ok(None)` held by someone else (EWOULDBLOCK).
+/// Open (creating it) the lock file `name` of the lock directory and try a flock on it
+/// (`LOCK_EX` or `LOCK_SH`): `Ok(Some(fd))` held, `Ok(None)` held by someone else in a way
+/// that excludes ours (EWOULDBLOCK).
 fn try_lock(
     dir: &std::os::fd::OwnedFd,
     name: &str,
+    how: libc::c_int,
 ) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let name = std::ffi::CString::new(name)
@@ -299,7 +342,7 @@ fn try_lock(
     // SAFETY: fd was just opened and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: flock on our fd.
-    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+    if unsafe { libc::flock(fd.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
         return Ok(Some(fd));
     }
     match crate::sandbox::errno() {
@@ -309,20 +352,45 @@ fn try_lock(
 }
 
 impl UidLease {
-    /// Take a free uid of `start..=end`, trying from a random point so that concurrent
-    /// supervisors rarely contend for the same file.
+    /// Take a free uid of `start..=end` for this run alone, trying from a random point so
+    /// that concurrent supervisors rarely contend for the same file. A uid that any other
+    /// run holds, per-run or explicit, is skipped.
     pub fn take(start: u32, end: u32) -> Result<UidLease, LeaseError> {
         let dir = lock_dir()?;
         let n = u64::from(end - start) + 1;
         let first = rand::random::<u64>() % n;
         for i in 0..n {
             let uid = start + ((first + i) % n) as u32;
-            match try_lock(&dir, &uid.to_string()) {
+            match try_lock(&dir, &uid.to_string(), libc::LOCK_EX) {
                 Ok(Some(fd)) => return Ok(UidLease { uid, _lock: fd }),
                 Ok(None) => continue,
                 Err(source) => return Err(LeaseError::Lock { uid, source }),
             }
         }
         Err(LeaseError::Exhausted { start, end })
+    }
+
+    /// Hold `uid`, named explicitly, for this run: shared with other runs that name it, refused
+    /// while a run holds it as its per-run uid. `None` where the lease directory neither
+    /// exists nor can be made (a read-only `/run`): no per-run uid can be held there either.
+    pub fn share(uid: u32) -> Result<Option<UidLease>, LeaseError> {
+        let dir = match lock_dir() {
+            Ok(d) => d,
+            Err(LeaseError::LockDir(path, e))
+                if matches!(e.raw_os_error(), Some(libc::EROFS | libc::ENOENT)) =>
+            {
+                tracing::debug!(dir = %path.display(), error = %e, "no uid lease directory: an explicit uid needs no lease here");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        match try_lock(&dir, &uid.to_string(), libc::LOCK_SH) {
+            Ok(Some(fd)) => Ok(Some(UidLease { uid, _lock: fd })),
+            Ok(None) => Err(LeaseError::UidInUse {
+                uid,
+                dir: lease_dir().to_path_buf(),
+            }),
+            Err(source) => Err(LeaseError::Lock { uid, source }),
+        }
     }
 }

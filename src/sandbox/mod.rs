@@ -650,6 +650,11 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
         proc_read: fs.proc_read,
         links,
         workdir,
+        // SAFETY: sysconf has no preconditions.
+        ipc: crate::policy::IpcLimits::for_budget(policy.namespaces.shm_size, unsafe {
+            libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64
+        }),
+        ipc_userns: None,
     }
 }
 
@@ -753,6 +758,10 @@ fn prepare_namespaces(
             }
         }
     }
+    if k.user_ns() == UserNs::Entered {
+        // SAFETY: getegid has no preconditions.
+        req.ipc_userns = Some((k.euid(), unsafe { libc::getegid() }));
+    }
     let plan = namespaces::ViewPlan::new(&req);
     // Race tests hold the supervisor here: the walk has decided each grant's inode, the
     // helper has not bound them yet.
@@ -816,12 +825,26 @@ fn prepare_namespaces(
                     skipped.concat()
                 )
             }
-            Kind::Ipc => "private SysV IPC and POSIX message queues".to_string(),
+            Kind::Ipc => format!(
+                "private SysV IPC and POSIX message queues; {}",
+                req.ipc.describe()
+            ),
             Kind::Uts => format!("hostname {}", req.hostname),
             Kind::Net => "a network namespace with only lo, up".to_string(),
             Kind::User => unreachable!("not in `kinds`"),
         };
         match outcome {
+            Outcome::Made if kind == Kind::Ipc && probe.ipc_limits.is_some() => {
+                let e = probe.ipc_limits.expect("checked");
+                degrade_row(
+                    policy,
+                    kind.layer(),
+                    format!(
+                        "private SysV IPC and POSIX message queues, but its limits could not be set ({e}): what an exec leaves there (shared memory segments, message queues, semaphores) is bounded only by the kernel's defaults"
+                    ),
+                    layers,
+                )?
+            }
             Outcome::Made => row(layers, kind.layer(), Enforcement::Enforced, enforced),
             Outcome::NotRequested if kind == Kind::Net => row(
                 layers,

@@ -17,6 +17,8 @@ struct Fake {
     view: [Outcome; 6],
     proc: ProcMount,
     core: CoreDumps,
+    /// Why the IPC limits could not be set, if they could not.
+    ipc_limits: Option<ChildError>,
 }
 
 impl Default for Fake {
@@ -41,6 +43,7 @@ impl Default for Fake {
                 pattern: CorePattern::Pipe,
                 contents_filtered: true,
             },
+            ipc_limits: None,
         }
     }
 }
@@ -89,6 +92,7 @@ impl Kernel for Fake {
                 proc: self.proc,
                 ..View::default()
             },
+            ipc_limits: self.ipc_limits,
         })
     }
 }
@@ -170,6 +174,35 @@ fn a_mount_refused_by_apparmor_is_refused_then_degraded_with_its_reason() {
     assert_eq!(status(&p, "namespace-mount").0, Enforcement::Degraded);
     // The other kinds are unaffected.
     assert_eq!(status(&p, "namespace-ipc").0, Enforcement::Enforced);
+}
+
+/// The IPC namespace is made, but its limits could not be written (a read-only /proc/sys):
+/// what an exec leaves there is unbounded, so the layer is refused, then degraded with the
+/// file and errno; made and limited, its detail names the limits.
+#[test]
+fn ipc_limits_that_cannot_be_set_degrade_the_ipc_namespace() {
+    let mut k = Fake::default();
+    let (pol, _wd) = policy(false, NetworkMode::None, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    let (st, detail) = status(&p, "namespace-ipc");
+    assert_eq!(st, Enforcement::Enforced);
+    assert!(
+        detail.contains("SysV limits from --shm-size 64 MiB: shared memory 64 MiB in all"),
+        "{detail}"
+    );
+    k.ipc_limits = Some(ChildError {
+        detail: 1,
+        ..ChildError::new(Step::SetIpcLimit, libc::EROFS)
+    });
+    let (layer, reason) = refused(&k, NetworkMode::None, true);
+    assert_eq!(layer, "namespace-ipc");
+    assert!(
+        reason.contains("its limits could not be set (write /proc/sys/kernel/shmall: Read-only file system (os error 30))"),
+        "{reason}"
+    );
+    let (pol, _wd) = policy(true, NetworkMode::None, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "namespace-ipc").0, Enforcement::Degraded);
 }
 
 #[test]

@@ -241,7 +241,7 @@ impl Locks {
 pub fn take(uses: &[Dir], hand_over: Option<&Dir>) -> Result<Claim, ClaimError> {
     let dir = match identity::lock_dir() {
         Ok(d) => d,
-        Err(identity::LeaseError::LockDir(e))
+        Err(identity::LeaseError::LockDir(_, e))
             if hand_over.is_none()
                 && matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EROFS)) =>
         {
