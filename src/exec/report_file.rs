@@ -5,9 +5,11 @@
 //! that can write the report's directory renamed our file away and left its own at the path.
 //! So nothing exists at the path during the run. Before it, we open the report's directory
 //! (through the symlink-safe walk, `O_DIRECTORY|O_NOFOLLOW`) and refuse a directory the
-//! sandbox could replace; after the tree is dead, we write a new file in that directory and
-//! rename it over the name (`renameat` on the directory's descriptor), which replaces whatever
-//! the child left there (a file, a symlink, a FIFO) without following or opening it.
+//! sandbox could replace, and make an unnamed file in it (`O_TMPFILE`, where the filesystem
+//! has them). After the tree is dead, we write the report into that file (or a new one), give
+//! it a name of our own and rename it over the name (`renameat` on the directory's
+//! descriptor), which replaces whatever the child left there (a file, a symlink, a FIFO)
+//! without following or opening it.
 //!
 //! Which directories are refused: one strictly below a read-write grant of the run (the
 //! workdir, `--rw`, the scratch directory). There the child can rename the directory itself,
@@ -51,6 +53,11 @@ pub enum ReportFileError {
 #[derive(Debug)]
 pub struct ReportFile {
     dir: OwnedFd,
+    /// An unnamed file in that directory (`O_TMPFILE`), made before the run where the
+    /// filesystem has them: the report is written into it and given a name only at the end,
+    /// so writing it needs no new descriptor then (a supervisor out of descriptors still
+    /// reports why the run failed), and the command never sees it.
+    unnamed: Option<OwnedFd>,
     name: CString,
     /// The path as the walk resolved it (for messages).
     path: PathBuf,
@@ -137,8 +144,18 @@ impl ReportFile {
         }
         let name = CString::new(name.as_bytes())
             .map_err(|_| ReportFileError::NoFileName(report_path.clone()))?;
+        // EOPNOTSUPP (a filesystem without O_TMPFILE) and the rest: the report is then made
+        // as a named file at the end.
+        let unnamed = openat(
+            dir.as_fd(),
+            c".",
+            libc::O_WRONLY | libc::O_TMPFILE | libc::O_CLOEXEC,
+            0o666,
+        )
+        .ok();
         Ok(ReportFile {
             dir,
+            unnamed,
             name,
             path: report_path,
         })
@@ -181,6 +198,9 @@ impl ReportFile {
             path: self.path.clone(),
             source,
         };
+        if let Some(fd) = &self.unnamed {
+            return self.write_unnamed(fd.as_fd(), bytes);
+        }
         // A name of our own beside the target: O_EXCL, so a file or link already there (the
         // child could guess at names) is never opened; a short name keeps within NAME_MAX.
         let mut made = None;
@@ -229,6 +249,85 @@ impl ReportFile {
         if rc != 0 {
             let e = io::Error::last_os_error();
             unlink_tmp();
+            return Err(io_err("renaming the report to", e));
+        }
+        Ok(())
+    }
+}
+
+impl ReportFile {
+    /// Write into the unnamed file, link it into the directory under a name of our own and
+    /// rename that over the target. No descriptor is opened here.
+    fn write_unnamed(&self, fd: BorrowedFd<'_>, bytes: &[u8]) -> Result<(), ReportFileError> {
+        let io_err = |what, source| ReportFileError::Io {
+            what,
+            path: self.path.clone(),
+            source,
+        };
+        let mut off = 0;
+        while off < bytes.len() {
+            // SAFETY: write from a live slice to our own descriptor.
+            let n = unsafe {
+                libc::write(
+                    fd.as_raw_fd(),
+                    bytes[off..].as_ptr().cast(),
+                    bytes.len() - off,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(io_err("writing", e));
+            }
+            off += n as usize;
+        }
+        let proc_path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .expect("no NUL in a formatted path");
+        let mut linked = None;
+        for _ in 0..16 {
+            let tmp = CString::new(format!(".osb-report-{:016x}.tmp", rand::random::<u64>()))
+                .expect("no NUL in a formatted name");
+            // SAFETY: linkat with NUL-terminated paths and our directory fd. Through /proc
+            // (AT_SYMLINK_FOLLOW), which needs no capability, unlike AT_EMPTY_PATH.
+            let rc = unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    proc_path.as_ptr(),
+                    self.dir.as_raw_fd(),
+                    tmp.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            };
+            if rc == 0 {
+                linked = Some(tmp);
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(io_err("naming the report beside", e));
+            }
+        }
+        let Some(tmp) = linked else {
+            return Err(io_err(
+                "naming the report beside",
+                io::Error::from_raw_os_error(libc::EEXIST),
+            ));
+        };
+        // SAFETY: renameat within our directory fd, NUL-terminated names.
+        let rc = unsafe {
+            libc::renameat(
+                self.dir.as_raw_fd(),
+                tmp.as_ptr(),
+                self.dir.as_raw_fd(),
+                self.name.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: unlinkat on our directory fd with the name we just made.
+            unsafe { libc::unlinkat(self.dir.as_raw_fd(), tmp.as_ptr(), 0) };
             return Err(io_err("renaming the report to", e));
         }
         Ok(())

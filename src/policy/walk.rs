@@ -457,6 +457,13 @@ impl Walker {
                     d.meta.gid
                 ));
             }
+            if by_owner && self.uid == 0 {
+                return Some(format!(
+                    "{} above it is writable by the sandbox uid 0, its owner (mode {:o})",
+                    d.path.display(),
+                    m & 0o7777,
+                ));
+            }
             if by_owner {
                 return Some(format!(
                     "{} above it is writable by its owner root (mode {:o}), as whom a sandbox writes in a root-owned workdir, so a link there may have been left by an earlier run",
