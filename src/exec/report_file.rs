@@ -205,8 +205,7 @@ impl ReportFile {
         // child could guess at names) is never opened; a short name keeps within NAME_MAX.
         let mut made = None;
         for _ in 0..16 {
-            let tmp = CString::new(format!(".osb-report-{:016x}.tmp", rand::random::<u64>()))
-                .expect("no NUL in a formatted name");
+            let tmp = fresh_name();
             match openat(
                 self.dir.as_fd(),
                 &tmp,
@@ -237,21 +236,7 @@ impl ReportFile {
             unlink_tmp();
             return Err(io_err("writing", e));
         }
-        // SAFETY: renameat within our directory fd, NUL-terminated names.
-        let rc = unsafe {
-            libc::renameat(
-                self.dir.as_raw_fd(),
-                tmp.as_ptr(),
-                self.dir.as_raw_fd(),
-                self.name.as_ptr(),
-            )
-        };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            unlink_tmp();
-            return Err(io_err("renaming the report to", e));
-        }
-        Ok(())
+        self.rename_over(&tmp)
     }
 }
 
@@ -287,8 +272,7 @@ impl ReportFile {
             .expect("no NUL in a formatted path");
         let mut linked = None;
         for _ in 0..16 {
-            let tmp = CString::new(format!(".osb-report-{:016x}.tmp", rand::random::<u64>()))
-                .expect("no NUL in a formatted name");
+            let tmp = fresh_name();
             // SAFETY: linkat with NUL-terminated paths and our directory fd. Through /proc
             // (AT_SYMLINK_FOLLOW), which needs no capability, unlike AT_EMPTY_PATH.
             let rc = unsafe {
@@ -315,6 +299,11 @@ impl ReportFile {
                 io::Error::from_raw_os_error(libc::EEXIST),
             ));
         };
+        self.rename_over(&tmp)
+    }
+
+    /// Rename our file `tmp` over the report's name; on failure `tmp` is removed.
+    fn rename_over(&self, tmp: &CStr) -> Result<(), ReportFileError> {
         // SAFETY: renameat within our directory fd, NUL-terminated names.
         let rc = unsafe {
             libc::renameat(
@@ -326,12 +315,24 @@ impl ReportFile {
         };
         if rc != 0 {
             let e = io::Error::last_os_error();
-            // SAFETY: unlinkat on our directory fd with the name we just made.
+            // SAFETY: unlinkat on our directory fd with the name we made.
             unsafe { libc::unlinkat(self.dir.as_raw_fd(), tmp.as_ptr(), 0) };
-            return Err(io_err("renaming the report to", e));
+            return Err(ReportFileError::Io {
+                what: "renaming the report to",
+                path: self.path.clone(),
+                source: e,
+            });
         }
         Ok(())
     }
+}
+
+/// A name of our own beside the report: short (within NAME_MAX) and random, made with
+/// O_EXCL or its like by the caller, so an entry the child left under a guessed name is never
+/// opened.
+fn fresh_name() -> CString {
+    CString::new(format!(".osb-report-{:016x}.tmp", rand::random::<u64>()))
+        .expect("no NUL in a formatted name")
 }
 
 /// Refuse a report directory strictly below one of `rw_grants`: walk up from `dir` by `..`
