@@ -852,7 +852,7 @@ impl ExecCgroup {
             // SAFETY: writing two bytes from a static buffer to an fd we own.
             let rc = unsafe { libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) };
             if rc < 0 {
-                return Err(crate::sandbox::errno());
+                return Err(crate::sys::errno());
             }
         }
         Ok(())

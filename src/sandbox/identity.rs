@@ -92,13 +92,13 @@ pub fn enforce(p: &Prepared) -> Result<(), ChildError> {
                 if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
                     // EINVAL: past the kernel's last capability (cap_last_cap was unreadable,
                     // e.g. no /proc in a chroot, and we guessed high). Every real one is gone.
-                    if crate::sandbox::errno() == libc::EINVAL && cap > 0 {
+                    if crate::sys::errno() == libc::EINVAL && cap > 0 {
                         break;
                     }
                     return Err(ChildError {
                         step: Step::DropBounding,
                         detail: cap as u8,
-                        errno: crate::sandbox::errno(),
+                        errno: crate::sys::errno(),
                     });
                 }
             }
@@ -278,8 +278,7 @@ pub(crate) fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
     // SAFETY: mkdir with a NUL-terminated path.
-    if unsafe { libc::mkdir(path.as_ptr(), 0o700) } != 0 && crate::sandbox::errno() != libc::EEXIST
-    {
+    if unsafe { libc::mkdir(path.as_ptr(), 0o700) } != 0 && crate::sys::errno() != libc::EEXIST {
         return Err(err(std::io::Error::last_os_error()));
     }
     // SAFETY: open with a NUL-terminated path; O_NOFOLLOW so a planted link is never our
@@ -345,7 +344,7 @@ fn try_lock(
     if unsafe { libc::flock(fd.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
         return Ok(Some(fd));
     }
-    match crate::sandbox::errno() {
+    match crate::sys::errno() {
         libc::EWOULDBLOCK => Ok(None),
         e => Err(std::io::Error::from_raw_os_error(e)),
     }

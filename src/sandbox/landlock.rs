@@ -166,7 +166,7 @@ impl Prepared {
         // SAFETY: open of a static path; the fd is closed below.
         let fd = unsafe { libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
         if fd < 0 {
-            return Err(crate::sandbox::errno());
+            return Err(crate::sys::errno());
         }
         let attr = PathBeneathAttr {
             allowed_access: self.read_exec_bits,
@@ -182,7 +182,7 @@ impl Prepared {
                 0u32,
             )
         };
-        let e = crate::sandbox::errno();
+        let e = crate::sys::errno();
         // SAFETY: closing the fd opened above.
         unsafe { libc::close(fd) };
         if rc != 0 {
@@ -200,7 +200,7 @@ impl Prepared {
         if rc == 0 {
             Ok(())
         } else {
-            Err(crate::sandbox::errno())
+            Err(crate::sys::errno())
         }
     }
 }

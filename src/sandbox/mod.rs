@@ -31,6 +31,7 @@ pub mod cgroup;
 pub mod cgroup_remount;
 pub mod devnull;
 pub mod diagnose;
+pub mod grant;
 pub mod identity;
 pub mod idmap;
 pub mod init;
@@ -50,11 +51,7 @@ use seccompiler::BpfProgram;
 
 use crate::policy::{FsRule, NetworkMode, PathAccess, Policy, expand_grants_skipping};
 
-/// errno of the last failed libc call on this thread. Async-signal-safe.
-pub fn errno() -> i32 {
-    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
-    unsafe { *libc::__errno_location() }
-}
+pub use crate::sys::errno;
 
 /// Whether one layer is fully in force. Spelt as [`Enforcement::as_str`] everywhere: the
 /// report JSON, `check`, the log and the docs.

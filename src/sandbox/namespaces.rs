@@ -195,30 +195,7 @@ pub fn enter_user_ns() -> UserNs {
     })
 }
 
-/// A granted path, as the supervisor's symlink-safe walk resolved it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// Symlink-free and absolute.
-    pub path: PathBuf,
-    pub read_only: bool,
-    pub dir: bool,
-    /// Device and inode of what the walk decided on: the helper binds that inode or nothing.
-    pub dev: u64,
-    pub ino: u64,
-    /// Its owner and mode, as the walk saw them.
-    pub owner: crate::policy::Identity,
-    pub mode: u32,
-    /// Bind it as an idmapped mount (see idmap.rs).
-    pub idmap: Option<Idmap>,
-}
-
-/// An idmapped bind: the mapping, and the user namespace that carries it (a descriptor the
-/// helper inherits; it stays open until the view is built).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Idmap {
-    pub swap: crate::sandbox::idmap::IdSwap,
-    pub userns: RawFd,
-}
+pub use super::grant::{Grant, Idmap};
 
 /// What the view should hold, as plain data (the policy's part).
 #[derive(Debug, Clone)]
@@ -781,22 +758,12 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
 }
 
 mod helper;
-pub(super) use helper::fd_path;
 pub use helper::mount_proc;
 use helper::{helper_main, make_net_ns};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fd_paths_are_written_without_allocating() {
-        let mut b = [0u8; 32];
-        fd_path(&mut b, 1234);
-        assert_eq!(&b[..19], b"/proc/self/fd/1234\0");
-        fd_path(&mut b, 0);
-        assert_eq!(&b[..16], b"/proc/self/fd/0\0");
-    }
 
     fn grant(path: impl Into<PathBuf>, read_only: bool) -> Grant {
         Grant {

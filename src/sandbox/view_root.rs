@@ -42,29 +42,19 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::namespaces::{Grant, fd_path};
-use crate::policy::walk::open_no_links;
-use crate::sandbox::{ChildError, Step, errno};
+use super::grant::Grant;
+use crate::sandbox::{ChildError, Step};
+use crate::sys::mount::{
+    MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+    MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH, MountAttr, OPEN_TREE_CLONE,
+};
+use crate::sys::walk::open_no_links;
+use crate::sys::{errno, proc_fd_path as fd_path};
 
-pub(super) const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
-const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
-pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x01;
-pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x02;
-const MOUNT_ATTR_NODEV: u64 = 0x04;
 /// More binds than this fail the view with E2BIG (their sources are held open at once).
 const MAX_BINDS: usize = 128;
 /// Idmapped binds past this many are made without the mapping (reported as E2BIG).
 pub(super) const MAX_IDMAP: usize = 16;
-
-/// `struct mount_attr` of mount_setattr(2).
-#[repr(C)]
-pub(super) struct MountAttr {
-    pub(super) attr_set: u64,
-    pub(super) attr_clr: u64,
-    pub(super) propagation: u64,
-    pub(super) userns_fd: u64,
-}
 
 /// One thing to make in the new root, at `comps` (its path relative to the root).
 #[derive(Debug)]
@@ -602,7 +592,7 @@ unsafe fn bind(
             let e = if deny_idmap {
                 libc::EINVAL
             } else {
-                set_attr(tree.0, attr_set | super::idmap::MOUNT_ATTR_IDMAP, userns)
+                set_attr(tree.0, attr_set | MOUNT_ATTR_IDMAP, userns)
             };
             *out = e;
             flags_set = e == 0;
