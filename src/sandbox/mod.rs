@@ -29,6 +29,7 @@
 
 pub mod cgroup;
 pub mod cgroup_remount;
+pub mod decide;
 pub mod devnull;
 pub mod diagnose;
 pub mod grant;
@@ -121,6 +122,10 @@ pub struct Prepared {
     pub fs_rules: Vec<(std::path::PathBuf, PathAccess, bool)>,
     /// The supervisor's pid, for the parent-death race check.
     pub supervisor_pid: libc::pid_t,
+    /// The network rules the seccomp filter and the Landlock ruleset were built for.
+    pub network: decide::Network,
+    /// The rules installed in every command, in words (`check --explain`).
+    pub installed: decide::Installed,
 }
 
 /// Whether this kernel can install seccomp filters.
@@ -143,8 +148,25 @@ pub fn seccomp_available() -> bool {
 /// Build every kernel object for `policy`, refusing when a requested layer cannot be enforced
 /// and `policy.allow_degraded` is false.
 pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
-    prepare_inner(&kernel::Real, policy, Cgroups::Create)
+    let p = prepare_inner(&kernel::Real, policy, Cgroups::Create)?;
+    dump_installed(&p);
+    Ok(p)
 }
+
+/// For the tests that compare `check --explain` with a run: with `OSB_DUMP_INSTALLED=FILE`,
+/// the rules a run's commands get, as JSON. Only with the `test-pause-points` feature.
+#[cfg(feature = "test-pause-points")]
+fn dump_installed(p: &Prepared) {
+    if let Some(path) = std::env::var_os("OSB_DUMP_INSTALLED")
+        && let Ok(json) = serde_json::to_vec(&p.installed)
+    {
+        let _ = std::fs::write(path, json);
+    }
+}
+
+#[cfg(not(feature = "test-pause-points"))]
+#[inline(always)]
+fn dump_installed(_: &Prepared) {}
 
 /// [`prepare`] for `check`: the same decisions, but with no lasting side effect on the
 /// system: no cgroup is made, no process moved, no other supervisor's group swept. (The view
@@ -171,15 +193,7 @@ fn prepare_inner(
 ) -> Result<Prepared, PrepareError> {
     let mut layers = Vec::new();
     let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
-        if !policy.allow_degraded {
-            return Err(PrepareError::NotEnforceable { layer, reason });
-        }
-        layers.push(LayerStatus {
-            layer,
-            status: Enforcement::Degraded,
-            detail: reason,
-        });
-        Ok(())
+        decide::degrade(policy.allow_degraded, layer, reason, layers)
     };
 
     // Deny paths that are missing and that only root could create, before the view copies
@@ -197,18 +211,11 @@ fn prepare_inner(
         Default::default()
     };
 
-    // With --network none and a private network namespace (only `lo`), nothing can leave the
-    // namespace: IP sockets, loopback bind and connect are allowed (so an exec can run a
-    // server, and the next exec of the sandbox reach it), any other connect is ENETUNREACH.
-    // The socket rules are then those of --network all (AF_UNIX, AF_INET, AF_INET6 and route
-    // netlink, which sees only the private namespace). Without that namespace, --network none
-    // keeps its AF_UNIX-only filter and Landlock's TCP denial.
-    let loopback_only = policy.network == NetworkMode::None && view.net.is_some();
-    let socket_rules = if loopback_only {
-        NetworkMode::All
-    } else {
-        policy.network
-    };
+    let network = decide::network(policy.network, view.net.is_some());
+    let decide::Network {
+        socket_rules,
+        loopback_only,
+    } = network;
 
     // Landlock.
     let mut landlock_abi = 0;
@@ -357,167 +364,47 @@ fn prepare_inner(
 
     layers.push(ownership.row());
 
-    // cgroup (pids, memory, tree kill).
-    // (description, why there is no memory controller, CPU support) of what is, or would be,
-    // in force.
-    let (cgroups, cg_info) = match (euid, cgroup_mode) {
+    // cgroup (pids, memory, tree kill), memory, cpu, rlimits.
+    let (cgroups, cg_facts) = match (euid, cgroup_mode) {
         (0, Cgroups::Create) => {
             let root = k.cgroups(cgroup::Want::for_limits(&policy.limits));
-            let info = root
-                .as_ref()
-                .map(|r| (r.describe(), r.memory().err().map(String::from), r.cpu()));
-            (root, info)
+            let facts = root.as_ref().map(|r| decide::CgroupFacts {
+                describe: r.describe(),
+                no_memory: r.memory().err().map(String::from),
+                cpu: r.cpu(),
+            });
+            (root, facts)
         }
         (0, Cgroups::ProbeOnly) => (
             None,
             cgroup::System::real()
                 .and_then(|s| cgroup::probe(&s))
-                .map(|p| (p.describe, p.no_memory, p.cpu)),
+                .map(|p| decide::CgroupFacts {
+                    describe: p.describe,
+                    no_memory: p.no_memory,
+                    cpu: p.cpu,
+                }),
         ),
         _ => (None, None),
     };
-    let target_is_root = matches!(identity.target, Some(id) if id.uid == 0);
-    match &cg_info {
-        Some((describe, ..)) => layers.push(LayerStatus {
-            layer: "cgroup",
-            status: Enforcement::Enforced,
-            detail: with_remount_note(format!(
-                "pids.max {} per exec; {describe}",
-                policy.limits.pids
-            )),
-        }),
-        None if target_is_root => degrade(
-            "cgroup",
-            with_remount_note(
-                "target uid is 0, where RLIMIT_NPROC is not enforced, and no pids cgroup can be created"
-                    .into(),
-            ),
-            &mut layers,
-        )?,
-        // An explicit --pids N promises N processes for this exec. RLIMIT_NPROC counts every
-        // process of the uid on the machine: twenty runs with --pids 16 starve each other.
-        None if policy.limits.pids_requested => degrade(
-            "cgroup",
-            with_remount_note(format!(
-                "no writable pids cgroup: --pids {} is RLIMIT_NPROC, shared by every process of the uid on this machine",
-                policy.limits.pids
-            )),
-            &mut layers,
-        )?,
-        None => layers.push(LayerStatus {
-            layer: "cgroup",
-            status: Enforcement::NotRequested,
-            detail: with_remount_note(
-                "no writable pids cgroup; RLIMIT_NPROC bounds processes per uid".into(),
-            ),
-        }),
-    }
-    // --memory is resident memory of the whole exec, swap included: only a memory cgroup
-    // bounds that (and SysV shared memory and memfds with it). RLIMIT_AS is another promise,
-    // about address space per process, and has its own flag. Nothing asked, nothing to refuse.
-    let no_cgroup = "no memory cgroup (the supervisor is not root, or no writable cgroup)";
-    match (policy.limits.memory_bytes, &cg_info) {
-        (None, _) => layers.push(LayerStatus {
-            layer: "memory",
-            status: Enforcement::NotRequested,
-            detail: "no --memory".into(),
-        }),
-        (Some(m), Some((_, None, _))) => layers.push(LayerStatus {
-            layer: "memory",
-            status: Enforcement::Enforced,
-            detail: format!("{m} bytes resident per exec, swap off (memory cgroup)"),
-        }),
-        (Some(_), info) => degrade(
-            "memory",
-            format!(
-                "{}: --memory is not enforced at all",
-                info.as_ref()
-                    .and_then(|(_, why, _)| why.as_deref())
-                    .unwrap_or(no_cgroup)
-            ),
-            &mut layers,
-        )?,
-    }
+    let (limit_rows, rl) = decide::limits(
+        &policy.limits,
+        policy.allow_degraded,
+        &decide::LimitsProbe {
+            cgroups: cg_facts,
+            remount_note: cgroup_remount::note(),
+            core_gap: k.core_dumps().gap(),
+            target_is_root: matches!(identity.target, Some(id) if id.uid == 0),
+        },
+    )?;
+    layers.extend(limit_rows);
 
-    // --cpu is CPU time of the whole tree (a watcher in the supervisor reads the cgroup's
-    // accounting and kills at the limit); --cpus a CFS bandwidth quota.
-    let cpu = cg_info.as_ref().map(|(_, _, c)| *c).unwrap_or_default();
-    let mut per_process_cpu = false;
-    let mut cpu_detail = Vec::new();
-    if let Some(secs) = policy.limits.cpu_secs {
-        if cpu.accounting {
-            cpu_detail.push(format!(
-                "{secs} s of CPU for the whole exec tree (cgroup accounting)"
-            ));
-        } else {
-            per_process_cpu = true;
-            degrade(
-                "cpu",
-                format!(
-                    "no cgroup CPU accounting: --cpu {secs} is RLIMIT_CPU, {secs} s for each process of the tree"
-                ),
-                &mut layers,
-            )?;
-        }
-    }
-    if let Some(m) = policy.limits.cpu_quota_millis {
-        let cpus = m as f64 / 1000.0;
-        if cpu.quota {
-            cpu_detail.push(format!("{cpus} CPUs of bandwidth (CFS quota)"));
-        } else {
-            degrade(
-                "cpu",
-                format!("no cgroup CPU controller: --cpus {cpus} is not enforced"),
-                &mut layers,
-            )?;
-        }
-    }
-    let cpu_degraded = layers.iter().any(|l| l.layer == "cpu");
-    match (cpu_detail.is_empty(), cpu_degraded) {
-        (true, false) => layers.push(LayerStatus {
-            layer: "cpu",
-            status: Enforcement::NotRequested,
-            detail: "no --cpu, no --cpus".into(),
-        }),
-        (false, false) => layers.push(LayerStatus {
-            layer: "cpu",
-            status: Enforcement::Enforced,
-            detail: cpu_detail.join("; "),
-        }),
-        _ => {}
-    }
-
-    let mut rl = rlimits::prepare(&policy.limits);
-    if !per_process_cpu {
-        // The tree's budget is kept by the supervisor's watcher; a per-process RLIMIT_CPU of
-        // the same size would only race it.
-        rl.retain(|l| l.resource != libc::RLIMIT_CPU);
-    }
-    if cg_info.is_some() {
-        // The per-exec pids.max bounds each exec exactly. RLIMIT_NPROC would add nothing but a
-        // budget shared by every exec of the sandbox uid, so a fork bomb in one exec would stop
-        // all the others from starting.
-        rl.retain(|l| l.resource != libc::RLIMIT_NPROC);
-    }
-    let mut detail = rl
-        .iter()
-        .map(|l| format!("{}={}", l.name, l.hard))
-        .collect::<Vec<_>>()
-        .join(" ");
-    // A crash must not hand the command's memory to the host's core dump handler (rlimits.rs
-    // says what each core_pattern takes).
-    match k.core_dumps().gap() {
-        None => layers.push(LayerStatus {
-            layer: "rlimits",
-            status: Enforcement::Enforced,
-            detail,
-        }),
-        Some(gap) => {
-            detail.push_str(&format!("; core dumps: {gap}"));
-            degrade("rlimits", detail, &mut layers)?;
-        }
-    }
-
+    let installed = decide::installed(
+        &fs_rules,
+        landlock.as_ref().map(|p| (p.network_restricted, p.scoped)),
+        socket_rules,
+        seccomp.is_some(),
+    );
     Ok(Prepared {
         landlock,
         seccomp,
@@ -532,6 +419,8 @@ fn prepare_inner(
         fs_rules,
         // SAFETY: getpid has no preconditions.
         supervisor_pid: unsafe { libc::getpid() },
+        network,
+        installed,
     })
 }
 
@@ -541,24 +430,10 @@ fn degrade_row(
     reason: String,
     layers: &mut Vec<LayerStatus>,
 ) -> Result<(), PrepareError> {
-    if !policy.allow_degraded {
-        return Err(PrepareError::NotEnforceable { layer, reason });
-    }
-    layers.push(LayerStatus {
-        layer,
-        status: Enforcement::Degraded,
-        detail: reason,
-    });
-    Ok(())
+    decide::degrade(policy.allow_degraded, layer, reason, layers)
 }
 
-fn row(layers: &mut Vec<LayerStatus>, layer: &'static str, status: Enforcement, detail: String) {
-    layers.push(LayerStatus {
-        layer,
-        status,
-        detail,
-    });
-}
+use decide::row;
 
 /// What the view must hold and hide, from the filesystem policy. Every grant is resolved by
 /// the policy's symlink-safe walk (as Landlock's rules are): the view binds the inode that walk
@@ -922,11 +797,3 @@ pub fn enforce_in_child(
 
 #[cfg(test)]
 mod prepare_tests;
-
-/// The cgroup layer's detail, with what start-up did about read-only cgroup mounts.
-fn with_remount_note(detail: String) -> String {
-    match cgroup_remount::note() {
-        Some(n) => format!("{detail} ({n})"),
-        None => detail,
-    }
-}
