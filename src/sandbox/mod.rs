@@ -9,42 +9,31 @@
 //!   ruleset fd, the seccomp program, the rlimit values, the identity, the cgroup.
 //!   Landlock stays the access policy; the view's root is defence in depth and closes what
 //!   Landlock ABI < 9 cannot see (connect to pathname unix sockets, stat, inotify).
-//! - [`enforce_in_child`] runs in the forked child between fork and exec. The supervisor is a
-//!   multi-threaded tokio process, so after fork only async-signal-safe work is allowed: no
-//!   allocation, no locks, no logging. Every step here is a raw syscall on prepared data. We
-//!   chose this over re-executing a single-threaded helper because it costs one exec instead
-//!   of two (see BENCHMARKS.md).
+//! - [`child::enforce_in_child`] runs in the forked child between fork and exec. The supervisor
+//!   is a multi-threaded tokio process, so after fork only async-signal-safe work is allowed:
+//!   no allocation, no locks, no logging. Every step there is a raw syscall on prepared data.
+//!   We chose this over re-executing a single-threaded helper because it costs one exec
+//!   instead of two (see BENCHMARKS.md).
 //!
-//! The order in the child, and why:
-//! 1. session, parent-death signal, controlling tty — while we can still fail cheaply;
-//! 2. join the exec's cgroup — writing cgroup.procs needs our root identity;
-//! 3. rlimits — lowering needs no privilege, but do it before anything the child could race;
-//! 4. identity — securebits and the bounding set need CAP_SETPCAP, so they go before setuid;
-//!    groups before gid before uid, because each needs a capability the next step removes;
-//!    then no_new_privs, which both Landlock and seccomp require of an unprivileged caller;
-//! 5. Landlock — after the capability drop (style: "the capability drop before Landlock");
-//! 6. every fd above 2 marked close-on-exec — after Landlock used its ruleset fd;
-//! 7. seccomp — last, as close to exec as possible, so the filter does not have to allow the
-//!    syscalls of the steps above. execve itself stays allowed.
+//! The order of the child's steps, and why each comes where it does, is written once, in
+//! child/mod.rs.
 
 pub mod cgroup;
 pub mod cgroup_remount;
+pub mod child;
 pub mod decide;
 pub mod devnull;
 pub mod diagnose;
 pub mod grant;
 pub mod identity;
 pub mod idmap;
-pub mod init;
 pub mod kernel;
 pub mod landlock;
 pub mod namespaces;
 pub mod ownership;
-pub mod process;
 pub mod rlimits;
 pub mod seccomp;
-mod step;
-pub use step::{ChildError, Step};
+pub use child::{ChildError, Step, init, process};
 mod view_links;
 pub mod view_root;
 
@@ -757,42 +746,6 @@ fn prepare_namespaces(
         }
     }
     Ok((view, ownership))
-}
-
-/// Apply every layer to the calling (forked, single-threaded) command process, in the
-/// documented order, then exec. `parent`: the pid `getppid()` must return once the
-/// parent-death signal is armed (1 inside the exec's PID namespace, where our init is the
-/// parent; the supervisor's pid otherwise). `join`: the cgroup to join here (only when there is
-/// no init, which joins it for the whole namespace). Async-signal-safe: only raw syscalls on
-/// data in `p`.
-pub fn enforce_in_child(
-    p: &Prepared,
-    join: Option<&cgroup::ExecCgroup>,
-    controlling_tty: bool,
-    parent: libc::pid_t,
-) -> Result<(), ChildError> {
-    process::enforce_session(controlling_tty)?;
-    if let Some(cg) = join {
-        cg.join()
-            .map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
-    }
-    rlimits::apply(&p.rlimits)?;
-    identity::enforce(&p.identity)?;
-    process::enforce_parent_death(parent)?;
-    if let Some(ll) = &p.landlock {
-        if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
-            ll.add_fresh_proc_rule()
-                .map_err(|e| ChildError::new(Step::LandlockProcRule, e))?;
-        }
-        ll.enforce()
-            .map_err(|e| ChildError::new(Step::Landlock, e))?;
-    }
-    process::enforce_fds()?;
-    process::reset_signals()?;
-    if let Some(prog) = &p.seccomp {
-        seccomp::install(prog).map_err(|e| ChildError::new(Step::Seccomp, e))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
