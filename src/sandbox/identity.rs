@@ -31,19 +31,19 @@ struct CapData {
 
 /// Everything the child needs, computed before fork.
 #[derive(Debug, Clone, Copy)]
-pub struct Prepared {
+pub struct Switch {
     /// Switch to this identity (we are root). `None`: keep ours (we are not root).
     pub target: Option<Identity>,
     /// Highest capability number this kernel knows (/proc/sys/kernel/cap_last_cap).
     pub last_cap: u32,
 }
 
-pub fn prepare(target: Option<Identity>) -> Prepared {
+pub fn prepare(target: Option<Identity>) -> Switch {
     let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63);
-    Prepared { target, last_cap }
+    Switch { target, last_cap }
 }
 
 use crate::sandbox::{ChildError, Step};
@@ -58,7 +58,7 @@ fn check(rc: libc::c_long, step: Step) -> Result<(), ChildError> {
 
 /// Drop to the target identity with no capabilities left in any set, then set no_new_privs.
 /// Async-signal-safe.
-pub fn enforce(p: &Prepared) -> Result<(), ChildError> {
+pub fn enforce(p: &Switch) -> Result<(), ChildError> {
     // SAFETY: raw prctl/syscalls with integer arguments or pointers to
     // stack values that outlive the call.
     unsafe {

@@ -92,10 +92,10 @@ pub enum PrepareError {
 /// Everything the child needs, built once.
 #[derive(Debug)]
 pub struct Prepared {
-    pub landlock: Option<landlock::Prepared>,
+    pub landlock: Option<landlock::PreparedRuleset>,
     pub seccomp: Option<BpfProgram>,
     pub rlimits: Vec<rlimits::Rlimit>,
-    pub identity: identity::Prepared,
+    pub identity: identity::Switch,
     pub cgroups: Option<cgroup::Root>,
     /// The namespaces every exec joins (empty when none could be made).
     pub view: namespaces::View,
@@ -329,7 +329,7 @@ fn prepare_inner(
             // Not root: setgroups needs CAP_SETGID, so the child inherits every supplementary
             // group we hold. Pathname unix sockets are not checked by Landlock ABI 7, so a
             // member of e.g. `docker` reaches /var/run/docker.sock: that is not "enforced".
-            let groups = identity::supplementary_groups();
+            let groups = k.supplementary_groups();
             if groups.is_empty() {
                 layers.push(LayerStatus {
                     layer: "identity",
@@ -366,13 +366,11 @@ fn prepare_inner(
         }
         (0, Cgroups::ProbeOnly) => (
             None,
-            cgroup::System::real()
-                .and_then(|s| cgroup::probe(&s))
-                .map(|p| decide::CgroupFacts {
-                    describe: p.describe,
-                    no_memory: p.no_memory,
-                    cpu: p.cpu,
-                }),
+            k.cgroup_offer().map(|p| decide::CgroupFacts {
+                describe: p.describe,
+                no_memory: p.no_memory,
+                cpu: p.cpu,
+            }),
         ),
         _ => (None, None),
     };
@@ -381,7 +379,7 @@ fn prepare_inner(
         policy.allow_degraded,
         &decide::LimitsProbe {
             cgroups: cg_facts,
-            remount_note: cgroup_remount::note(),
+            remount_note: k.remount_note(),
             core_gap: k.core_dumps().gap(),
             target_is_root: matches!(identity.target, Some(id) if id.uid == 0),
         },
@@ -406,8 +404,7 @@ fn prepare_inner(
         layers,
         landlock_abi,
         fs_rules,
-        // SAFETY: getpid has no preconditions.
-        supervisor_pid: unsafe { libc::getpid() },
+        supervisor_pid: k.getpid(),
         network,
         installed,
     })

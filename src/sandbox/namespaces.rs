@@ -435,14 +435,14 @@ pub struct View {
 
 /// What the helper reports, per kind and overall.
 #[derive(Debug)]
-pub struct Probe {
+pub struct ViewMade {
     pub outcomes: [Outcome; 6],
     pub view: View,
     /// Why the IPC namespace's limits could not be set, when it was made but they were not.
     pub ipc_limits: Option<ChildError>,
 }
 
-impl Probe {
+impl ViewMade {
     pub fn outcome(&self, k: Kind) -> Outcome {
         self.outcomes[k.index()]
     }
@@ -566,7 +566,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), ViewError> {
 ///
 /// The helper is cloned with no exit signal, so the process manager's `waitid(P_ALL)` (which
 /// only sees children that signal SIGCHLD) never reaps it; we reap it here with __WCLONE.
-pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
+pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
     // Test builds only: `OSB_TEST_DENY_PIDNS=1` makes the PID namespace unavailable, as a
     // kernel or runtime that refuses it would (the helper then builds the view as for that
     // case: the supervisor's /proc in the view's root), so the race tests can reach the
@@ -750,7 +750,7 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
         Ok(view)
     })();
     finish(hold_w);
-    Ok(Probe {
+    Ok(ViewMade {
         outcomes,
         view: result?,
         ipc_limits,
