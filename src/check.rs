@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::cli::CheckArgs;
 use crate::exec::{run, workdir};
 use crate::policy::{Identity, Limits, NOBODY, NetworkMode, PathAccess, Policy, PolicyFlags};
-use crate::sandbox::{self, Enforcement, LayerStatus, identity, landlock, seccomp};
+use crate::sandbox::{self, Enforcement, LayerStatus, decide, identity, landlock};
 
 #[derive(Serialize)]
 struct Report {
@@ -47,9 +47,9 @@ struct Report {
     /// Why the policy cannot be enforced, when it cannot.
     refused: Option<String>,
     fully_enforced: bool,
-    /// With `--explain`: the Landlock rules as (path, access).
+    /// With `--explain`: the Landlock rules as (path, access), as the run installs them.
     #[serde(skip_serializing_if = "Option::is_none")]
-    landlock_rules: Option<Vec<LandlockRule>>,
+    landlock_rules: Option<Vec<decide::InstalledRule>>,
     /// With `--explain`: every seccomp rule, as `syscall: condition: action`.
     #[serde(skip_serializing_if = "Option::is_none")]
     seccomp_rules: Option<Vec<String>>,
@@ -100,12 +100,6 @@ struct WorkdirStatus {
     problem: Option<String>,
 }
 
-#[derive(Serialize)]
-struct LandlockRule {
-    path: PathBuf,
-    access: &'static str,
-}
-
 /// Whether PR_SET_NO_NEW_PRIVS works, tested in a throwaway child so it does not stick to us.
 fn no_new_privs_works() -> bool {
     // SAFETY: the child makes one prctl and exits; the parent waits for it.
@@ -130,19 +124,6 @@ fn no_new_privs_works() -> bool {
 /// stale groups.
 fn prepare(policy: &Policy) -> Result<sandbox::Prepared, sandbox::PrepareError> {
     sandbox::prepare_dry(policy)
-}
-
-/// What a Landlock rule of this kind allows (src/sandbox/landlock.rs maps the same kinds).
-fn access_words(access: PathAccess, is_dir: bool) -> &'static str {
-    match (access, is_dir) {
-        (PathAccess::ReadExec, true) => "read, list, execute",
-        (PathAccess::ReadExec, false) => "read, execute",
-        (PathAccess::ReadWrite, true) => {
-            "read, list, execute, write, create, remove, rename, truncate (every right of the ABI)"
-        }
-        (PathAccess::ReadWrite, false) => "read, execute, write, truncate",
-        (PathAccess::Device, _) => "read, write, truncate, ioctl (no create or remove)",
-    }
 }
 
 /// An empty directory for a bare `check`'s default policy, removed when dropped.
@@ -256,9 +237,9 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
             prepare(&degraded).ok().map(|p| (degraded, p))
         }
     };
-    let (layers, fs_rules, ownership) = prepared
+    let (layers, installed, ownership) = prepared
         .as_ref()
-        .map(|(_, p)| (p.layers.clone(), p.fs_rules.clone(), p.ownership.clone()))
+        .map(|(_, p)| (p.layers.clone(), p.installed.clone(), p.ownership.clone()))
         .unwrap_or_default();
     // Of the policy checked only (the default one speaks about the kernel).
     let programs = match (prepared, &policy) {
@@ -322,27 +303,11 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         refused.get_or_insert(w.problem.clone().unwrap_or_default());
     }
 
+    // The rules as the prepared sandbox installs them (sandbox::decide), never worked out
+    // again from the policy: with --network none in a private network namespace, the socket
+    // rules are those of --network all.
     let (landlock_rules, seccomp_rules) = match (&policy, args.explain) {
-        (Some(p), true) => {
-            let mut ll: Vec<LandlockRule> = fs_rules
-                .iter()
-                .map(|(path, access, is_dir)| LandlockRule {
-                    path: path.clone(),
-                    access: access_words(*access, *is_dir),
-                })
-                .collect();
-            if p.network == NetworkMode::None {
-                ll.push(LandlockRule {
-                    path: "(network)".into(),
-                    access: "TCP bind and connect denied (ABI >= 4)",
-                });
-            }
-            ll.push(LandlockRule {
-                path: "(scope)".into(),
-                access: "signals and abstract unix sockets only within the sandbox (ABI >= 6)",
-            });
-            (Some(ll), Some(seccomp::describe(p.network)))
-        }
+        (Some(_), true) => (Some(installed.landlock), Some(installed.seccomp)),
         _ => (None, None),
     };
 

@@ -20,3 +20,4 @@ pub mod pause;
 pub mod policy;
 pub mod proto;
 pub mod sandbox;
+pub mod sys;

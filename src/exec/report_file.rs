@@ -26,7 +26,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::policy::walk::{self, Meta, WalkError, Walker};
+use crate::sys::walk::{self, Meta, WalkError, Walker};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportFileError {
@@ -181,7 +181,7 @@ impl ReportFile {
             // SAFETY: unlinkat on our directory fd with a NUL-terminated name; flags 0 never
             // removes a directory.
             let rc = unsafe { libc::unlinkat(self.dir.as_raw_fd(), self.name.as_ptr(), 0) };
-            let gone = rc == 0 || matches!(crate::sandbox::errno(), libc::ENOENT | libc::EISDIR);
+            let gone = rc == 0 || matches!(crate::sys::errno(), libc::ENOENT | libc::EISDIR);
             if !gone {
                 return Err(io_err(
                     "removing what the run left at",

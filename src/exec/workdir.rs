@@ -163,7 +163,7 @@ unsafe fn as_identity(path: &CString, id: Identity, mode: i32) -> i32 {
             || libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) != 0
             || libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) != 0
         {
-            return crate::sandbox::errno();
+            return crate::sys::errno();
         }
         // For uid 0 the switch above keeps every capability; the exec has none (securebits
         // NOROOT), so neither may the question: CAP_DAC_OVERRIDE would answer yes to anything.
@@ -177,7 +177,7 @@ unsafe fn as_identity(path: &CString, id: Identity, mode: i32) -> i32 {
             inheritable: 0,
         }; 2];
         if libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) != 0 {
-            return crate::sandbox::errno();
+            return crate::sys::errno();
         }
     }
     match access(path, mode) {
@@ -204,7 +204,7 @@ fn access(path: &CString, mode: i32) -> Result<(), i32> {
     if r == 0 {
         return Ok(());
     }
-    let e = crate::sandbox::errno();
+    let e = crate::sys::errno();
     if e != libc::ENOSYS {
         return Err(e);
     }
@@ -212,7 +212,7 @@ fn access(path: &CString, mode: i32) -> Result<(), i32> {
     if unsafe { libc::access(path.as_ptr(), mode) } == 0 {
         Ok(())
     } else {
-        Err(crate::sandbox::errno())
+        Err(crate::sys::errno())
     }
 }
 

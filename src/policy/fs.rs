@@ -9,8 +9,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::walk::{self, Resolved, Walker};
 use super::{Identity, PolicyError};
+use crate::sys::walk::{self, Resolved, Walker};
 
 /// What a rule lets the child do below a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -103,10 +103,8 @@ pub enum WriteAs {
 /// or be the host's shared directory (see `FsPolicy::validate`).
 pub const PRIVATE_TMPFS: &[&str] = &["/tmp", "/dev/shm"];
 
-/// Directories a normal image needs to run programs.
-pub const SYSTEM_DIRS: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
-];
+/// Directories a normal image needs to run programs (the walk trusts root's links there).
+pub use crate::sys::walk::SYSTEM_DIRS;
 
 /// Devices a normal program expects to open.
 pub const DEVICES: &[&str] = &[

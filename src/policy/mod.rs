@@ -7,7 +7,6 @@ mod fs;
 mod ipc;
 pub mod openshell;
 mod size;
-pub mod walk;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -149,7 +148,7 @@ pub enum PolicyError {
     GrantRoot {
         flag: &'static str,
         path: PathBuf,
-        source: Box<walk::WalkError>,
+        source: Box<crate::sys::walk::WalkError>,
     },
     #[error(
         "--{flag} {path}: read-write on {resolved} would cover the system directory {system}; refused"

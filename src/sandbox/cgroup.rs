@@ -139,26 +139,16 @@ pub struct Root {
     spare_wanted: AtomicBool,
 }
 
-/// What [`probe`] found, without creating anything.
-#[derive(Debug, Clone)]
-pub struct Probe {
-    pub describe: String,
-    pub memory: bool,
-    pub no_memory: Option<String>,
-    pub cpu: CpuSupport,
-}
-
-/// What the exec's groups can do with CPU time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CpuSupport {
-    /// Whole-tree CPU time can be read (v1 cpuacct.usage, v2 cpu.stat usage_usec).
-    pub accounting: bool,
-    /// A CFS bandwidth quota can be set (v1 cpu.cfs_quota_us, v2 cpu.max).
-    pub quota: bool,
-}
-
+mod cpu;
 mod group;
+mod owner;
+use owner::{own_dir, sweep_stale};
+mod probe;
+use cpu::CpuWatch;
+pub use cpu::{CPU_KILL_AFTER, CPU_POLL, CpuMeter};
 use group::{Group, Kill};
+pub use probe::{CpuSupport, Offer, probe};
+use probe::{no_memory_v1, no_memory_v2};
 
 const PREFIX: &str = "openshell-owned-";
 
@@ -174,59 +164,6 @@ fn writable(p: &Path) -> bool {
 fn v2_controllers(dir: &Path) -> Option<Vec<String>> {
     let text = fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
     Some(text.split_whitespace().map(String::from).collect())
-}
-
-/// What [`detect`] would find, with no side effect at all: no group made, no process moved, no
-/// stale group swept. For `check`.
-pub fn probe(sys: &System) -> Option<Probe> {
-    if sys.is_v2() {
-        let cur = sys.hierarchy("").join(sys.own_path("")?);
-        let ctrls = v2_controllers(&cur)?;
-        if ctrls.iter().any(|c| c == "pids") && writable(&cur) {
-            let memory = ctrls.iter().any(|c| c == "memory");
-            return Some(Probe {
-                describe: format!("cgroup v2 below {}", super::cgroup_remount::shown(&cur)),
-                memory,
-                no_memory: (!memory).then(|| no_memory_v2(&cur)),
-                // cpu.stat's usage_usec is there in every v2 group; cpu.max needs the cpu
-                // controller.
-                cpu: CpuSupport {
-                    accounting: true,
-                    quota: ctrls.iter().any(|c| c == "cpu"),
-                },
-            });
-        }
-    }
-    let pids = sys.v1_parent("pids").filter(|p| writable(p))?;
-    let memory = sys.v1_parent("memory").filter(|p| writable(p));
-    let cpu = CpuSupport {
-        accounting: sys
-            .v1_parent("cpuacct")
-            .is_some_and(|p| writable(&p) && p.join("cpuacct.usage").exists()),
-        quota: sys
-            .v1_parent("cpu")
-            .is_some_and(|p| writable(&p) && p.join("cpu.cfs_quota_us").exists()),
-    };
-    Some(Probe {
-        describe: format!(
-            "cgroup v1 pids below {}",
-            super::cgroup_remount::shown(&pids)
-        ),
-        memory: memory.is_some(),
-        no_memory: memory.is_none().then(no_memory_v1),
-        cpu,
-    })
-}
-
-fn no_memory_v2(cur: &Path) -> String {
-    format!(
-        "the memory controller is not available in {}",
-        cur.display()
-    )
-}
-
-fn no_memory_v1() -> String {
-    "no writable cgroup v1 memory hierarchy".into()
 }
 
 /// Find a place to create per-exec cgroups, creating our own base group there; first kill and
@@ -338,86 +275,6 @@ pub fn detect_in(sys: &System, want: Want) -> Option<Root> {
         spare: Default::default(),
         spare_wanted: AtomicBool::new(true),
     })
-}
-
-/// Make `dir` (or adopt it when it exists) and take its ownership lock. A sweeper may hold the
-/// lock of a group it is removing, or remove the directory between our mkdir and our flock:
-/// both are retried, and the lock counts only on the directory that is still at `dir`.
-fn own_dir(dir: &Path) -> Result<File, CgroupError> {
-    let create = |source| CgroupError::Create {
-        path: dir.to_path_buf(),
-        source,
-    };
-    for _ in 0..100 {
-        match fs::create_dir(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(create(e)),
-        }
-        let f = match File::open(dir) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(create(e)),
-        };
-        // SAFETY: flock on an fd we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(CgroupError::Lock {
-                    path: dir.to_path_buf(),
-                    source: e,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(2));
-            continue;
-        }
-        let same = match (f.metadata(), fs::metadata(dir)) {
-            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-            _ => false,
-        };
-        if same {
-            return Ok(f);
-        }
-    }
-    Err(create(io::Error::from_raw_os_error(libc::EBUSY)))
-}
-
-/// Kill the members of, and remove, every group in `parent` that no live supervisor owns.
-fn sweep_stale(parent: &Path, freezer: bool) {
-    let Ok(dir) = fs::read_dir(parent) else {
-        return;
-    };
-    for e in dir.flatten() {
-        if !e.file_name().to_string_lossy().starts_with(PREFIX) {
-            continue;
-        }
-        let path = e.path();
-        let Ok(f) = File::open(&path) else {
-            continue;
-        };
-        // SAFETY: flock on an fd we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            continue; // a live owner holds it (or another sweeper does)
-        }
-        tracing::info!(group = %path.display(), "removing the group of a dead supervisor");
-        let mut children: Vec<PathBuf> = fs::read_dir(&path)
-            .map(|d| {
-                d.flatten()
-                    .filter(|c| c.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|c| c.path())
-                    .collect()
-            })
-            .unwrap_or_default();
-        children.push(path.clone());
-        for c in &children {
-            let g = Group::at(c, freezer);
-            if let Err(e) = g.kill_until_empty() {
-                tracing::warn!(group = %c.display(), error = %e, "could not empty a stale group");
-            }
-            remove_dir_retrying(c);
-        }
-        drop(f);
-    }
 }
 
 /// v2's "no internal processes" rule: a cgroup that hands controllers to its children may not
@@ -629,86 +486,6 @@ pub struct ExecCgroup {
     cpu_watch: Option<CpuWatch>,
 }
 
-/// A supervisor thread that keeps `--cpu` for the whole tree: it reads the group's CPU time
-/// every [`CPU_POLL`] and at the limit sends SIGXCPU to every member, SIGKILL
-/// [`CPU_KILL_AFTER`] later (RLIMIT_CPU's own soft-to-hard step, for the tree). A thread of
-/// the group rather than of `run`, so that every caller of `Sandbox::spawn` (`run`, the
-/// gateway's execs) gets the same limit. It ends when the group is dropped.
-#[derive(Debug)]
-struct CpuWatch {
-    stop: Arc<AtomicBool>,
-    hit: Arc<AtomicBool>,
-}
-
-/// How often the `--cpu` watcher reads the tree's CPU time: the tree may overrun the limit by
-/// up to this much per busy CPU.
-pub const CPU_POLL: Duration = Duration::from_millis(50);
-/// Between the SIGXCPU at `--cpu` and the SIGKILL.
-pub const CPU_KILL_AFTER: Duration = Duration::from_secs(1);
-
-impl CpuWatch {
-    fn start(meter: CpuMeter, group: Group, limit: Duration) -> io::Result<CpuWatch> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let hit = Arc::new(AtomicBool::new(false));
-        let (s, h) = (stop.clone(), hit.clone());
-        std::thread::Builder::new()
-            .name("cpu-watch".into())
-            .spawn(move || {
-                while !s.load(Ordering::Acquire) {
-                    std::thread::sleep(CPU_POLL);
-                    match meter.usage() {
-                        Ok(u) if u >= limit => break,
-                        Ok(_) => {}
-                        Err(_) => return, // the group is gone
-                    }
-                }
-                if s.load(Ordering::Acquire) {
-                    return;
-                }
-                h.store(true, Ordering::Release);
-                let _ = group.signal(libc::SIGXCPU, false);
-                let until = Instant::now() + CPU_KILL_AFTER;
-                while Instant::now() < until {
-                    if s.load(Ordering::Acquire) || group.members().is_ok_and(|m| m.is_empty()) {
-                        return;
-                    }
-                    std::thread::sleep(CPU_POLL);
-                }
-                let _ = group.kill_until_empty();
-            })?;
-        Ok(CpuWatch { stop, hit })
-    }
-}
-/// Reads the whole exec tree's CPU time, independently of the [`ExecCgroup`] (so a watcher
-/// can poll it while the child is being waited for).
-#[derive(Debug, Clone)]
-pub struct CpuMeter {
-    path: PathBuf,
-    v2: bool,
-}
-
-impl CpuMeter {
-    /// User + system CPU time of every process that is or was in the group.
-    pub fn usage(&self) -> Result<Duration, CgroupError> {
-        let text = fs::read_to_string(&self.path).map_err(|source| CgroupError::Read {
-            path: self.path.clone(),
-            source,
-        })?;
-        let bad = || CgroupError::Read {
-            path: self.path.clone(),
-            source: io::Error::from(io::ErrorKind::InvalidData),
-        };
-        if self.v2 {
-            let usec = counter(&text, "usage_usec").ok_or_else(bad)?;
-            Ok(Duration::from_micros(usec))
-        } else {
-            // cpuacct.usage: nanoseconds, user and system together.
-            let ns: u64 = text.trim().parse().map_err(|_| bad())?;
-            Ok(Duration::from_nanos(ns))
-        }
-    }
-}
-
 /// The value of `key` in a flat-keyed cgroup file ("key value" per line).
 fn counter(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
@@ -852,7 +629,7 @@ impl ExecCgroup {
             // SAFETY: writing two bytes from a static buffer to an fd we own.
             let rc = unsafe { libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) };
             if rc < 0 {
-                return Err(crate::sandbox::errno());
+                return Err(crate::sys::errno());
             }
         }
         Ok(())

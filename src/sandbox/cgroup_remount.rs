@@ -169,7 +169,7 @@ fn errno_text(what: &str) -> String {
     format!("{what}: {}", std::io::Error::last_os_error())
 }
 
-use super::view_root::{MOUNT_ATTR_RDONLY, MountAttr, OPEN_TREE_CLONE};
+use crate::sys::mount::{MOUNT_ATTR_RDONLY, MountAttr, OPEN_TREE_CLONE};
 
 /// A detached, read-write copy of the mount at `point`.
 fn rw_copy(point: &str) -> Result<OwnedFd, String> {

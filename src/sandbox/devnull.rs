@@ -10,9 +10,9 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 
-use super::view_root::{MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, MountAttr, OPEN_TREE_CLONE};
-
-const MOUNT_ATTR_NOEXEC: u64 = 0x08;
+use crate::sys::mount::{
+    MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, MountAttr, OPEN_TREE_CLONE,
+};
 
 /// An O_PATH descriptor of /dev/null on a read-only detached mount, or `None` where the mount
 /// API is refused (no CAP_SYS_ADMIN over our mount namespace: a non-root supervisor, whose

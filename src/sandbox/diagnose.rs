@@ -5,7 +5,7 @@
 //! it reports is only what the sandbox could learn for itself: nothing about the host outside
 //! the view (the supervisor, as root on the host, would see whether a path outside the grants
 //! exists). `check` runs the same examination in a child that joins the view the same way
-//! and does not exec ([`super::init::probe`]).
+//! and does not exec (`probe` in init.rs).
 //!
 //! What it examines it never opens, except a regular file to read its first bytes:
 //! - each path is walked one component at a time from the view's root (or the working
@@ -30,6 +30,8 @@
 use std::ffi::CString;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
+
+use crate::sys::proc_fd_path;
 
 mod format;
 pub(crate) use format::{Elf, shebang};
@@ -405,26 +407,6 @@ fn walk(root: RawFd, cwd: (RawFd, &[u8]), path: &[u8], at: &mut Buf, full: &mut 
             cur = start(false, at);
         }
     }
-}
-
-/// "/proc/self/fd/N" for `fd`, NUL-terminated.
-fn proc_fd_path(buf: &mut [u8; 32], fd: RawFd) {
-    let prefix = b"/proc/self/fd/";
-    buf[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 12];
-    let (mut v, mut n) = (fd.max(0) as u32, 0);
-    loop {
-        digits[n] = b'0' + (v % 10) as u8;
-        n += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for i in 0..n {
-        buf[prefix.len() + i] = digits[n - 1 - i];
-    }
-    buf[prefix.len() + n] = 0;
 }
 
 /// What a file says about its interpreter.

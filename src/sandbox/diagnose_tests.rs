@@ -209,15 +209,6 @@ fn a_record_keeps_every_field_and_marks_a_cut_path() {
     assert_eq!(d.subject, Path::new("/x?]0;owned?"));
 }
 
-#[test]
-fn proc_fd_paths_are_written_without_allocating() {
-    let mut b = [0u8; 32];
-    proc_fd_path(&mut b, 1234);
-    assert_eq!(&b[..19], b"/proc/self/fd/1234\0");
-    proc_fd_path(&mut b, 0);
-    assert_eq!(&b[..16], b"/proc/self/fd/0\0");
-}
-
 /// A real dynamically linked program in a root without its loader: its PT_INTERP is named.
 #[test]
 fn a_real_elf_programs_loader_is_read_from_its_headers() {

@@ -31,19 +31,19 @@ struct CapData {
 
 /// Everything the child needs, computed before fork.
 #[derive(Debug, Clone, Copy)]
-pub struct Prepared {
+pub struct Switch {
     /// Switch to this identity (we are root). `None`: keep ours (we are not root).
     pub target: Option<Identity>,
     /// Highest capability number this kernel knows (/proc/sys/kernel/cap_last_cap).
     pub last_cap: u32,
 }
 
-pub fn prepare(target: Option<Identity>) -> Prepared {
+pub fn prepare(target: Option<Identity>) -> Switch {
     let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63);
-    Prepared { target, last_cap }
+    Switch { target, last_cap }
 }
 
 use crate::sandbox::{ChildError, Step};
@@ -58,7 +58,7 @@ fn check(rc: libc::c_long, step: Step) -> Result<(), ChildError> {
 
 /// Drop to the target identity with no capabilities left in any set, then set no_new_privs.
 /// Async-signal-safe.
-pub fn enforce(p: &Prepared) -> Result<(), ChildError> {
+pub fn enforce(p: &Switch) -> Result<(), ChildError> {
     // SAFETY: raw prctl/syscalls with integer arguments or pointers to
     // stack values that outlive the call.
     unsafe {
@@ -92,13 +92,13 @@ pub fn enforce(p: &Prepared) -> Result<(), ChildError> {
                 if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
                     // EINVAL: past the kernel's last capability (cap_last_cap was unreadable,
                     // e.g. no /proc in a chroot, and we guessed high). Every real one is gone.
-                    if crate::sandbox::errno() == libc::EINVAL && cap > 0 {
+                    if crate::sys::errno() == libc::EINVAL && cap > 0 {
                         break;
                     }
                     return Err(ChildError {
                         step: Step::DropBounding,
                         detail: cap as u8,
-                        errno: crate::sandbox::errno(),
+                        errno: crate::sys::errno(),
                     });
                 }
             }
@@ -278,8 +278,7 @@ pub(crate) fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
     // SAFETY: mkdir with a NUL-terminated path.
-    if unsafe { libc::mkdir(path.as_ptr(), 0o700) } != 0 && crate::sandbox::errno() != libc::EEXIST
-    {
+    if unsafe { libc::mkdir(path.as_ptr(), 0o700) } != 0 && crate::sys::errno() != libc::EEXIST {
         return Err(err(std::io::Error::last_os_error()));
     }
     // SAFETY: open with a NUL-terminated path; O_NOFOLLOW so a planted link is never our
@@ -345,7 +344,7 @@ fn try_lock(
     if unsafe { libc::flock(fd.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
         return Ok(Some(fd));
     }
-    match crate::sandbox::errno() {
+    match crate::sys::errno() {
         libc::EWOULDBLOCK => Ok(None),
         e => Err(std::io::Error::from_raw_os_error(e)),
     }

@@ -33,9 +33,6 @@ use std::path::Path;
 
 use crate::policy::Identity;
 
-/// `MOUNT_ATTR_IDMAP` of mount_setattr(2).
-pub(super) const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
 /// The largest id a map may name: (uid_t)-1 is "no id".
 const LAST_ID: u32 = u32::MAX - 1;
 

@@ -5,7 +5,7 @@
 use super::cgroup;
 use super::idmap::IdSwap;
 use super::landlock::{self, Support};
-use super::namespaces::{self, Probe, UserNs, ViewError, ViewPlan};
+use super::namespaces::{self, UserNs, ViewError, ViewMade, ViewPlan};
 use super::rlimits::{self, CoreDumps};
 
 pub trait Kernel {
@@ -19,12 +19,21 @@ pub trait Kernel {
     /// The supervisor's own user namespace (see `namespaces::enter_user_ns`).
     fn user_ns(&self) -> UserNs;
     /// Build the view, or say per kind why not.
-    fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError>;
+    fn make_view(&self, plan: &ViewPlan) -> Result<ViewMade, ViewError>;
     /// Make every later child dump no memory ([`rlimits::limit_core_contents`]), and say how
     /// the host handles core dumps.
     fn core_dumps(&self) -> CoreDumps;
     /// A user namespace carrying `swap`, for an idmapped bind (see idmap.rs).
     fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs>;
+    /// What the cgroup system would offer, with no side effect (for `check`).
+    fn cgroup_offer(&self) -> Option<cgroup::Offer>;
+    /// What start-up did about read-only cgroup mounts (`cgroup_remount::note`).
+    fn remount_note(&self) -> Option<String>;
+    /// The supplementary groups a child of ours would keep if we cannot drop them
+    /// (`identity::supplementary_groups`).
+    fn supplementary_groups(&self) -> Vec<(libc::gid_t, Option<String>)>;
+    /// The supervisor's pid.
+    fn getpid(&self) -> libc::pid_t;
 }
 
 /// The running kernel.
@@ -68,7 +77,7 @@ impl Kernel for Real {
         rlimits::core_dumps(self.euid() == 0 && initial, filtered)
     }
 
-    fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError> {
+    fn make_view(&self, plan: &ViewPlan) -> Result<ViewMade, ViewError> {
         #[allow(unused_mut)]
         let mut probe = namespaces::make_view(plan)?;
         // (`OSB_TEST_DENY_PIDNS=1` is read by `namespaces::make_view` itself: the view's
@@ -88,5 +97,22 @@ impl Kernel for Real {
 
     fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs> {
         super::idmap::userns(swap)
+    }
+
+    fn cgroup_offer(&self) -> Option<cgroup::Offer> {
+        cgroup::System::real().and_then(|s| cgroup::probe(&s))
+    }
+
+    fn remount_note(&self) -> Option<String> {
+        super::cgroup_remount::note()
+    }
+
+    fn supplementary_groups(&self) -> Vec<(libc::gid_t, Option<String>)> {
+        super::identity::supplementary_groups()
+    }
+
+    fn getpid(&self) -> libc::pid_t {
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::getpid() }
     }
 }

@@ -76,13 +76,13 @@ fn crate_abi(abi: i32) -> ABI {
 
 /// A built ruleset, ready to be enforced in a child.
 #[derive(Debug)]
-pub struct Prepared {
+pub struct PreparedRuleset {
     fd: OwnedFd,
     pub support: Support,
     /// TCP was restricted (the policy asked for no network and the ABI allows it).
     pub network_restricted: bool,
     pub scoped: bool,
-    /// The read-and-execute rights, as raw bits, for [`Prepared::add_fresh_proc_rule`].
+    /// The read-and-execute rights, as raw bits, for [`PreparedRuleset::add_fresh_proc_rule`].
     read_exec_bits: u64,
 }
 
@@ -93,7 +93,7 @@ pub fn prepare(
     rules: &[FsRule],
     network: NetworkMode,
     support: Support,
-) -> Result<Prepared, LandlockError> {
+) -> Result<PreparedRuleset, LandlockError> {
     let abi = crate_abi(support.abi);
     let all = AccessFs::from_all(abi);
     let read_exec = AccessFs::from_read(abi);
@@ -137,7 +137,7 @@ pub fn prepare(
     }
     let fd: Option<OwnedFd> = created.into();
     let fd = fd.ok_or(LandlockError::NoFd)?;
-    Ok(Prepared {
+    Ok(PreparedRuleset {
         fd,
         support,
         network_restricted: restrict_net,
@@ -153,8 +153,8 @@ struct PathBeneathAttr {
     parent_fd: i32,
 }
 
-impl Prepared {
-    /// Child side, before [`Prepared::enforce`]: grant read on the exec's own fresh /proc.
+impl PreparedRuleset {
+    /// Child side, before [`PreparedRuleset::enforce`]: grant read on the exec's own fresh /proc.
     /// Landlock skips mount points when it walks up a path, so the rule the supervisor put on
     /// its own /proc never covers a proc instance mounted later on top of it; the rule has to
     /// name the new instance's root, which exists only in this child. The rule is added to the
@@ -166,7 +166,7 @@ impl Prepared {
         // SAFETY: open of a static path; the fd is closed below.
         let fd = unsafe { libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
         if fd < 0 {
-            return Err(crate::sandbox::errno());
+            return Err(crate::sys::errno());
         }
         let attr = PathBeneathAttr {
             allowed_access: self.read_exec_bits,
@@ -182,7 +182,7 @@ impl Prepared {
                 0u32,
             )
         };
-        let e = crate::sandbox::errno();
+        let e = crate::sys::errno();
         // SAFETY: closing the fd opened above.
         unsafe { libc::close(fd) };
         if rc != 0 {
@@ -200,7 +200,7 @@ impl Prepared {
         if rc == 0 {
             Ok(())
         } else {
-            Err(crate::sandbox::errno())
+            Err(crate::sys::errno())
         }
     }
 }

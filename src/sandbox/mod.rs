@@ -9,40 +9,31 @@
 //!   ruleset fd, the seccomp program, the rlimit values, the identity, the cgroup.
 //!   Landlock stays the access policy; the view's root is defence in depth and closes what
 //!   Landlock ABI < 9 cannot see (connect to pathname unix sockets, stat, inotify).
-//! - [`enforce_in_child`] runs in the forked child between fork and exec. The supervisor is a
-//!   multi-threaded tokio process, so after fork only async-signal-safe work is allowed: no
-//!   allocation, no locks, no logging. Every step here is a raw syscall on prepared data. We
-//!   chose this over re-executing a single-threaded helper because it costs one exec instead
-//!   of two (see BENCHMARKS.md).
+//! - [`child::enforce_in_child`] runs in the forked child between fork and exec. The supervisor
+//!   is a multi-threaded tokio process, so after fork only async-signal-safe work is allowed:
+//!   no allocation, no locks, no logging. Every step there is a raw syscall on prepared data.
+//!   We chose this over re-executing a single-threaded helper because it costs one exec
+//!   instead of two (see BENCHMARKS.md).
 //!
-//! The order in the child, and why:
-//! 1. session, parent-death signal, controlling tty — while we can still fail cheaply;
-//! 2. join the exec's cgroup — writing cgroup.procs needs our root identity;
-//! 3. rlimits — lowering needs no privilege, but do it before anything the child could race;
-//! 4. identity — securebits and the bounding set need CAP_SETPCAP, so they go before setuid;
-//!    groups before gid before uid, because each needs a capability the next step removes;
-//!    then no_new_privs, which both Landlock and seccomp require of an unprivileged caller;
-//! 5. Landlock — after the capability drop (style: "the capability drop before Landlock");
-//! 6. every fd above 2 marked close-on-exec — after Landlock used its ruleset fd;
-//! 7. seccomp — last, as close to exec as possible, so the filter does not have to allow the
-//!    syscalls of the steps above. execve itself stays allowed.
+//! The order of the child's steps, and why each comes where it does, is written once, in
+//! child/mod.rs.
 
 pub mod cgroup;
 pub mod cgroup_remount;
+pub mod child;
+pub mod decide;
 pub mod devnull;
 pub mod diagnose;
+pub mod grant;
 pub mod identity;
 pub mod idmap;
-pub mod init;
 pub mod kernel;
 pub mod landlock;
 pub mod namespaces;
 pub mod ownership;
-pub mod process;
 pub mod rlimits;
 pub mod seccomp;
-mod step;
-pub use step::{ChildError, Step};
+pub use child::{ChildError, Step, init, process};
 mod view_links;
 pub mod view_root;
 
@@ -50,11 +41,7 @@ use seccompiler::BpfProgram;
 
 use crate::policy::{FsRule, NetworkMode, PathAccess, Policy, expand_grants_skipping};
 
-/// errno of the last failed libc call on this thread. Async-signal-safe.
-pub fn errno() -> i32 {
-    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
-    unsafe { *libc::__errno_location() }
-}
+pub use crate::sys::errno;
 
 /// Whether one layer is fully in force. Spelt as [`Enforcement::as_str`] everywhere: the
 /// report JSON, `check`, the log and the docs.
@@ -105,10 +92,10 @@ pub enum PrepareError {
 /// Everything the child needs, built once.
 #[derive(Debug)]
 pub struct Prepared {
-    pub landlock: Option<landlock::Prepared>,
+    pub landlock: Option<landlock::PreparedRuleset>,
     pub seccomp: Option<BpfProgram>,
     pub rlimits: Vec<rlimits::Rlimit>,
-    pub identity: identity::Prepared,
+    pub identity: identity::Switch,
     pub cgroups: Option<cgroup::Root>,
     /// The namespaces every exec joins (empty when none could be made).
     pub view: namespaces::View,
@@ -124,6 +111,10 @@ pub struct Prepared {
     pub fs_rules: Vec<(std::path::PathBuf, PathAccess, bool)>,
     /// The supervisor's pid, for the parent-death race check.
     pub supervisor_pid: libc::pid_t,
+    /// The network rules the seccomp filter and the Landlock ruleset were built for.
+    pub network: decide::Network,
+    /// The rules installed in every command, in words (`check --explain`).
+    pub installed: decide::Installed,
 }
 
 /// Whether this kernel can install seccomp filters.
@@ -146,8 +137,25 @@ pub fn seccomp_available() -> bool {
 /// Build every kernel object for `policy`, refusing when a requested layer cannot be enforced
 /// and `policy.allow_degraded` is false.
 pub fn prepare(policy: &Policy) -> Result<Prepared, PrepareError> {
-    prepare_inner(&kernel::Real, policy, Cgroups::Create)
+    let p = prepare_inner(&kernel::Real, policy, Cgroups::Create)?;
+    dump_installed(&p);
+    Ok(p)
 }
+
+/// For the tests that compare `check --explain` with a run: with `OSB_DUMP_INSTALLED=FILE`,
+/// the rules a run's commands get, as JSON. Only with the `test-pause-points` feature.
+#[cfg(feature = "test-pause-points")]
+fn dump_installed(p: &Prepared) {
+    if let Some(path) = std::env::var_os("OSB_DUMP_INSTALLED")
+        && let Ok(json) = serde_json::to_vec(&p.installed)
+    {
+        let _ = std::fs::write(path, json);
+    }
+}
+
+#[cfg(not(feature = "test-pause-points"))]
+#[inline(always)]
+fn dump_installed(_: &Prepared) {}
 
 /// [`prepare`] for `check`: the same decisions, but with no lasting side effect on the
 /// system: no cgroup is made, no process moved, no other supervisor's group swept. (The view
@@ -174,15 +182,7 @@ fn prepare_inner(
 ) -> Result<Prepared, PrepareError> {
     let mut layers = Vec::new();
     let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
-        if !policy.allow_degraded {
-            return Err(PrepareError::NotEnforceable { layer, reason });
-        }
-        layers.push(LayerStatus {
-            layer,
-            status: Enforcement::Degraded,
-            detail: reason,
-        });
-        Ok(())
+        decide::degrade(policy.allow_degraded, layer, reason, layers)
     };
 
     // Deny paths that are missing and that only root could create, before the view copies
@@ -200,18 +200,11 @@ fn prepare_inner(
         Default::default()
     };
 
-    // With --network none and a private network namespace (only `lo`), nothing can leave the
-    // namespace: IP sockets, loopback bind and connect are allowed (so an exec can run a
-    // server, and the next exec of the sandbox reach it), any other connect is ENETUNREACH.
-    // The socket rules are then those of --network all (AF_UNIX, AF_INET, AF_INET6 and route
-    // netlink, which sees only the private namespace). Without that namespace, --network none
-    // keeps its AF_UNIX-only filter and Landlock's TCP denial.
-    let loopback_only = policy.network == NetworkMode::None && view.net.is_some();
-    let socket_rules = if loopback_only {
-        NetworkMode::All
-    } else {
-        policy.network
-    };
+    let network = decide::network(policy.network, view.net.is_some());
+    let decide::Network {
+        socket_rules,
+        loopback_only,
+    } = network;
 
     // Landlock.
     let mut landlock_abi = 0;
@@ -336,7 +329,7 @@ fn prepare_inner(
             // Not root: setgroups needs CAP_SETGID, so the child inherits every supplementary
             // group we hold. Pathname unix sockets are not checked by Landlock ABI 7, so a
             // member of e.g. `docker` reaches /var/run/docker.sock: that is not "enforced".
-            let groups = identity::supplementary_groups();
+            let groups = k.supplementary_groups();
             if groups.is_empty() {
                 layers.push(LayerStatus {
                     layer: "identity",
@@ -360,167 +353,45 @@ fn prepare_inner(
 
     layers.push(ownership.row());
 
-    // cgroup (pids, memory, tree kill).
-    // (description, why there is no memory controller, CPU support) of what is, or would be,
-    // in force.
-    let (cgroups, cg_info) = match (euid, cgroup_mode) {
+    // cgroup (pids, memory, tree kill), memory, cpu, rlimits.
+    let (cgroups, cg_facts) = match (euid, cgroup_mode) {
         (0, Cgroups::Create) => {
             let root = k.cgroups(cgroup::Want::for_limits(&policy.limits));
-            let info = root
-                .as_ref()
-                .map(|r| (r.describe(), r.memory().err().map(String::from), r.cpu()));
-            (root, info)
+            let facts = root.as_ref().map(|r| decide::CgroupFacts {
+                describe: r.describe(),
+                no_memory: r.memory().err().map(String::from),
+                cpu: r.cpu(),
+            });
+            (root, facts)
         }
         (0, Cgroups::ProbeOnly) => (
             None,
-            cgroup::System::real()
-                .and_then(|s| cgroup::probe(&s))
-                .map(|p| (p.describe, p.no_memory, p.cpu)),
+            k.cgroup_offer().map(|p| decide::CgroupFacts {
+                describe: p.describe,
+                no_memory: p.no_memory,
+                cpu: p.cpu,
+            }),
         ),
         _ => (None, None),
     };
-    let target_is_root = matches!(identity.target, Some(id) if id.uid == 0);
-    match &cg_info {
-        Some((describe, ..)) => layers.push(LayerStatus {
-            layer: "cgroup",
-            status: Enforcement::Enforced,
-            detail: with_remount_note(format!(
-                "pids.max {} per exec; {describe}",
-                policy.limits.pids
-            )),
-        }),
-        None if target_is_root => degrade(
-            "cgroup",
-            with_remount_note(
-                "target uid is 0, where RLIMIT_NPROC is not enforced, and no pids cgroup can be created"
-                    .into(),
-            ),
-            &mut layers,
-        )?,
-        // An explicit --pids N promises N processes for this exec. RLIMIT_NPROC counts every
-        // process of the uid on the machine: twenty runs with --pids 16 starve each other.
-        None if policy.limits.pids_requested => degrade(
-            "cgroup",
-            with_remount_note(format!(
-                "no writable pids cgroup: --pids {} is RLIMIT_NPROC, shared by every process of the uid on this machine",
-                policy.limits.pids
-            )),
-            &mut layers,
-        )?,
-        None => layers.push(LayerStatus {
-            layer: "cgroup",
-            status: Enforcement::NotRequested,
-            detail: with_remount_note(
-                "no writable pids cgroup; RLIMIT_NPROC bounds processes per uid".into(),
-            ),
-        }),
-    }
-    // --memory is resident memory of the whole exec, swap included: only a memory cgroup
-    // bounds that (and SysV shared memory and memfds with it). RLIMIT_AS is another promise,
-    // about address space per process, and has its own flag. Nothing asked, nothing to refuse.
-    let no_cgroup = "no memory cgroup (the supervisor is not root, or no writable cgroup)";
-    match (policy.limits.memory_bytes, &cg_info) {
-        (None, _) => layers.push(LayerStatus {
-            layer: "memory",
-            status: Enforcement::NotRequested,
-            detail: "no --memory".into(),
-        }),
-        (Some(m), Some((_, None, _))) => layers.push(LayerStatus {
-            layer: "memory",
-            status: Enforcement::Enforced,
-            detail: format!("{m} bytes resident per exec, swap off (memory cgroup)"),
-        }),
-        (Some(_), info) => degrade(
-            "memory",
-            format!(
-                "{}: --memory is not enforced at all",
-                info.as_ref()
-                    .and_then(|(_, why, _)| why.as_deref())
-                    .unwrap_or(no_cgroup)
-            ),
-            &mut layers,
-        )?,
-    }
+    let (limit_rows, rl) = decide::limits(
+        &policy.limits,
+        policy.allow_degraded,
+        &decide::LimitsProbe {
+            cgroups: cg_facts,
+            remount_note: k.remount_note(),
+            core_gap: k.core_dumps().gap(),
+            target_is_root: matches!(identity.target, Some(id) if id.uid == 0),
+        },
+    )?;
+    layers.extend(limit_rows);
 
-    // --cpu is CPU time of the whole tree (a watcher in the supervisor reads the cgroup's
-    // accounting and kills at the limit); --cpus a CFS bandwidth quota.
-    let cpu = cg_info.as_ref().map(|(_, _, c)| *c).unwrap_or_default();
-    let mut per_process_cpu = false;
-    let mut cpu_detail = Vec::new();
-    if let Some(secs) = policy.limits.cpu_secs {
-        if cpu.accounting {
-            cpu_detail.push(format!(
-                "{secs} s of CPU for the whole exec tree (cgroup accounting)"
-            ));
-        } else {
-            per_process_cpu = true;
-            degrade(
-                "cpu",
-                format!(
-                    "no cgroup CPU accounting: --cpu {secs} is RLIMIT_CPU, {secs} s for each process of the tree"
-                ),
-                &mut layers,
-            )?;
-        }
-    }
-    if let Some(m) = policy.limits.cpu_quota_millis {
-        let cpus = m as f64 / 1000.0;
-        if cpu.quota {
-            cpu_detail.push(format!("{cpus} CPUs of bandwidth (CFS quota)"));
-        } else {
-            degrade(
-                "cpu",
-                format!("no cgroup CPU controller: --cpus {cpus} is not enforced"),
-                &mut layers,
-            )?;
-        }
-    }
-    let cpu_degraded = layers.iter().any(|l| l.layer == "cpu");
-    match (cpu_detail.is_empty(), cpu_degraded) {
-        (true, false) => layers.push(LayerStatus {
-            layer: "cpu",
-            status: Enforcement::NotRequested,
-            detail: "no --cpu, no --cpus".into(),
-        }),
-        (false, false) => layers.push(LayerStatus {
-            layer: "cpu",
-            status: Enforcement::Enforced,
-            detail: cpu_detail.join("; "),
-        }),
-        _ => {}
-    }
-
-    let mut rl = rlimits::prepare(&policy.limits);
-    if !per_process_cpu {
-        // The tree's budget is kept by the supervisor's watcher; a per-process RLIMIT_CPU of
-        // the same size would only race it.
-        rl.retain(|l| l.resource != libc::RLIMIT_CPU);
-    }
-    if cg_info.is_some() {
-        // The per-exec pids.max bounds each exec exactly. RLIMIT_NPROC would add nothing but a
-        // budget shared by every exec of the sandbox uid, so a fork bomb in one exec would stop
-        // all the others from starting.
-        rl.retain(|l| l.resource != libc::RLIMIT_NPROC);
-    }
-    let mut detail = rl
-        .iter()
-        .map(|l| format!("{}={}", l.name, l.hard))
-        .collect::<Vec<_>>()
-        .join(" ");
-    // A crash must not hand the command's memory to the host's core dump handler (rlimits.rs
-    // says what each core_pattern takes).
-    match k.core_dumps().gap() {
-        None => layers.push(LayerStatus {
-            layer: "rlimits",
-            status: Enforcement::Enforced,
-            detail,
-        }),
-        Some(gap) => {
-            detail.push_str(&format!("; core dumps: {gap}"));
-            degrade("rlimits", detail, &mut layers)?;
-        }
-    }
-
+    let installed = decide::installed(
+        &fs_rules,
+        landlock.as_ref().map(|p| (p.network_restricted, p.scoped)),
+        socket_rules,
+        seccomp.is_some(),
+    );
     Ok(Prepared {
         landlock,
         seccomp,
@@ -533,8 +404,9 @@ fn prepare_inner(
         layers,
         landlock_abi,
         fs_rules,
-        // SAFETY: getpid has no preconditions.
-        supervisor_pid: unsafe { libc::getpid() },
+        supervisor_pid: k.getpid(),
+        network,
+        installed,
     })
 }
 
@@ -544,24 +416,10 @@ fn degrade_row(
     reason: String,
     layers: &mut Vec<LayerStatus>,
 ) -> Result<(), PrepareError> {
-    if !policy.allow_degraded {
-        return Err(PrepareError::NotEnforceable { layer, reason });
-    }
-    layers.push(LayerStatus {
-        layer,
-        status: Enforcement::Degraded,
-        detail: reason,
-    });
-    Ok(())
+    decide::degrade(policy.allow_degraded, layer, reason, layers)
 }
 
-fn row(layers: &mut Vec<LayerStatus>, layer: &'static str, status: Enforcement, detail: String) {
-    layers.push(LayerStatus {
-        layer,
-        status,
-        detail,
-    });
-}
+use decide::row;
 
 /// What the view must hold and hide, from the filesystem policy. Every grant is resolved by
 /// the policy's symlink-safe walk (as Landlock's rules are): the view binds the inode that walk
@@ -887,49 +745,5 @@ fn prepare_namespaces(
     Ok((view, ownership))
 }
 
-/// Apply every layer to the calling (forked, single-threaded) command process, in the
-/// documented order, then exec. `parent`: the pid `getppid()` must return once the
-/// parent-death signal is armed (1 inside the exec's PID namespace, where our init is the
-/// parent; the supervisor's pid otherwise). `join`: the cgroup to join here (only when there is
-/// no init, which joins it for the whole namespace). Async-signal-safe: only raw syscalls on
-/// data in `p`.
-pub fn enforce_in_child(
-    p: &Prepared,
-    join: Option<&cgroup::ExecCgroup>,
-    controlling_tty: bool,
-    parent: libc::pid_t,
-) -> Result<(), ChildError> {
-    process::enforce_session(controlling_tty)?;
-    if let Some(cg) = join {
-        cg.join()
-            .map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
-    }
-    rlimits::apply(&p.rlimits)?;
-    identity::enforce(&p.identity)?;
-    process::enforce_parent_death(parent)?;
-    if let Some(ll) = &p.landlock {
-        if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
-            ll.add_fresh_proc_rule()
-                .map_err(|e| ChildError::new(Step::LandlockProcRule, e))?;
-        }
-        ll.enforce()
-            .map_err(|e| ChildError::new(Step::Landlock, e))?;
-    }
-    process::enforce_fds()?;
-    process::reset_signals()?;
-    if let Some(prog) = &p.seccomp {
-        seccomp::install(prog).map_err(|e| ChildError::new(Step::Seccomp, e))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod prepare_tests;
-
-/// The cgroup layer's detail, with what start-up did about read-only cgroup mounts.
-fn with_remount_note(detail: String) -> String {
-    match cgroup_remount::note() {
-        Some(n) => format!("{detail} ({n})"),
-        None => detail,
-    }
-}

@@ -195,30 +195,7 @@ pub fn enter_user_ns() -> UserNs {
     })
 }
 
-/// A granted path, as the supervisor's symlink-safe walk resolved it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// Symlink-free and absolute.
-    pub path: PathBuf,
-    pub read_only: bool,
-    pub dir: bool,
-    /// Device and inode of what the walk decided on: the helper binds that inode or nothing.
-    pub dev: u64,
-    pub ino: u64,
-    /// Its owner and mode, as the walk saw them.
-    pub owner: crate::policy::Identity,
-    pub mode: u32,
-    /// Bind it as an idmapped mount (see idmap.rs).
-    pub idmap: Option<Idmap>,
-}
-
-/// An idmapped bind: the mapping, and the user namespace that carries it (a descriptor the
-/// helper inherits; it stays open until the view is built).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Idmap {
-    pub swap: crate::sandbox::idmap::IdSwap,
-    pub userns: RawFd,
-}
+pub use super::grant::{Grant, Idmap};
 
 /// What the view should hold, as plain data (the policy's part).
 #[derive(Debug, Clone)]
@@ -458,14 +435,14 @@ pub struct View {
 
 /// What the helper reports, per kind and overall.
 #[derive(Debug)]
-pub struct Probe {
+pub struct ViewMade {
     pub outcomes: [Outcome; 6],
     pub view: View,
     /// Why the IPC namespace's limits could not be set, when it was made but they were not.
     pub ipc_limits: Option<ChildError>,
 }
 
-impl Probe {
+impl ViewMade {
     pub fn outcome(&self, k: Kind) -> Outcome {
         self.outcomes[k.index()]
     }
@@ -589,7 +566,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), ViewError> {
 ///
 /// The helper is cloned with no exit signal, so the process manager's `waitid(P_ALL)` (which
 /// only sees children that signal SIGCHLD) never reaps it; we reap it here with __WCLONE.
-pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
+pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
     // Test builds only: `OSB_TEST_DENY_PIDNS=1` makes the PID namespace unavailable, as a
     // kernel or runtime that refuses it would (the helper then builds the view as for that
     // case: the supervisor's /proc in the view's root), so the race tests can reach the
@@ -773,7 +750,7 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
         Ok(view)
     })();
     finish(hold_w);
-    Ok(Probe {
+    Ok(ViewMade {
         outcomes,
         view: result?,
         ipc_limits,
@@ -781,22 +758,12 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
 }
 
 mod helper;
-pub(super) use helper::fd_path;
 pub use helper::mount_proc;
 use helper::{helper_main, make_net_ns};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fd_paths_are_written_without_allocating() {
-        let mut b = [0u8; 32];
-        fd_path(&mut b, 1234);
-        assert_eq!(&b[..19], b"/proc/self/fd/1234\0");
-        fd_path(&mut b, 0);
-        assert_eq!(&b[..16], b"/proc/self/fd/0\0");
-    }
 
     fn grant(path: impl Into<PathBuf>, read_only: bool) -> Grant {
         Grant {

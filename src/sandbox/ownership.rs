@@ -30,7 +30,7 @@ pub fn wanted(grants: &[Grant], sandbox: Identity) -> Vec<Option<IdSwap>> {
     let own = |g: &Grant| -> Option<IdSwap> {
         let kind = g.mode & libc::S_IFMT;
         let mappable = kind == libc::S_IFDIR || kind == libc::S_IFREG;
-        let system_root = g.owner.uid == 0 && crate::policy::walk::in_system_tree(&g.path);
+        let system_root = g.owner.uid == 0 && crate::sys::walk::in_system_tree(&g.path);
         (!g.read_only && mappable && !shared(g.mode) && !system_root && g.owner != sandbox)
             .then_some(IdSwap {
                 owner: g.owner,

@@ -3,7 +3,7 @@
 
 use super::kernel::Kernel;
 use super::landlock::Support;
-use super::namespaces::{Kind, Outcome, Probe, ProcMount, UserNs, View, ViewError, ViewPlan};
+use super::namespaces::{Kind, Outcome, ProcMount, UserNs, View, ViewError, ViewMade, ViewPlan};
 use super::rlimits::{CoreDumps, CorePattern};
 use super::{ChildError, Enforcement, PrepareError, Step, cgroup, prepare_with};
 use crate::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
@@ -19,6 +19,32 @@ struct Fake {
     core: CoreDumps,
     /// Why the IPC limits could not be set, if they could not.
     ipc_limits: Option<ChildError>,
+    /// A fake cgroup v2 tree (pids, memory) standing in for /sys/fs/cgroup; `None`: no
+    /// writable cgroup.
+    cgroups: Option<tempfile::TempDir>,
+    remount_note: Option<String>,
+    groups: Vec<(libc::gid_t, Option<String>)>,
+}
+
+/// A cgroup v2 tree offering pids and memory in the supervisor's group `/pod` (v2 accounts
+/// CPU time in every group). Without cpu: on plain files, enabling it would overwrite what
+/// enabled memory.
+fn cgroup_tree() -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("pod")).unwrap();
+    for f in ["cgroup.controllers", "pod/cgroup.controllers"] {
+        std::fs::write(t.path().join(f), "memory pids").unwrap();
+    }
+    t
+}
+
+impl Fake {
+    fn system(&self) -> Option<cgroup::System> {
+        self.cgroups.as_ref().map(|t| cgroup::System {
+            mount: t.path().to_path_buf(),
+            self_cgroup: "0::/pod\n".into(),
+        })
+    }
 }
 
 impl Default for Fake {
@@ -44,6 +70,9 @@ impl Default for Fake {
                 contents_filtered: true,
             },
             ipc_limits: None,
+            cgroups: None,
+            remount_note: None,
+            groups: Vec::new(),
         }
     }
 }
@@ -67,8 +96,20 @@ impl Kernel for Fake {
     fn seccomp_available(&self) -> bool {
         self.seccomp
     }
-    fn cgroups(&self, _want: cgroup::Want) -> Option<cgroup::Root> {
-        None
+    fn cgroups(&self, want: cgroup::Want) -> Option<cgroup::Root> {
+        cgroup::detect_in(&self.system()?, want)
+    }
+    fn cgroup_offer(&self) -> Option<cgroup::Offer> {
+        cgroup::probe(&self.system()?)
+    }
+    fn remount_note(&self) -> Option<String> {
+        self.remount_note.clone()
+    }
+    fn supplementary_groups(&self) -> Vec<(libc::gid_t, Option<String>)> {
+        self.groups.clone()
+    }
+    fn getpid(&self) -> libc::pid_t {
+        4242
     }
     fn user_ns(&self) -> UserNs {
         self.user_ns
@@ -82,9 +123,9 @@ impl Kernel for Fake {
     ) -> std::io::Result<crate::sandbox::idmap::UserNs> {
         Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
     }
-    fn make_view(&self, _plan: &ViewPlan) -> Result<Probe, ViewError> {
+    fn make_view(&self, _plan: &ViewPlan) -> Result<ViewMade, ViewError> {
         let pid = self.view[Kind::Pid as usize];
-        Ok(Probe {
+        Ok(ViewMade {
             outcomes: self.view,
             view: View {
                 pid: matches!(pid, Outcome::Made)
@@ -366,4 +407,108 @@ fn layer_states_have_one_spelling() {
         assert_eq!(serde_json::to_value(e).unwrap(), e.as_str());
     }
     assert_eq!(Enforcement::NotRequested.as_str(), "not_requested");
+}
+
+fn limits_policy(allow_degraded: bool, limits: Limits) -> (Policy, tempfile::TempDir) {
+    let (mut p, wd) = policy(allow_degraded, NetworkMode::None, true);
+    p.limits = limits;
+    (p, wd)
+}
+
+fn every_limit() -> Limits {
+    Limits {
+        cpu_secs: Some(5),
+        cpu_quota_millis: Some(500),
+        memory_bytes: Some(64 << 20),
+        pids_requested: true,
+        ..Limits::default()
+    }
+}
+
+/// With a cgroup system offering pids and memory, --pids, --memory and --cpu are in force,
+/// through the group `prepare` made; --cpus, without the cpu controller, is refused.
+#[test]
+fn with_cgroups_the_cgroup_memory_and_cpu_layers_are_enforced() {
+    let k = Fake {
+        cgroups: Some(cgroup_tree()),
+        remount_note: Some("a note from start-up".into()),
+        ..Fake::default()
+    };
+    let (pol, _wd) = limits_policy(
+        false,
+        Limits {
+            cpu_quota_millis: None,
+            ..every_limit()
+        },
+    );
+    let p = prepare_with(&k, &pol).unwrap();
+    assert!(p.cgroups.is_some());
+    for layer in ["cgroup", "memory", "cpu"] {
+        assert_eq!(status(&p, layer).0, Enforcement::Enforced, "{layer}");
+    }
+    assert!(status(&p, "cgroup").1.ends_with("(a note from start-up)"));
+    assert_eq!(p.supervisor_pid, 4242);
+    let (pol, _wd) = limits_policy(false, every_limit());
+    match prepare_with(&k, &pol) {
+        Err(PrepareError::NotEnforceable { layer, .. }) => assert_eq!(layer, "cpu"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Without one, each limit asked for is refused, the cgroup layer first; degraded, each says
+/// what it is instead.
+#[test]
+fn without_cgroups_each_asked_limit_is_refused_then_degraded() {
+    let k = Fake::default();
+    let (pol, _wd) = limits_policy(false, every_limit());
+    match prepare_with(&k, &pol) {
+        Err(PrepareError::NotEnforceable { layer, .. }) => assert_eq!(layer, "cgroup"),
+        other => panic!("{other:?}"),
+    }
+    let (pol, _wd) = limits_policy(
+        false,
+        Limits {
+            pids_requested: false,
+            ..every_limit()
+        },
+    );
+    match prepare_with(&k, &pol) {
+        Err(PrepareError::NotEnforceable { layer, .. }) => assert_eq!(layer, "memory"),
+        other => panic!("{other:?}"),
+    }
+    let (pol, _wd) = limits_policy(true, every_limit());
+    let p = prepare_with(&k, &pol).unwrap();
+    assert!(p.cgroups.is_none());
+    for layer in ["cgroup", "memory", "cpu"] {
+        assert_eq!(status(&p, layer).0, Enforcement::Degraded, "{layer}");
+    }
+    // No limit asked: nothing to refuse.
+    let (pol, _wd) = limits_policy(false, Limits::default());
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "cgroup").0, Enforcement::NotRequested);
+}
+
+/// Not root: the supplementary groups we hold reach the child, so identity is not enforced.
+#[test]
+fn supplementary_groups_a_non_root_supervisor_cannot_drop_degrade_identity() {
+    let k = Fake {
+        euid: 1000,
+        user_ns: UserNs::Entered,
+        groups: vec![(998, Some("docker".into()))],
+        ..Fake::default()
+    };
+    let (pol, _wd) = policy(false, NetworkMode::None, false);
+    match prepare_with(&k, &pol) {
+        Err(PrepareError::NotEnforceable { layer, reason }) => {
+            assert_eq!(layer, "identity");
+            assert!(reason.contains("docker"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let k = Fake {
+        groups: Vec::new(),
+        ..k
+    };
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "identity").0, Enforcement::Enforced);
 }

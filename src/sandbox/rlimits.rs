@@ -206,7 +206,7 @@ pub fn apply(limits: &[Rlimit]) -> Result<(), crate::sandbox::ChildError> {
             return Err(crate::sandbox::ChildError {
                 step: crate::sandbox::Step::Rlimit,
                 detail: l.resource as u8,
-                errno: crate::sandbox::errno(),
+                errno: crate::sys::errno(),
             });
         }
     }

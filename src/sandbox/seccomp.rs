@@ -659,7 +659,7 @@ pub fn install(program: &[sock_filter]) -> Result<(), i32> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(crate::sandbox::errno())
+        Err(crate::sys::errno())
     }
 }
 

@@ -42,14 +42,14 @@ fn denies_in_a_forked_child() {
                 libc::_exit(10);
             }
             let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-            if s != -1 || crate::sandbox::errno() != libc::EPERM {
+            if s != -1 || crate::sys::errno() != libc::EPERM {
                 libc::_exit(11);
             }
             let u = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
             if u < 0 {
                 libc::_exit(12);
             }
-            if libc::unshare(libc::CLONE_NEWUSER) != -1 || crate::sandbox::errno() != libc::EPERM {
+            if libc::unshare(libc::CLONE_NEWUSER) != -1 || crate::sys::errno() != libc::EPERM {
                 libc::_exit(15);
             }
             // A plain fork (clone without CLONE_NEW*) still works.
@@ -61,23 +61,21 @@ fn denies_in_a_forked_child() {
                 libc::_exit(16);
             }
             libc::waitpid(f, std::ptr::null_mut(), 0);
-            if libc::syscall(libc::SYS_clone3, 0, 0) != -1
-                || crate::sandbox::errno() != libc::ENOSYS
-            {
+            if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || crate::sys::errno() != libc::ENOSYS {
                 libc::_exit(13);
             }
             if libc::ioctl(0, (1u64 << 32 | TIOCSTI) as _, c"x".as_ptr()) != -1
-                || crate::sandbox::errno() != libc::EPERM
+                || crate::sys::errno() != libc::EPERM
             {
                 libc::_exit(14);
             }
             // Not a syscall on any ABI: the kernel's ENOSYS, and we are still alive.
-            if libc::syscall(-1) != -1 || crate::sandbox::errno() != libc::ENOSYS {
+            if libc::syscall(-1) != -1 || crate::sys::errno() != libc::ENOSYS {
                 libc::_exit(17);
             }
             let mut sv = [0; 2];
             if libc::socketpair(libc::AF_INET, libc::SOCK_STREAM, 0, sv.as_mut_ptr()) != -1
-                || crate::sandbox::errno() != libc::EPERM
+                || crate::sys::errno() != libc::EPERM
             {
                 libc::_exit(18);
             }
@@ -88,7 +86,7 @@ fn denies_in_a_forked_child() {
                 libc::_exit(19);
             }
             if libc::prlimit64(parent, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) != -1
-                || crate::sandbox::errno() != libc::EPERM
+                || crate::sys::errno() != libc::EPERM
             {
                 libc::_exit(20);
             }
@@ -157,7 +155,7 @@ fn refuses_setid_modes_openat2_and_syslog_in_a_forked_child() {
             }
             for (i, (nr, a, want)) in cases.iter().enumerate() {
                 let rc = libc::syscall(*nr, a[0], a[1], a[2], a[3]);
-                if rc != -1 || crate::sandbox::errno() != *want {
+                if rc != -1 || crate::sys::errno() != *want {
                     libc::_exit(i as i32 + 1);
                 }
             }

@@ -22,7 +22,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use super::namespaces::Grant;
-use crate::policy::walk::{self, Walker};
+use crate::sys::walk::{self, Walker};
 
 /// The (link, target as written) pairs to reproduce. `tmpfs`: the view's private tmpfs mount
 /// points.

@@ -70,7 +70,7 @@ pub(super) fn copy_stdin(w: OwnedFd) {
             return;
         }
         if n < 0 {
-            match crate::sandbox::errno() {
+            match crate::sys::errno() {
                 libc::EINTR => continue,
                 // The caller's stdin may be non-blocking (the flag belongs to its open file
                 // description, which we must not change): wait for it instead.
@@ -87,7 +87,7 @@ pub(super) fn copy_stdin(w: OwnedFd) {
             // SAFETY: write from our buffer to our pipe end.
             let m = unsafe { libc::write(w.as_raw_fd(), data.as_ptr().cast(), data.len()) };
             if m < 0 {
-                match crate::sandbox::errno() {
+                match crate::sys::errno() {
                     libc::EINTR => continue,
                     libc::EAGAIN => {
                         wait_ready(w.as_raw_fd(), libc::POLLOUT);

@@ -221,7 +221,7 @@ impl Locks {
             if unsafe { libc::flock(fd.as_raw_fd(), op) } == 0 {
                 return Ok(Some(fd));
             }
-            match crate::sandbox::errno() {
+            match crate::sys::errno() {
                 libc::EINTR => continue,
                 libc::EWOULDBLOCK => return Ok(None),
                 e => return Err(err(io::Error::from_raw_os_error(e))),

@@ -6,7 +6,8 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use super::{HelperReport, Kind, N, NOT_TRIED, ProcMount, RootPlan, TmpfsPlan, ViewPlan};
 use crate::sandbox::view_root::{self, Built};
-use crate::sandbox::{ChildError, Step, errno};
+use crate::sandbox::{ChildError, Step};
+use crate::sys::{errno, proc_fd_path as fd_path};
 
 fn check(rc: libc::c_int, step: Step) -> Result<(), ChildError> {
     if rc != 0 {
@@ -291,27 +292,6 @@ unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
         }
     }
     Ok(())
-}
-
-/// "/proc/self/fd/N\0" into `buf`, without allocating.
-pub(in crate::sandbox) fn fd_path(buf: &mut [u8; 32], fd: RawFd) {
-    let prefix = b"/proc/self/fd/";
-    buf[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 12];
-    let mut n = fd.max(0) as u32;
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        buf[prefix.len() + i] = digits[len - 1 - i];
-    }
-    buf[prefix.len() + len] = 0;
 }
 
 /// Make the view's IPC namespace and set its limits: whether it was made, and how the limits

@@ -14,7 +14,7 @@
 //!    (setns into a mount namespace needs a single-threaded caller, which only a forked child
 //!    is), unshare a child mount namespace and mount a fresh /proc for the new PID namespace;
 //!    then fork the command;
-//! 2. the command: stdio, cwd, then the layers in the order of [`super::enforce_in_child`],
+//! 2. the command: stdio, cwd, then the layers ([`super::enforce_in_child`]; child/mod.rs lists the order),
 //!    then execve of each candidate of the program in turn (the PATH search happens here, in
 //!    the view); when none starts, the error on the pipe, then the command's own examination
 //!    of why (`diagnose.rs`), as the sandbox identity inside the view;
@@ -33,10 +33,10 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
-use super::cgroup::ExecCgroup;
-use super::diagnose::{self, Diagnosis, RECORD_MAX};
-use super::namespaces::{ExecView, ProcMount, mount_proc};
-use super::{ChildError, Prepared, Step, errno};
+use crate::sandbox::cgroup::ExecCgroup;
+use crate::sandbox::diagnose::{self, Diagnosis, RECORD_MAX};
+use crate::sandbox::namespaces::{ExecView, ProcMount, mount_proc};
+use crate::sandbox::{ChildError, Prepared, Step, errno};
 
 /// How long the supervisor waits for the command's account of a failed execve (the
 /// examination in `diagnose.rs`, a handful of lookups) before it kills the exec and reports the

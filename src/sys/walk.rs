@@ -22,7 +22,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawF
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use super::fs::SYSTEM_DIRS;
+/// Directories a normal image needs to run programs, and where root's links are the system's.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
 
 /// As many links as the kernel follows in one lookup (MAXSYMLINKS).
 const MAX_LINKS: usize = 40;
@@ -242,7 +245,7 @@ pub fn list_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>, WalkE
         // SAFETY: dirp is a live DIR stream owned by this function.
         let ent = unsafe { libc::readdir64(dirp) };
         if ent.is_null() {
-            let e = crate::sandbox::errno();
+            let e = super::errno();
             break if e == 0 {
                 Ok(())
             } else {

@@ -1,0 +1,84 @@
+//! Which base groups belong to a live supervisor: each holds an exclusive flock on its
+//! directory for its supervisor's life; a group whose lock anyone can take is swept.
+
+use super::*;
+
+/// Make `dir` (or adopt it when it exists) and take its ownership lock. A sweeper may hold the
+/// lock of a group it is removing, or remove the directory between our mkdir and our flock:
+/// both are retried, and the lock counts only on the directory that is still at `dir`.
+pub(super) fn own_dir(dir: &Path) -> Result<File, CgroupError> {
+    let create = |source| CgroupError::Create {
+        path: dir.to_path_buf(),
+        source,
+    };
+    for _ in 0..100 {
+        match fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(create(e)),
+        }
+        let f = match File::open(dir) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(create(e)),
+        };
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(CgroupError::Lock {
+                    path: dir.to_path_buf(),
+                    source: e,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        let same = match (f.metadata(), fs::metadata(dir)) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        };
+        if same {
+            return Ok(f);
+        }
+    }
+    Err(create(io::Error::from_raw_os_error(libc::EBUSY)))
+}
+
+/// Kill the members of, and remove, every group in `parent` that no live supervisor owns.
+pub(super) fn sweep_stale(parent: &Path, freezer: bool) {
+    let Ok(dir) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in dir.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(PREFIX) {
+            continue;
+        }
+        let path = e.path();
+        let Ok(f) = File::open(&path) else {
+            continue;
+        };
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue; // a live owner holds it (or another sweeper does)
+        }
+        tracing::info!(group = %path.display(), "removing the group of a dead supervisor");
+        let mut children: Vec<PathBuf> = fs::read_dir(&path)
+            .map(|d| {
+                d.flatten()
+                    .filter(|c| c.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|c| c.path())
+                    .collect()
+            })
+            .unwrap_or_default();
+        children.push(path.clone());
+        for c in &children {
+            let g = Group::at(c, freezer);
+            if let Err(e) = g.kill_until_empty() {
+                tracing::warn!(group = %c.display(), error = %e, "could not empty a stale group");
+            }
+            remove_dir_retrying(c);
+        }
+        drop(f);
+    }
+}

@@ -1,0 +1,88 @@
+//! The child side: every kernel step between the supervisor's fork and the command's execve,
+//! in one place. Nothing here may allocate, lock or log: the supervisor is multi-threaded, so
+//! after fork only raw, async-signal-safe syscalls on data `prepare` built are allowed.
+//!
+//! The steps are named by [`Step`] (step.rs), whose declaration order is the order below; a
+//! failing step travels back to the supervisor over the exec's error pipe with its errno.
+//!
+//! **The exec's init** (PID 1 of the exec's PID namespace; `init_main` in init.rs):
+//! 1. parent-death signal (SIGKILL), then the supervisor's pidfd polled: if the supervisor
+//!    died before the signal was armed, it would never fire;
+//! 2. join the exec's cgroup, so every process of the exec is born in it (writing
+//!    cgroup.procs needs our root identity, which the command gives up below);
+//! 3. setns into the view's mount, IPC, UTS and network namespaces (setns into a mount
+//!    namespace needs a single-threaded caller, which only a forked child is), then a mount
+//!    namespace of its own with a fresh /proc for the new PID namespace;
+//! 4. block the forwarded signals and install their relaying handlers;
+//! 5. clone the command (CLONE_VM|CLONE_VFORK), then hold nothing of the supervisor's and
+//!    reap until the command exits.
+//!
+//! **The command** (`command_main` in init.rs, then [`enforce_in_child`]):
+//! 1. stdio onto 0..2, the view (only without an init), the working directory, and without
+//!    an init the child-subreaper bit;
+//! 2. session and, for a pty, the controlling terminal, while we can still fail cheaply;
+//! 3. join the exec's cgroup (only without an init, which joined it for the whole namespace);
+//! 4. rlimits: lowering needs no privilege, but comes before anything the child could race;
+//! 5. identity: ambient set cleared, securebits and the bounding set (they need CAP_SETPCAP,
+//!    so before setuid), then groups, gid, uid (each needs a capability the next removes),
+//!    verified, every capability set emptied, no_new_privs (Landlock and seccomp require it
+//!    of an unprivileged caller);
+//! 6. parent-death signal: here, after the identity switch, because the kernel clears it
+//!    whenever the effective uid or gid changes; then `getppid()` checked against the parent
+//!    read before fork;
+//! 7. Landlock (after the capability drop), with the rule for the exec's own /proc first;
+//! 8. every fd above 2 close-on-exec, after Landlock used its ruleset fd;
+//! 9. signal dispositions and mask reset (SIGPIPE ignored by the Rust runtime, the init's
+//!    relaying handlers), unblocking last so a SIGTERM of the spawn reaches the command;
+//! 10. seccomp, last and as close to exec as possible, so the filter need not allow the steps
+//!     above; execve itself stays allowed;
+//! 11. execve of each candidate of the program in turn (the PATH search, inside the view).
+
+pub mod init;
+pub mod process;
+mod step;
+
+pub use step::{ChildError, Step};
+
+use super::{Prepared, cgroup, identity, namespaces, rlimits, seccomp};
+
+/// Apply every layer to the calling command process, steps 2 to 10 of the module's list, in
+/// that order. `parent`: the pid `getppid()` must return once the parent-death signal is armed
+/// (1 inside the exec's PID namespace, where our init is the parent; the supervisor's pid
+/// otherwise). `join`: the cgroup to join here (only when there is no init, which joins it for
+/// the whole namespace).
+///
+/// # Safety
+/// Only in a forked, single-threaded child about to execve (the command): it changes the
+/// calling process's session, identity, limits and filters for good, and between fork and
+/// exec of a multi-threaded parent it may only make async-signal-safe calls, which it does
+/// (raw syscalls on the data in `p`, no allocation).
+pub unsafe fn enforce_in_child(
+    p: &Prepared,
+    join: Option<&cgroup::ExecCgroup>,
+    controlling_tty: bool,
+    parent: libc::pid_t,
+) -> Result<(), ChildError> {
+    process::enforce_session(controlling_tty)?;
+    if let Some(cg) = join {
+        cg.join()
+            .map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
+    }
+    rlimits::apply(&p.rlimits)?;
+    identity::enforce(&p.identity)?;
+    process::enforce_parent_death(parent)?;
+    if let Some(ll) = &p.landlock {
+        if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
+            ll.add_fresh_proc_rule()
+                .map_err(|e| ChildError::new(Step::LandlockProcRule, e))?;
+        }
+        ll.enforce()
+            .map_err(|e| ChildError::new(Step::Landlock, e))?;
+    }
+    process::enforce_fds()?;
+    process::reset_signals()?;
+    if let Some(prog) = &p.seccomp {
+        seccomp::install(prog).map_err(|e| ChildError::new(Step::Seccomp, e))?;
+    }
+    Ok(())
+}

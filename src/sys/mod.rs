@@ -1,0 +1,53 @@
+//! The floor under `policy/` and `sandbox/`: thin, safe-to-call-after-fork helpers over raw
+//! syscalls that several layers share. Nothing here imports from the rest of the crate.
+//!
+//! - [`walk`]: resolving paths by walking `O_PATH|O_NOFOLLOW` descriptors;
+//! - [`mount`]: the constants and structs of the new mount API (open_tree, mount_setattr,
+//!   move_mount), which libc does not carry;
+//! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side.
+
+pub mod mount;
+pub mod walk;
+
+use std::os::fd::RawFd;
+
+/// errno of the last failed libc call on this thread. Async-signal-safe.
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// "/proc/self/fd/N\0" into `buf`, without allocating (so usable between fork and exec).
+pub fn proc_fd_path(buf: &mut [u8; 32], fd: RawFd) {
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 12];
+    let mut n = fd.max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[prefix.len() + i] = digits[len - 1 - i];
+    }
+    buf[prefix.len() + len] = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fd_paths_are_written_without_allocating() {
+        let mut b = [0u8; 32];
+        proc_fd_path(&mut b, 1234);
+        assert_eq!(&b[..19], b"/proc/self/fd/1234\0");
+        proc_fd_path(&mut b, 0);
+        assert_eq!(&b[..16], b"/proc/self/fd/0\0");
+    }
+}
