@@ -4,6 +4,7 @@
 
 mod flags;
 mod fs;
+pub mod network;
 pub mod openshell;
 mod size;
 pub mod walk;
