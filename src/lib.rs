@@ -10,8 +10,8 @@
 
 pub mod certs;
 pub mod check;
-pub mod egress;
 pub mod cli;
+pub mod egress;
 pub mod exec;
 pub mod gateway;
 pub mod install;

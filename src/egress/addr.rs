@@ -178,20 +178,53 @@ mod tests {
     #[test]
     fn classifier() {
         for s in [
-            "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.10",
-            "100.127.255.255", "192.0.0.8", "192.0.2.1", "198.51.100.1", "203.0.113.9",
-            "198.18.0.1", "198.19.255.255", "255.255.255.255", "0.1.2.3", "224.0.0.1",
-            "240.0.0.1", "127.0.0.1", "169.254.169.254", "fc00::1", "fd12::1", "fec0::1",
-            "ff02::1", "2001:db8::1", "::a00:1", "::ffff:10.0.0.1", "64:ff9b::a00:1",
-            "64:ff9b:1::1", "2002:a00:1::", "2002:7f00:1::", "::1", "fe80::1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "100.64.0.10",
+            "100.127.255.255",
+            "192.0.0.8",
+            "192.0.2.1",
+            "198.51.100.1",
+            "203.0.113.9",
+            "198.18.0.1",
+            "198.19.255.255",
+            "255.255.255.255",
+            "0.1.2.3",
+            "224.0.0.1",
+            "240.0.0.1",
+            "127.0.0.1",
+            "169.254.169.254",
+            "fc00::1",
+            "fd12::1",
+            "fec0::1",
+            "ff02::1",
+            "2001:db8::1",
+            "::a00:1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::1",
+            "2002:a00:1::",
+            "2002:7f00:1::",
+            "::1",
+            "fe80::1",
         ] {
             assert!(is_internal(ip(s)), "{s} is internal");
         }
         // 192.88.99.0/24 (the retired 6to4 relay anycast block) is public to OpenShell's
         // classifier and to ours: the egress tests own an address there.
         for s in [
-            "192.88.99.10", "8.8.8.8", "1.1.1.1", "100.128.0.1", "172.32.0.1", "198.20.0.1",
-            "2606:4700::1111", "64:ff9b::808:808", "2002:808:808::", "::ffff:8.8.8.8",
+            "192.88.99.10",
+            "8.8.8.8",
+            "1.1.1.1",
+            "100.128.0.1",
+            "172.32.0.1",
+            "198.20.0.1",
+            "2606:4700::1111",
+            "64:ff9b::808:808",
+            "2002:808:808::",
+            "::ffff:8.8.8.8",
         ] {
             assert!(!is_internal(ip(s)), "{s} is public");
         }
@@ -205,7 +238,10 @@ mod tests {
         let lo = [ip("127.0.0.1")];
         let p = AddressPlan::PublicOnly;
         assert!(check(&p, "h", 80, &pubs).is_ok());
-        assert_eq!(check(&p, "h", 80, &private).unwrap_err().kind, "internal address");
+        assert_eq!(
+            check(&p, "h", 80, &private).unwrap_err().kind,
+            "internal address"
+        );
         assert!(check(&p, "h", 80, &mixed).is_err(), "all or nothing");
         assert!(check(&p, "h", 80, &[]).is_err());
         // Public-only does not look at ports.
@@ -215,7 +251,10 @@ mod tests {
         assert!(check(&e, "h", 80, &private).is_ok());
         let d = check(&e, "h", 80, &lo).unwrap_err();
         assert_eq!(d.kind, "declared endpoint check failed");
-        assert!(d.detail.contains("always-blocked address 127.0.0.1"), "{d:?}");
+        assert!(
+            d.detail.contains("always-blocked address 127.0.0.1"),
+            "{d:?}"
+        );
         let d = check(&e, "h", 6443, &private).unwrap_err();
         assert_eq!(d.detail, "port 6443 is a blocked control-plane port");
 

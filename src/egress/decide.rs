@@ -97,9 +97,10 @@ pub fn decide(policy: &PolicyState, host: &str, port: u16, caller: &Caller) -> D
         if endpoints.is_empty() {
             continue;
         }
-        let binary_ok = rule.binaries.iter().any(|b| {
-            b.matches(&caller.exe) || caller.ancestors.iter().any(|a| b.matches(a))
-        });
+        let binary_ok = rule
+            .binaries
+            .iter()
+            .any(|b| b.matches(&caller.exe) || caller.ancestors.iter().any(|a| b.matches(a)));
         if binary_ok {
             allowed.push((rule, endpoints));
         } else {
@@ -138,8 +139,7 @@ pub fn decide(policy: &PolicyState, host: &str, port: u16, caller: &Caller) -> D
         .filter(|ip| !is_always_blocked(*ip));
     let exact_declared = allowed.iter().any(|(_, eps)| {
         eps.iter().any(|(_, e)| {
-            !e.advisor_proposed
-                && matches!(&e.host, Some(HostPattern::Exact(h)) if *h == host)
+            !e.advisor_proposed && matches!(&e.host, Some(HostPattern::Exact(h)) if *h == host)
         })
     });
     let plan = match (settings, literal) {

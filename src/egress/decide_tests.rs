@@ -47,7 +47,9 @@ network_policies:
 
 fn policy() -> PolicyState {
     let p = from_yaml(P1).unwrap();
-    PolicyState::Rules(Arc::new(NetworkRules::compile(&p.network_policies).unwrap()))
+    PolicyState::Rules(Arc::new(
+        NetworkRules::compile(&p.network_policies).unwrap(),
+    ))
 }
 
 fn caller(exe: &str, ancestors: &[&str]) -> Caller {
@@ -85,7 +87,10 @@ fn exact_hosts_case_insensitive_and_the_smallest_key() {
     assert_eq!(rule, "pub_http");
     assert_eq!(plan, AddressPlan::ExactHost);
     assert_eq!(mode, Mode::Tunnel);
-    assert_eq!(allowed("pub.test", 8080, &caller("/usr/bin/curl", &[])).0, "pub_http");
+    assert_eq!(
+        allowed("pub.test", 8080, &caller("/usr/bin/curl", &[])).0,
+        "pub_http"
+    );
     // A trailing dot is another name.
     assert!(denied("pub.test.", 8080, &probe_a()).contains("is not allowed by any policy"));
 }
@@ -122,7 +127,10 @@ fn binaries_exe_or_ancestor_never_argv() {
         r.starts_with("binary '/t/bin/probe-b' not allowed in policy 'pub_http' (ancestors: [], cmdline: [/t/data])"),
         "{r}"
     );
-    assert!(r.contains("; binary '/t/bin/probe-b' not allowed in policy 'z_also_pub'"), "{r}");
+    assert!(
+        r.contains("; binary '/t/bin/probe-b' not allowed in policy 'z_also_pub'"),
+        "{r}"
+    );
     // Launched by an allowed binary: the ancestor rule.
     let launched = caller("/t/bin/probe-b", &["/t/bin/launch", "/bin/sh"]);
     assert_eq!(allowed("pub.test", 8081, &launched).0, "via_launcher");
@@ -139,10 +147,19 @@ fn binaries_exe_or_ancestor_never_argv() {
 
 #[test]
 fn a_rule_without_binaries_allows_nothing() {
-    let p = from_yaml("version: 1\nnetwork_policies:\n  open:\n    endpoints: [{host: pub.test, port: 80}]\n").unwrap();
-    let s = PolicyState::Rules(Arc::new(NetworkRules::compile(&p.network_policies).unwrap()));
+    let p = from_yaml(
+        "version: 1\nnetwork_policies:\n  open:\n    endpoints: [{host: pub.test, port: 80}]\n",
+    )
+    .unwrap();
+    let s = PolicyState::Rules(Arc::new(
+        NetworkRules::compile(&p.network_policies).unwrap(),
+    ));
     match decide(&s, "pub.test", 80, &probe_a()) {
-        Decision::Deny(d) => assert!(d.reason.contains("not allowed in policy 'open'"), "{}", d.reason),
+        Decision::Deny(d) => assert!(
+            d.reason.contains("not allowed in policy 'open'"),
+            "{}",
+            d.reason
+        ),
         a => panic!("{a:?}"),
     }
 }
@@ -159,7 +176,10 @@ fn address_plans() {
     );
     let (rule, plan, _) = allowed("any1.test", 9090, &a);
     assert_eq!(rule, "corp_ips");
-    assert_eq!(plan, AddressPlan::AllowedIps(vec!["10.77.0.0/24".parse().unwrap()]));
+    assert_eq!(
+        plan,
+        AddressPlan::AllowedIps(vec!["10.77.0.0/24".parse().unwrap()])
+    );
     // A hostless endpoint needs the binary too.
     denied("any1.test", 9090, &caller("/t/bin/probe-b", &[]));
 }
@@ -185,7 +205,10 @@ fn l7_endpoints_are_inspected_unless_tls_skip() {
     let a = probe_a();
     match allowed("api.test", 8080, &a).2 {
         Mode::Inspect(s) => {
-            assert_eq!((s.rule.as_str(), s.endpoint, s.protocol), ("api", 0, Protocol::Rest));
+            assert_eq!(
+                (s.rule.as_str(), s.endpoint, s.protocol),
+                ("api", 0, Protocol::Rest)
+            );
         }
         m => panic!("{m:?}"),
     }

@@ -35,7 +35,10 @@ pub enum Outcome {
 pub enum Via {
     Connect,
     /// Method and origin-form path (without the query, which may carry secrets).
-    Forward { method: String, path: String },
+    Forward {
+        method: String,
+        path: String,
+    },
 }
 
 /// One report.
@@ -67,12 +70,20 @@ impl NetEvent {
 
     /// OCSF activity: Open (1) for CONNECT decisions and reload closes, Other (99) for HTTP.
     pub fn activity_id(&self) -> u8 {
-        if self.class_uid() == HTTP_ACTIVITY { 99 } else { 1 }
+        if self.class_uid() == HTTP_ACTIVITY {
+            99
+        } else {
+            1
+        }
     }
 
     /// OCSF action_id: 1 Allowed, 2 Denied.
     pub fn action_id(&self) -> u8 {
-        if self.outcome == Outcome::Allowed { 1 } else { 2 }
+        if self.outcome == Outcome::Allowed {
+            1
+        } else {
+            2
+        }
     }
 
     /// OCSF disposition_id: 1 Allowed, 2 Blocked.
@@ -82,7 +93,11 @@ impl NetEvent {
 
     /// OCSF severity_id: Informational (1) for allows, Medium (3) otherwise.
     pub fn severity_id(&self) -> u8 {
-        if self.outcome == Outcome::Allowed { 1 } else { 3 }
+        if self.outcome == Outcome::Allowed {
+            1
+        } else {
+            3
+        }
     }
 
     /// `firewall_rule.type`.
@@ -100,9 +115,15 @@ impl NetEvent {
         match (&self.via, self.outcome) {
             (Via::Connect, Outcome::Allowed) => format!("CONNECT allowed {d}"),
             (Via::Connect, Outcome::Denied) => format!("CONNECT denied {d}"),
-            (Via::Connect, Outcome::AddressDenied) => format!("CONNECT blocked: internal address {d}"),
-            (Via::Forward { method, path }, Outcome::Allowed) => format!("FORWARD allowed {method} {d}{path}"),
-            (Via::Forward { method, path }, Outcome::Denied) => format!("FORWARD denied {method} {d}{path}"),
+            (Via::Connect, Outcome::AddressDenied) => {
+                format!("CONNECT blocked: internal address {d}")
+            }
+            (Via::Forward { method, path }, Outcome::Allowed) => {
+                format!("FORWARD allowed {method} {d}{path}")
+            }
+            (Via::Forward { method, path }, Outcome::Denied) => {
+                format!("FORWARD denied {method} {d}{path}")
+            }
             (Via::Forward { method, path }, Outcome::AddressDenied) => {
                 format!("FORWARD blocked: internal address {method} {d}{path}")
             }
@@ -121,8 +142,16 @@ impl NetEvent {
             (_, _) if self.outcome == Outcome::ClosedByReload => "NET:CLOSE".to_string(),
             _ => "NET:OPEN".to_string(),
         };
-        let sev = if self.severity_id() == 1 { "INFO" } else { "MED" };
-        let action = if self.action_id() == 1 { "ALLOWED" } else { "DENIED" };
+        let sev = if self.severity_id() == 1 {
+            "INFO"
+        } else {
+            "MED"
+        };
+        let action = if self.action_id() == 1 {
+            "ALLOWED"
+        } else {
+            "DENIED"
+        };
         let who = match &self.caller {
             Some(c) => format!("{}({})", c.exe, c.pid),
             None => format!("?({})", self.src),

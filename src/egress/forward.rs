@@ -91,7 +91,10 @@ pub async fn serve(
 fn bad_gateway(dest: &str) -> Response<Body> {
     let raw = response::upstream_unreachable(dest);
     // The body is what follows the blank line of the prebuilt response.
-    let at = raw.windows(4).position(|w| w == b"\r\n\r\n").map_or(0, |i| i + 4);
+    let at = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(0, |i| i + 4);
     Response::builder()
         .status(502)
         .header(header::CONTENT_TYPE, "application/json")
@@ -143,7 +146,10 @@ async fn send(
     headers.remove(header::HOST);
     headers.insert(header::HOST, HeaderValue::from_str(&fwd.authority).ok()?);
     if !headers.contains_key(header::VIA) {
-        headers.insert(header::VIA, HeaderValue::from_static("1.1 openshell-sandbox"));
+        headers.insert(
+            header::VIA,
+            HeaderValue::from_static("1.1 openshell-sandbox"),
+        );
     }
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     let mut out = Request::builder()

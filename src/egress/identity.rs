@@ -6,6 +6,7 @@
 //! and its owning processes; tests of the decision use a fixed table instead.
 
 use std::net::SocketAddr;
+use std::time::Instant;
 
 /// The calling process, and what the decision matches binaries against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +48,9 @@ pub enum IdentityError {
         "ambiguous shared socket ownership: inode {inode} is held by PIDs {pids:?} with different policy identities"
     )]
     Ambiguous { inode: u64, pids: Vec<u32> },
-    #[error("binary integrity check failed: Binary integrity violation: {path} hash changed (cached: {cached}, current: {current})")]
+    #[error(
+        "binary integrity check failed: Binary integrity violation: {path} hash changed (cached: {cached}, current: {current})"
+    )]
     Integrity {
         path: String,
         cached: String,
@@ -65,8 +68,15 @@ pub enum IdentityError {
 /// async workers, a few at a time.
 pub trait Identify: Send + Sync + 'static {
     /// `peer` is the client's address and `local` the proxy's, as the accepted socket reports
-    /// them (in the client's own socket they are the other way round).
-    fn identify(&self, peer: SocketAddr, local: SocketAddr) -> Result<Caller, IdentityError>;
+    /// them (in the client's own socket they are the other way round); `accepted` is when the
+    /// proxy accepted it: the client socket existed then, so a view of the sandbox's sockets
+    /// taken later is good enough, and one taken earlier is not.
+    fn identify(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        accepted: Instant,
+    ) -> Result<Caller, IdentityError>;
 }
 
 /// A fixed caller for every connection: for tests of the proxy without processes, and for a
@@ -74,7 +84,7 @@ pub trait Identify: Send + Sync + 'static {
 pub struct FixedCaller(pub Caller);
 
 impl Identify for FixedCaller {
-    fn identify(&self, _: SocketAddr, _: SocketAddr) -> Result<Caller, IdentityError> {
+    fn identify(&self, _: SocketAddr, _: SocketAddr, _: Instant) -> Result<Caller, IdentityError> {
         Ok(self.0.clone())
     }
 }

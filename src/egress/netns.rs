@@ -20,7 +20,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 pub const PROXY_ADDR: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 200, 0, 1), 3128);
 
 /// The listen backlog: connections the kernel completes before the proxy accepts them.
-const BACKLOG: libc::c_int = 1024;
+const BACKLOG: libc::c_int = 4096;
 
 /// What [`open_in`] made inside the namespace.
 pub struct NetnsSockets {

@@ -248,6 +248,17 @@ struct Pin {
     sha256: String,
 }
 
+/// A caller worked out before: valid while every process of its chain is the same process
+/// (start time), has the same parent and runs the same executable.
+struct Known {
+    /// (pid, start time, parent, executable), the caller first.
+    chain: Vec<(u32, u64, u32, String)>,
+    caller: Caller,
+}
+
+/// Callers remembered at most; the table is cleared when full.
+const KNOWN_MAX: usize = 4096;
+
 /// The real [`Identify`]: processes of one sandbox network namespace, read from `/proc`.
 pub struct ProcIdentity {
     netns: u64,
@@ -257,13 +268,16 @@ pub struct ProcIdentity {
     own_exe: (u64, u64),
     index: Mutex<OwnerIndex>,
     pins: Mutex<HashMap<String, Pin>>,
+    known: Mutex<HashMap<u32, Known>>,
 }
 
 impl ProcIdentity {
     /// `netns` is the sandbox's network namespace; `diag` the sock_diag socket made in it
     /// ([`super::netns::NetnsSockets::diag`]).
     pub fn new(netns: BorrowedFd<'_>, diag: Option<OwnedFd>) -> io::Result<ProcIdentity> {
-        let ino = fs::File::from(netns.try_clone_to_owned()?).metadata()?.ino();
+        let ino = fs::File::from(netns.try_clone_to_owned()?)
+            .metadata()?
+            .ino();
         let me = fs::metadata("/proc/self/exe")?;
         Ok(ProcIdentity {
             netns: ino,
@@ -275,6 +289,7 @@ impl ProcIdentity {
                 any_member: None,
             }),
             pins: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashMap::new()),
         })
     }
 
@@ -298,28 +313,17 @@ impl ProcIdentity {
                 continue;
             }
             idx.any_member.get_or_insert(pid);
-            let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
-                continue;
-            };
-            for fd in fds.flatten() {
-                let Ok(l) = fs::read_link(fd.path()) else { continue };
-                let l = l.as_os_str().as_encoded_bytes();
-                if let Some(n) = l
-                    .strip_prefix(b"socket:[")
-                    .and_then(|r| r.strip_suffix(b"]"))
-                    .and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
-                {
-                    let v = idx.owners.entry(n).or_default();
-                    if !v.contains(&pid) {
-                        v.push(pid);
-                    }
-                }
-            }
+            scan_fds(pid, &mut idx.owners);
         }
         idx.built = Some(started);
     }
 
-    fn inode(&self, peer: SocketAddr, local: SocketAddr, accepted: Instant) -> Result<u64, IdentityError> {
+    fn inode(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        accepted: Instant,
+    ) -> Result<u64, IdentityError> {
         // The client socket: local end = our peer, remote end = our local address.
         let found = match &self.diag {
             Some(d) => d
@@ -358,7 +362,8 @@ impl ProcIdentity {
         let s = raw.to_string_lossy().into_owned();
         // The kernel appends " (deleted)" to an unlinked image; a file really named so stays.
         if let Some(stripped) = s.strip_suffix(" (deleted)") {
-            let in_root = PathBuf::from(format!("/proc/{pid}/root")).join(s.trim_start_matches('/'));
+            let in_root =
+                PathBuf::from(format!("/proc/{pid}/root")).join(s.trim_start_matches('/'));
             if fs::symlink_metadata(&in_root).is_err() {
                 return Ok(stripped.to_string());
             }
@@ -376,7 +381,11 @@ impl ProcIdentity {
             .map_err(io_err(format!("opening /proc/{pid}/exe")))?;
         let m = f.metadata().map_err(io_err("fstat of the executable"))?;
         let fp = (m.len(), m.mtime(), m.ctime(), m.dev(), m.ino());
-        if let Some(pin) = self.pins.lock().unwrap_or_else(|p| p.into_inner()).get(path)
+        if let Some(pin) = self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(path)
             && pin.fingerprint == fp
         {
             return Ok(());
@@ -384,7 +393,9 @@ impl ProcIdentity {
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            let n = f.read(&mut buf).map_err(io_err(format!("hashing {path}")))?;
+            let n = f
+                .read(&mut buf)
+                .map_err(io_err(format!("hashing {path}")))?;
             if n == 0 {
                 break;
             }
@@ -403,13 +414,42 @@ impl ProcIdentity {
                 Ok(())
             }
             None => {
-                pins.insert(path.to_string(), Pin { fingerprint: fp, sha256 });
+                pins.insert(
+                    path.to_string(),
+                    Pin {
+                        fingerprint: fp,
+                        sha256,
+                    },
+                );
                 Ok(())
             }
         }
     }
 
+    /// A remembered caller, re-checked: a few reads per process of its chain instead of the
+    /// whole walk (cmdlines, namespaces), which a burst of connections from one process
+    /// would otherwise repeat for each.
+    fn known(&self, pid: u32) -> Option<Caller> {
+        let (chain, caller) = {
+            let k = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            let e = k.get(&pid)?;
+            (e.chain.clone(), e.caller.clone())
+        };
+        for (p, start, parent, exe) in &chain {
+            if stat(*p)? != (*parent, *start) || self.exe(*p).ok()? != *exe {
+                return None;
+            }
+            // A changed image falls back to the whole walk, which reports it.
+            self.verify(*p, exe).ok()?;
+        }
+        Some(caller)
+    }
+
     fn caller(&self, pid: u32) -> Result<Caller, IdentityError> {
+        if let Some(c) = self.known(pid) {
+            return Ok(c);
+        }
+        let first = stat(pid);
         let exe = self.exe(pid)?;
         self.verify(pid, &exe)?;
         let mut ancestors = Vec::new();
@@ -445,14 +485,99 @@ impl ProcIdentity {
             }
         }
         let exec = ExecKey(ns_inode(pid, "pid").map_err(io_err(format!("/proc/{pid}/ns/pid")))?);
-        Ok(Caller {
+        let caller = Caller {
             pid,
             exe,
             ancestors,
             cmdline_paths,
             exec,
-        })
+        };
+        // Remembered only when every process of the chain could be pinned by its start time.
+        let exes = std::iter::once(&caller.exe).chain(&caller.ancestors);
+        let stats: Option<Vec<(u32, u64)>> = std::iter::once(first)
+            .chain(chain[1..].iter().map(|p| stat(*p)))
+            .collect();
+        if let Some(stats) = stats {
+            let chain = chain
+                .iter()
+                .zip(stats)
+                .zip(exes)
+                .map(|((p, (parent, start)), exe)| (*p, start, parent, exe.clone()))
+                .collect();
+            let mut k = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            if k.len() >= KNOWN_MAX {
+                k.clear();
+            }
+            k.insert(
+                pid,
+                Known {
+                    chain,
+                    caller: caller.clone(),
+                },
+            );
+        }
+        Ok(caller)
     }
+}
+
+/// Add every socket in `pid`'s fd table to `owners`. readlinkat on the directory's descriptor
+/// with one buffer: this runs for every descriptor of the sandbox on each rescan.
+fn scan_fds(pid: u32, owners: &mut HashMap<u64, Vec<u32>>) {
+    let path = format!("/proc/{pid}/fd");
+    let Ok(dir) = fs::read_dir(&path) else { return };
+    let Ok(c) = std::ffi::CString::new(path) else {
+        return;
+    };
+    // SAFETY: open(2) of a NUL-terminated path; the result is checked and owned.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    let dirfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut buf = [0u8; 64];
+    for e in dir.flatten() {
+        let Ok(name) = std::ffi::CString::new(e.file_name().into_encoded_bytes()) else {
+            continue;
+        };
+        // SAFETY: readlinkat into our buffer, its length given; the result is checked.
+        let n = unsafe {
+            libc::readlinkat(
+                dirfd.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        let l = &buf[..n as usize];
+        if let Some(ino) = l
+            .strip_prefix(b"socket:[")
+            .and_then(|r| r.strip_suffix(b"]"))
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
+        {
+            let v = owners.entry(ino).or_default();
+            if !v.contains(&pid) {
+                v.push(pid);
+            }
+        }
+    }
+}
+
+/// `(ppid, starttime)` from `/proc/<pid>/stat`: the start time tells a process from a later
+/// one with the same pid.
+fn stat(pid: u32) -> Option<(u32, u64)> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses; the fields start after the last ')'.
+    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
 }
 
 fn ppid(pid: u32) -> Option<u32> {
@@ -474,8 +599,12 @@ fn cmdline(pid: u32) -> Vec<String> {
 }
 
 impl Identify for ProcIdentity {
-    fn identify(&self, peer: SocketAddr, local: SocketAddr) -> Result<Caller, IdentityError> {
-        let accepted = Instant::now();
+    fn identify(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        accepted: Instant,
+    ) -> Result<Caller, IdentityError> {
         let inode = self.inode(peer, local, accepted)?;
         let pids = self.owners(inode, accepted);
         if pids.is_empty() {
@@ -496,7 +625,9 @@ impl Identify for ProcIdentity {
             match &first {
                 None => first = Some(c),
                 Some(f) => {
-                    if (&f.exe, &f.ancestors, &f.cmdline_paths) != (&c.exe, &c.ancestors, &c.cmdline_paths) {
+                    if (&f.exe, &f.ancestors, &f.cmdline_paths)
+                        != (&c.exe, &c.ancestors, &c.cmdline_paths)
+                    {
                         return Err(IdentityError::Ambiguous { inode, pids });
                     }
                 }

@@ -40,7 +40,10 @@ use super::revision::PolicyHandle;
 /// The proxy's limits.
 #[derive(Clone)]
 pub struct ProxyConfig {
-    /// Open connections of the whole sandbox; more are answered 503 and closed at once.
+    /// Open connections of the whole sandbox. At the limit the proxy stops accepting until
+    /// one closes: further clients wait in the listen backlog, where the kernel keeps them in
+    /// arrival order (an exec's flood is turned away by its own cap, below, as soon as it is
+    /// identified, so the backlog drains).
     pub max_connections: usize,
     /// Open connections of one exec (one PID namespace), so that one exec's flood cannot take
     /// the others' share.
@@ -169,19 +172,27 @@ impl Proxy {
     }
 }
 
-/// A slot of a cap, released when dropped.
-struct Slot(Arc<AtomicUsize>);
+/// A slot of the sandbox's cap, held by one open connection; it counts itself in
+/// [`ProxyHandle::open_connections`].
+struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    open: Arc<AtomicUsize>,
+}
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+impl Slot {
+    fn new(permit: tokio::sync::OwnedSemaphorePermit, open: &Arc<AtomicUsize>) -> Slot {
+        open.fetch_add(1, Ordering::Relaxed);
+        Slot {
+            _permit: permit,
+            open: open.clone(),
+        }
     }
 }
 
-fn take_slot(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
-    open.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
-        .ok()
-        .map(|_| Slot(open.clone()))
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A slot of one exec's cap.
@@ -192,7 +203,11 @@ struct ExecSlot {
 
 impl Drop for ExecSlot {
     fn drop(&mut self) {
-        let mut m = self.shared.per_exec.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self
+            .shared
+            .per_exec
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(n) = m.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
@@ -221,7 +236,15 @@ fn take_exec_slot(shared: &Arc<Shared>, key: ExecKey) -> Option<ExecSlot> {
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let mut pause = Duration::from_millis(100);
     let mut unknown = 0;
+    let slots = Arc::new(Semaphore::new(shared.config.max_connections));
     loop {
+        let permit = tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            s = slots.clone().acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+        };
         let accepted = tokio::select! {
             _ = shared.cancel.cancelled() => return,
             r = listener.accept() => r,
@@ -230,13 +253,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             Ok((stream, peer)) => {
                 pause = Duration::from_millis(100);
                 unknown = 0;
-                let Some(slot) = take_slot(&shared.open, shared.config.max_connections) else {
-                    let _ = stream.try_write(&response::connection_limit(&format!(
-                        "the sandbox has {} connections open through the egress proxy, its limit",
-                        shared.config.max_connections
-                    )));
-                    continue;
-                };
+                let slot = Slot::new(permit, &shared.open);
                 tokio::spawn(connection(stream, peer, shared.clone(), slot));
             }
             Err(e) => {
@@ -313,13 +330,16 @@ fn reason_of(e: &IdentityError) -> String {
 /// One accepted connection, from its head to its end.
 async fn connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, _slot: Slot) {
     let _ = stream.set_nodelay(true);
-    let Ok(local) = stream.local_addr() else { return };
+    let Ok(local) = stream.local_addr() else {
+        return;
+    };
+    let accepted = std::time::Instant::now();
     let identify = async {
         let Ok(_permit) = shared.identify_slots.acquire().await else {
             return Err(None);
         };
         let id = shared.identity.clone();
-        tokio::task::spawn_blocking(move || id.identify(peer, local))
+        tokio::task::spawn_blocking(move || id.identify(peer, local, accepted))
             .await
             .map_err(|_| None)?
             .map_err(Some)
@@ -389,11 +409,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
             authority,
             path_and_query,
         } => {
-            let path = path_and_query
-                .split('?')
-                .next()
-                .unwrap_or("/")
-                .to_string();
+            let path = path_and_query.split('?').next().unwrap_or("/").to_string();
             let via = Via::Forward {
                 method: parsed.method.clone(),
                 path,
@@ -419,7 +435,14 @@ struct Conn<'a> {
 }
 
 impl Conn<'_> {
-    fn event(&self, outcome: Outcome, rule: &str, reason: Option<String>, caller: Option<&Caller>, generation: u64) {
+    fn event(
+        &self,
+        outcome: Outcome,
+        rule: &str,
+        reason: Option<String>,
+        caller: Option<&Caller>,
+        generation: u64,
+    ) {
         let ev = NetEvent {
             outcome,
             via: self.via.clone(),
@@ -442,9 +465,17 @@ impl Conn<'_> {
         }
     }
 
-    async fn deny(&self, stream: &mut TcpStream, reason: String, caller: Option<&Caller>, generation: u64) {
+    async fn deny(
+        &self,
+        stream: &mut TcpStream,
+        reason: String,
+        caller: Option<&Caller>,
+        generation: u64,
+    ) {
         let detail = format!("{} not permitted by policy", self.what());
-        let _ = stream.write_all(&response::policy_denied(&detail, &reason)).await;
+        let _ = stream
+            .write_all(&response::policy_denied(&detail, &reason))
+            .await;
         self.event(Outcome::Denied, "-", Some(reason), caller, generation);
     }
 
@@ -465,11 +496,18 @@ impl Conn<'_> {
         let host = self.dest.policy_host();
         let port = self.dest.port;
         let allow = match decide(&rev.state, &host, port, &caller) {
-            Decision::Deny(d) => return self.deny(&mut stream, d.reason, Some(&caller), rev.generation).await,
+            Decision::Deny(d) => {
+                return self
+                    .deny(&mut stream, d.reason, Some(&caller), rev.generation)
+                    .await;
+            }
             Decision::Allow(a) => a,
         };
         let inspect = match (&allow.mode, fwd.is_some()) {
-            (_, true) => allow.forward_needs_inspection().then(|| allow.settings.clone()).flatten(),
+            (_, true) => allow
+                .forward_needs_inspection()
+                .then(|| allow.settings.clone())
+                .flatten(),
             (Mode::Inspect(s), false) => Some(s.clone()),
             (Mode::Tunnel, false) => None,
         };
@@ -481,7 +519,9 @@ impl Conn<'_> {
                 s.rule,
                 s.protocol.as_str()
             );
-            return self.deny(&mut stream, reason, Some(&caller), rev.generation).await;
+            return self
+                .deny(&mut stream, reason, Some(&caller), rev.generation)
+                .await;
         }
         // One resolution; the dial uses exactly the addresses checked here.
         let resolved = tokio::time::timeout(
@@ -493,23 +533,54 @@ impl Conn<'_> {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
                 let detail = format!("DNS resolution failed for {}: {e}", self.dest.display());
-                return self.address_denied(&mut stream, allow.plan.kind(), detail, &caller, rev.generation).await;
+                return self
+                    .address_denied(
+                        &mut stream,
+                        allow.plan.kind(),
+                        detail,
+                        &caller,
+                        rev.generation,
+                    )
+                    .await;
             }
             Err(_) => {
-                let detail = format!("DNS resolution failed for {}: timed out", self.dest.display());
-                return self.address_denied(&mut stream, allow.plan.kind(), detail, &caller, rev.generation).await;
+                let detail = format!(
+                    "DNS resolution failed for {}: timed out",
+                    self.dest.display()
+                );
+                return self
+                    .address_denied(
+                        &mut stream,
+                        allow.plan.kind(),
+                        detail,
+                        &caller,
+                        rev.generation,
+                    )
+                    .await;
             }
         };
         if let Err(d) = addr::check(&allow.plan, &host, port, &addrs) {
-            return self.address_denied(&mut stream, d.kind, d.detail, &caller, rev.generation).await;
+            return self
+                .address_denied(&mut stream, d.kind, d.detail, &caller, rev.generation)
+                .await;
         }
-        let mut guard = Guard::new(shared.policy.subscribe(), rev.generation, shared.cancel.clone());
+        let mut guard = Guard::new(
+            shared.policy.subscribe(),
+            rev.generation,
+            shared.cancel.clone(),
+        );
         if guard.moved().is_some() {
             let detail = format!("{} not permitted because policy changed", self.what());
             let _ = stream
                 .write_all(&response::json(403, "policy_denied", &detail, None))
                 .await;
-            return self.event(Outcome::Denied, "-", Some("policy changed".into()), Some(&caller), rev.generation);
+            return self.event(
+                Outcome::Denied,
+                "-",
+                Some("policy changed".into()),
+                Some(&caller),
+                rev.generation,
+            );
         }
         let dialed = tokio::select! {
             d = dial(&addrs, port, shared.config.connect_timeout) => d,
@@ -536,7 +607,13 @@ impl Conn<'_> {
                 if stream.write_all(response::CONNECT_OK).await.is_err() {
                     return;
                 }
-                self.event(Outcome::Allowed, &allow.rule, None, Some(&caller), rev.generation);
+                self.event(
+                    Outcome::Allowed,
+                    &allow.rule,
+                    None,
+                    Some(&caller),
+                    rev.generation,
+                );
                 match (inspect, &shared.config.inspector) {
                     (Some(settings), Some(i)) => {
                         i.run(InspectedTunnel {
@@ -550,11 +627,26 @@ impl Conn<'_> {
                         })
                         .await
                     }
-                    _ => tunnel(stream, upstream, &rest, &mut guard, shared.config.idle_timeout).await,
+                    _ => {
+                        tunnel(
+                            stream,
+                            upstream,
+                            &rest,
+                            &mut guard,
+                            shared.config.idle_timeout,
+                        )
+                        .await
+                    }
                 }
             }
             Some((authority, path_and_query)) => {
-                self.event(Outcome::Allowed, &allow.rule, None, Some(&caller), rev.generation);
+                self.event(
+                    Outcome::Allowed,
+                    &allow.rule,
+                    None,
+                    Some(&caller),
+                    rev.generation,
+                );
                 let mut head = head;
                 head.extend_from_slice(&rest);
                 let f = Forward {
@@ -586,10 +678,18 @@ impl Conn<'_> {
     ) {
         let d = match self.via {
             Via::Connect => format!("CONNECT {} blocked: {kind}", self.dest.display()),
-            Via::Forward { method, .. } => format!("{method} {} blocked: {kind}", self.dest.display()),
+            Via::Forward { method, .. } => {
+                format!("{method} {} blocked: {kind}", self.dest.display())
+            }
         };
         let _ = stream.write_all(&response::ssrf_denied(&d)).await;
-        self.event(Outcome::AddressDenied, "-", Some(detail), Some(caller), generation);
+        self.event(
+            Outcome::AddressDenied,
+            "-",
+            Some(detail),
+            Some(caller),
+            generation,
+        );
     }
 }
 

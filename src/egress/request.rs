@@ -117,7 +117,9 @@ pub fn parse_head(buf: &[u8]) -> Result<Head, HeadError> {
     let request_line = lines.next().unwrap_or("");
     let parts: Vec<&str> = request_line.split(' ').collect();
     if parts.len() != 3 || parts.iter().any(|p| p.is_empty()) {
-        return Err(HeadError::Malformed("request line is not METHOD SP target SP version"));
+        return Err(HeadError::Malformed(
+            "request line is not METHOD SP target SP version",
+        ));
     }
     if parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0" {
         return Err(HeadError::Malformed("version is not HTTP/1.0 or HTTP/1.1"));
@@ -177,7 +179,9 @@ fn framing(headers: &[(String, String)]) -> Result<(), HeadError> {
         }
     }
     if cl.is_some() && te > 0 {
-        return Err(HeadError::Malformed("Content-Length with Transfer-Encoding"));
+        return Err(HeadError::Malformed(
+            "Content-Length with Transfer-Encoding",
+        ));
     }
     Ok(())
 }
@@ -194,7 +198,8 @@ fn valid_host(h: &str) -> bool {
         && name.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
 }
 
@@ -234,8 +239,18 @@ fn forward_target(t: &str) -> Result<Target, HeadError> {
         return Err(HeadError::Malformed("fragment in the request target"));
     }
     let (scheme, rest) = match t.split_once("://") {
-        Some((s, r)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) => (s, r),
-        _ => return Err(HeadError::Malformed("the request target is not an absolute URI")),
+        Some((s, r))
+            if !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) =>
+        {
+            (s, r)
+        }
+        _ => {
+            return Err(HeadError::Malformed(
+                "the request target is not an absolute URI",
+            ));
+        }
     };
     if scheme.eq_ignore_ascii_case("https") {
         return Err(HeadError::HttpsUrl);
@@ -264,8 +279,9 @@ fn forward_target(t: &str) -> Result<Target, HeadError> {
             port: 80,
         }
     } else {
-        split_authority(authority)
-            .ok_or(HeadError::Malformed("bad host or port in the request target"))?
+        split_authority(authority).ok_or(HeadError::Malformed(
+            "bad host or port in the request target",
+        ))?
     };
     let path_and_query = match uri.path_and_query().map(|p| p.as_str()) {
         None | Some("") => "/".to_string(),

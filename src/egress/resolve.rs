@@ -110,8 +110,7 @@ pub fn hosts_lookup(text: &str, host: &str) -> Vec<IpAddr> {
         let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
             continue;
         };
-        if words.any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(want)) && !out.contains(&ip)
-        {
+        if words.any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(want)) && !out.contains(&ip) {
             out.push(ip);
         }
     }

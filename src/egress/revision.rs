@@ -19,7 +19,9 @@ pub enum PolicyState {
     Rules(Arc<NetworkRules>),
     /// A candidate revision was invalid and the failure mode is fail-closed: every connection
     /// is denied with this reason.
-    Quarantined { reason: String },
+    Quarantined {
+        reason: String,
+    },
 }
 
 /// One generation of the policy.
