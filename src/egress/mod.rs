@@ -46,7 +46,7 @@ pub use event::{Counters, Counts, EventSink, LogSink, NetEvent, Outcome, Via};
 pub use identity::{Caller, ExecKey, FixedCaller, Identify, IdentityError};
 pub use proxy::{Proxy, ProxyConfig, ProxyHandle};
 pub use relay::{End, Guard, InspectedTunnel, Inspector};
-pub use resolve::{Resolve, ResolveError, SandboxResolver};
+pub use resolve::{Resolve, ResolveError, ResolveFuture, SandboxResolver};
 pub use revision::{PolicyHandle, PolicyState, Revision};
 
 /// OpenShell's proxy variables for every child: the proxy URL in `ALL_PROXY`, `HTTP_PROXY`,
