@@ -50,6 +50,7 @@ pub const HOSTS: &str = "\
 
 /// True when the test may run (root, a C compiler); a skip fails under CI=true.
 pub fn require() -> bool {
+    // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let cc = Command::new("cc")
         .arg("--version")
@@ -88,12 +89,8 @@ fn ns_ino(path: &str) -> u64 {
 pub fn new_netns() -> OwnedFd {
     std::thread::spawn(|| {
         // SAFETY: unshare affects only this thread, which ends right after.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_NEWNET) },
-            0,
-            "{}",
-            io::Error::last_os_error()
-        );
+        let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
         egress::netns::loopback_up().unwrap();
         let f = std::fs::File::open("/proc/thread-self/ns/net").unwrap();
         OwnedFd::from(f)
@@ -187,12 +184,8 @@ impl World {
     fn new() -> World {
         let host_ns = ns_ino("/proc/self/ns/net");
         // SAFETY: unshare affects this thread only: it becomes the outer namespace's.
-        assert_eq!(
-            unsafe { libc::unshare(libc::CLONE_NEWNET) },
-            0,
-            "{}",
-            io::Error::last_os_error()
-        );
+        let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
         let outer_ino = ns_ino("/proc/thread-self/ns/net");
         assert_ne!(
             outer_ino, host_ns,

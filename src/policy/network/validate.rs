@@ -414,7 +414,7 @@ fn l7(
             "SQL enforcement requires full SQL parsing, which is not available. Use `enforcement: audit`.",
         ));
     }
-    if !e.path.is_empty() && !(e.path.starts_with('/') || e.path == "**") {
+    if !(e.path.is_empty() || e.path.starts_with('/') || e.path == "**") {
         return Err(err(
             &format!("{at}.path"),
             format!("'{}' must start with '/' or be '**'", e.path),
