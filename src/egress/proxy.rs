@@ -84,7 +84,7 @@ struct Shared {
     counters: Arc<Counters>,
     open: Arc<AtomicUsize>,
     per_exec: Mutex<HashMap<ExecKey, usize>>,
-    identify_slots: Semaphore,
+    identify_slots: Arc<Semaphore>,
     cancel: CancellationToken,
 }
 
@@ -153,7 +153,7 @@ impl Proxy {
             identity,
             resolver,
             events,
-            identify_slots: Semaphore::new(config.identify_concurrency.max(1)),
+            identify_slots: Arc::new(Semaphore::new(config.identify_concurrency.max(1))),
             config,
             counters: counters.clone(),
             open: open.clone(),
@@ -334,16 +334,22 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
         return;
     };
     let accepted = std::time::Instant::now();
-    let identify = async {
-        let Ok(_permit) = shared.identify_slots.acquire().await else {
+    // Bounded like the head: a connection does not wait for ever behind a queue of lookups.
+    // The permit goes with the blocking task, so an abandoned lookup still counts.
+    let identify = tokio::time::timeout(shared.config.head_timeout, async {
+        let Ok(permit) = shared.identify_slots.clone().acquire_owned().await else {
             return Err(None);
         };
         let id = shared.identity.clone();
-        tokio::task::spawn_blocking(move || id.identify(peer, local, accepted))
-            .await
-            .map_err(|_| None)?
-            .map_err(Some)
-    };
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            id.identify(peer, local, accepted)
+        })
+        .await
+        .map_err(|_| None)?
+        .map_err(Some)
+    });
+    let identify = async { identify.await.unwrap_or(Err(None)) };
     // The identity is looked up while the head arrives; as soon as it is known, the exec's
     // cap applies, so that one exec's flood of silent connections cannot hold the others'
     // share of the sandbox's cap until their head timeouts.
