@@ -1,8 +1,10 @@
 # openshell-sandbox — build, demo, test, bench.
 #
-#   make demo    build, then run a sandboxed command that shows the sandbox at work
-#   make test    the whole test suite (as root for full coverage; CI=true turns skips into failures)
-#   make bench   release benchmarks; figures go into BENCHMARKS.md by hand
+#   make demo     build, then run a sandboxed command that shows the sandbox at work
+#   make test     the whole test suite; installs the system packages it needs first (as root for
+#                 full coverage; CI=true turns skips into failures)
+#   make install  the static binary, its man pages and shell completions under PREFIX
+#   make bench    release benchmarks; figures go into BENCHMARKS.md by hand
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -14,7 +16,7 @@ TOOLS_DIR ?= $(CURDIR)/.build/tools
 STATIC_BIN := target/$(TARGET)/release/openshell-sandbox
 export OSB_STATIC_BIN := $(CURDIR)/$(STATIC_BIN)
 
-.PHONY: all build static demo test lint bench fuzz e2e image-rootfs tools chart-check clean
+.PHONY: all build static demo test test-deps install install-files lint bench fuzz e2e image-rootfs tools chart-check clean
 
 all: build
 
@@ -40,8 +42,12 @@ FUZZ_SECONDS ?= 60
 endif
 FUZZ_ENV := $(if $(FUZZ_SECONDS),OSB_FUZZ_SECONDS=$(FUZZ_SECONDS))
 
+# The system packages the tests need (the same step as .ci/run): missing ones are installed.
+test-deps:
+	bash scripts/install-test-deps.sh
+
 # Everything: unit and integration tests, the static-binary test (needs `static`).
-test: static tools
+test: test-deps static tools
 	$(FUZZ_ENV) $(CARGO) test --features test-pause-points --no-fail-fast -- --nocapture 2>&1 | tee .test.log | grep -E '^(test |SKIPPED|running|test result)|panicked' ; \
 	  status=$${PIPESTATUS[0]}; \
 	  if [ $$status -ne 0 ]; then grep -B2 -A30 -E '^---- |panicked' .test.log | head -300; fi; \
@@ -76,6 +82,25 @@ image-rootfs: static
 # The end-to-end simulation alone (as root): node, pod, gateway, exec, upgrade, teardown.
 e2e: static
 	$(CARGO) test --test e2e -- --nocapture
+
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the static binary, one man page per
+# subcommand (clap_mangen) and the bash, zsh and fish completions (clap_complete), each made
+# by the installed binary itself. `install-files BIN=...` installs a binary already built.
+PREFIX ?= /usr/local
+BIN ?= $(STATIC_BIN)
+install: static
+	$(MAKE) install-files BIN=$(STATIC_BIN)
+
+install-files:
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/openshell-sandbox
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	$(BIN) man --dir $(DESTDIR)$(PREFIX)/share/man/man1
+	$(BIN) completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/openshell-sandbox
+	$(BIN) completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_openshell-sandbox
+	$(BIN) completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/openshell-sandbox.fish
 
 clean:
 	$(CARGO) clean

@@ -174,7 +174,8 @@ fn main() {
         return;
     };
     // The run's workdir is the current directory (as `run -q -- /bin/true` typed in one).
-    // Owned by nobody, so that `run` hands it over to the uid it leases for the run.
+    // Owned by nobody, so that `run` maps it to the uid it leases for the run (an idmapped
+    // mount).
     let wd = tempfile::Builder::new()
         .prefix("osb-runbench-")
         .tempdir()

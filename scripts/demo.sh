@@ -34,4 +34,4 @@ except OSError as e:
 print("running as uid", os.getuid())
 PY
 cd "$WD"
-"$BIN" run "${flags[@]}" --workdir "$WD" --timeout 30 -- python3 demo.py
+"$BIN" run "${flags[@]}" -v --workdir "$WD" --timeout 30 -- python3 demo.py

@@ -3,8 +3,10 @@
 //!
 //! The policy is the one `run` would build from the same flags (`--workdir`, `--uid`,
 //! `--network`, `--memory`, `--policy FILE`, ...; see `exec::run::load_policy`). Without
-//! `--workdir`, the workdir is the temp directory, which every uid may write, so that a bare
-//! `check` speaks about the kernel, not about the directory it was started in. `--explain`
+//! `--workdir`, the workdir is an empty directory made in the temp directory for the check and
+//! removed after it (the temp directory itself is the view's private tmpfs, refused as a
+//! workdir), so that a bare `check` speaks about the kernel, not about the directory it was
+//! started in. `--explain`
 //! prints the effective Landlock and seccomp rules.
 //!
 //! `check` changes nothing: it takes no per-run uid lock (it names the first uid of
@@ -51,6 +53,19 @@ struct Report {
     /// With `--explain`: every seccomp rule, as `syscall: condition: action`.
     #[serde(skip_serializing_if = "Option::is_none")]
     seccomp_rules: Option<Vec<String>>,
+    /// Whether programs would start in the sandbox: the command given after `--`, or the
+    /// system's shell, env and dynamic loader where the policy grants them.
+    programs: Vec<ProgramCheck>,
+    /// Every program checked would start.
+    programs_start: bool,
+}
+
+#[derive(Serialize)]
+struct ProgramCheck {
+    program: String,
+    starts: bool,
+    /// Why it would not start, as `run` would say it.
+    problem: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -73,9 +88,13 @@ struct WorkdirStatus {
     owner: Option<u32>,
     group: Option<u32>,
     mode: Option<String>,
-    /// As the sandbox identity, asked of the kernel.
+    /// As whom the kernel checks the sandbox there (its owner through an idmapped mount),
+    /// asked of the kernel.
     writable: bool,
-    /// `run` hands a workdir owned by 65534 or by a uid of the range to its per-run uid.
+    /// `run` binds it as an idmapped mount: the sandbox writes as its owner.
+    idmapped: bool,
+    /// Idmapped mounts are refused there, and `run` hands a workdir owned by 65534 or by a
+    /// uid of the range to its per-run uid for the run.
     handed_over: bool,
     /// What is wrong and how to fix it, when it is not writable.
     problem: Option<String>,
@@ -126,6 +145,34 @@ fn access_words(access: PathAccess, is_dir: bool) -> &'static str {
     }
 }
 
+/// An empty directory for a bare `check`'s default policy, removed when dropped.
+struct BareWorkdir {
+    path: PathBuf,
+    made: bool,
+}
+
+impl BareWorkdir {
+    /// Made only when `needed` (no --workdir).
+    fn new(needed: bool) -> BareWorkdir {
+        let path = std::env::temp_dir().join(format!(
+            "openshell-check-{}-{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        // A failure leaves the path missing: the policy then names it.
+        let made = needed && std::fs::DirBuilder::new().create(&path).is_ok();
+        BareWorkdir { path, made }
+    }
+}
+
+impl Drop for BareWorkdir {
+    fn drop(&mut self) {
+        if self.made {
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
+}
+
 /// The error and its causes on one line, as `main` renders them.
 fn render(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
@@ -154,15 +201,20 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let mut refused = None;
     let mut warnings = Vec::new();
     let mut per_run_uid = false;
-    let policy = match run::load_policy(
-        &args.flags,
-        args.policy_file.as_deref(),
-        &std::env::temp_dir(),
-    ) {
+    // Without --workdir, an empty directory of its own in the temp directory (removed again),
+    // so that a bare `check` speaks about the kernel: the temp directory itself is the view's
+    // private tmpfs, refused as a workdir.
+    let bare = BareWorkdir::new(args.flags.workdir.is_none());
+    let policy = match run::load_policy(&args.flags, args.policy_file.as_deref(), &bare.path) {
         Ok(loaded) => {
             run::log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
             warnings = loaded.warnings.iter().map(|w| w.to_string()).collect();
             let mut policy = loaded.policy;
+            if root {
+                policy.fs.write_as = crate::policy::WriteAs::Owner {
+                    hand_over: args.uid_range.start..=args.uid_range.end,
+                };
+            }
             if root && args.flags.uid.is_none() && !loaded.file_sets_identity {
                 per_run_uid = true;
                 let uid = args.uid_range.start;
@@ -178,7 +230,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
 
     // The layers: of the policy when there is one, else of the default, for the kernel facts.
     let fallback = || Policy {
-        fs: crate::policy::FsPolicy::with_defaults(std::env::temp_dir()),
+        fs: crate::policy::FsPolicy::with_defaults(bare.path.clone()),
         network: NetworkMode::None,
         limits: Limits::default(),
         identity: root.then_some(Identity {
@@ -192,8 +244,8 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // The Landlock rules as the prepared sandbox holds them (a missing deny path is not split
     // around where the view's mount namespace is private; the view's tmpfs roots are rules of
     // their own): what `--explain` shows is what a run here would install.
-    let (layers, fs_rules) = match prepare(&layered) {
-        Ok(p) => (p.layers, p.fs_rules),
+    let prepared = match prepare(&layered) {
+        Ok(p) => Some((layered.clone(), p)),
         Err(e) => {
             refused.get_or_insert(e.to_string());
             // Prepare again, degraded, to list every layer's state.
@@ -201,19 +253,27 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 allow_degraded: true,
                 ..layered.clone()
             };
-            prepare(&degraded)
-                .map(|p| (p.layers, p.fs_rules))
-                .unwrap_or_default()
+            prepare(&degraded).ok().map(|p| (degraded, p))
         }
+    };
+    let (layers, fs_rules, ownership) = prepared
+        .as_ref()
+        .map(|(_, p)| (p.layers.clone(), p.fs_rules.clone(), p.ownership.clone()))
+        .unwrap_or_default();
+    // Of the policy checked only (the default one speaks about the kernel).
+    let programs = match (prepared, &policy) {
+        (Some((prepared_policy, p)), Some(_)) => check_programs(prepared_policy, p, &args.command),
+        _ => Vec::new(),
     };
 
     let workdir = policy.as_ref().map(|p| {
         let path = p.fs.workdir.clone();
         let meta = std::fs::metadata(&path).ok();
         let owner = meta.as_ref().map(|m| m.uid());
-        let in_range =
-            |u: u32| u == NOBODY || (args.uid_range.start..=args.uid_range.end).contains(&u);
-        let handed_over = per_run_uid && owner.is_some_and(in_range);
+        // Decided by prepare, as for `run`.
+        let handed_over = ownership.hand_over.is_some();
+        let writer = ownership.workdir_writer();
+        let idmapped = root && writer != p.identity;
         let chown_to = |id: Identity| {
             if per_run_uid {
                 Identity {
@@ -224,9 +284,16 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
                 id
             }
         };
-        let (writable, problem) = match (root, p.identity) {
-            _ if handed_over => (true, None),
-            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id)) {
+        let (writable, problem) = match (root, writer) {
+            // Once handed over, the run's uid has what the owner has.
+            (true, Some(_)) if handed_over => {
+                let from = ownership.hand_over.as_ref().map(|h| h.from);
+                match from.map(|f| workdir::check_writable(&path, f, f, true)) {
+                    Some(Err(e)) => (false, Some(e.to_string())),
+                    _ => (true, None),
+                }
+            }
+            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id), idmapped) {
                 Ok(()) => (true, None),
                 Err(e) => (false, Some(e.to_string())),
             },
@@ -241,6 +308,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
             group: meta.as_ref().map(|m| m.gid()),
             mode: meta.as_ref().map(|m| format!("{:04o}", m.mode() & 0o7777)),
             writable,
+            idmapped,
             handed_over,
             problem,
         }
@@ -279,6 +347,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
 
     let fully = refused.is_none() && layers.iter().all(|l| l.status != Enforcement::Degraded);
+    let programs_start = programs.iter().all(|p| p.starts);
     let report = Report {
         version: env!("CARGO_PKG_VERSION"),
         root,
@@ -303,17 +372,77 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         fully_enforced: fully,
         landlock_rules,
         seccomp_rules,
+        programs,
+        programs_start,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_human(&report, &source);
     }
-    Ok(if fully {
+    Ok(if fully && programs_start {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Whether programs would start under the prepared sandbox (`Sandbox::probe`: examined inside
+/// the view as the sandbox identity, nothing executed): `command`'s, or else the system's
+/// /bin/sh, /usr/bin/env and the dynamic loader /bin/sh names, each only where the policy
+/// grants it on the host (a policy that grants no /bin/sh means it to be absent). This is the
+/// usr-merge check: a policy written for Landlock on the real root grants /usr and expects
+/// /bin/sh and /lib64/ld-linux-x86-64.so.2 to work through the root's links.
+fn check_programs(
+    policy: Policy,
+    prepared: sandbox::Prepared,
+    command: &[std::ffi::OsString],
+) -> Vec<ProgramCheck> {
+    use std::os::fd::AsFd;
+    use std::path::Path;
+    let walker = policy.fs.walker();
+    let granted = |p: &Path| {
+        walker.resolve(p).is_ok_and(|r| {
+            prepared
+                .fs_rules
+                .iter()
+                .any(|(g, access, _)| *access != PathAccess::Device && r.path.starts_with(g))
+        })
+    };
+    let mut names: Vec<(std::ffi::OsString, String)> = Vec::new();
+    if let Some(c) = command.first() {
+        names.push((c.clone(), c.to_string_lossy().into_owned()));
+    } else {
+        for p in ["/bin/sh", "/usr/bin/env"] {
+            if granted(Path::new(p)) {
+                names.push((p.into(), p.into()));
+            }
+        }
+        let loader = walker
+            .resolve(Path::new("/bin/sh"))
+            .ok()
+            .and_then(|sh| sandbox::diagnose::interpreter_of(sh.fd.as_fd()));
+        if let Some(l) = loader.filter(|l| granted(l)) {
+            let shown = format!("{} (the dynamic loader /bin/sh names)", l.display());
+            names.push((l.into_os_string(), shown));
+        }
+    }
+    let sandbox = crate::exec::Sandbox::from_prepared(policy, prepared);
+    names
+        .into_iter()
+        .map(|(name, program)| {
+            let problem = match sandbox.probe(&name) {
+                Ok(None) => None,
+                Ok(Some(e)) => Some(e.to_string()),
+                Err(e) => Some(render(&e)),
+            };
+            ProgramCheck {
+                program,
+                starts: problem.is_none(),
+                problem,
+            }
+        })
+        .collect()
 }
 
 fn print_human(report: &Report, source: &str) {
@@ -379,7 +508,11 @@ fn print_human(report: &Report, source: &str) {
     if let Some(w) = &report.workdir {
         match (&w.problem, w.handed_over) {
             (None, true) => println!(
-                "workdir {}: writable (run hands it to its per-run uid)",
+                "workdir {}: writable (idmapped mounts are refused there: run hands it to its per-run uid)",
+                w.path.display()
+            ),
+            (None, false) if w.idmapped => println!(
+                "workdir {}: writable by the sandbox, as its owner (an idmapped mount)",
                 w.path.display()
             ),
             (None, false) => println!("workdir {}: writable by the sandbox", w.path.display()),
@@ -387,12 +520,7 @@ fn print_human(report: &Report, source: &str) {
         }
     }
     for l in &report.layers {
-        println!(
-            "  {:<15} {:<13} {}",
-            l.layer,
-            format!("{:?}", l.status).to_lowercase(),
-            l.detail
-        );
+        println!("  {:<15} {:<13} {}", l.layer, l.status.as_str(), l.detail);
     }
     if let Some(rules) = &report.landlock_rules {
         println!("landlock rules (path, access):");
@@ -412,12 +540,25 @@ fn print_human(report: &Report, source: &str) {
             println!("  {r}");
         }
     }
+    if !report.programs.is_empty() {
+        println!("programs (would they start in the sandbox):");
+        for p in &report.programs {
+            match &p.problem {
+                None => println!("  {}: starts", p.program),
+                Some(why) => println!("  {}: CANNOT START: {why}", p.program),
+            }
+        }
+    }
     let what = if source == "default" {
         "default policy"
     } else {
         "policy"
     };
+    let failing = report.programs.iter().filter(|p| !p.starts).count();
     match &report.refused {
+        None if report.fully_enforced && failing > 0 => println!(
+            "{what}: fully enforced, but {failing} of the programs checked cannot start in the sandbox (above)"
+        ),
         None if report.fully_enforced => println!("{what}: fully enforced"),
         None => println!("{what}: NOT fully enforced"),
         Some(r) => println!("{what}: NOT enforceable: {r}"),

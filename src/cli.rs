@@ -5,10 +5,11 @@
 //! that the OpenShell Kubernetes driver builds work unchanged.
 //!
 //! Dispatch is by the first word (see `main.rs`): `run`, `check`, `serve`, `install`,
-//! `copy-self`, `certs`, `help`. No arguments at all, or a flag first, is the supervisor
-//! (`serve`), because that is how a sandbox pod starts us: `openshell-sandbox --workdir /sandbox`.
-//! Any other first word is OpenShell's main-process command when a gateway is configured, and a
-//! typo otherwise.
+//! `copy-self`, `certs`, `completions`, `man`, `help`. A flag first is the supervisor (`serve`),
+//! because that is how a sandbox pod starts us: `openshell-sandbox --workdir /sandbox`; so is no
+//! argument at all once a gateway or a main process is configured (else it prints a short
+//! usage). Any other first word is OpenShell's main-process command when a gateway is
+//! configured, and a typo otherwise.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -16,18 +17,50 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+pub use crate::logging::LogFormat;
 use crate::policy::{NetworkMode, ParseSizeError, PolicyFlags, parse_size};
 
 /// The default of `--uid-range`: above systemd's container range, below 2^31 (README).
 pub const DEFAULT_UID_RANGE: &str = "1900000000-1900000999";
 
-/// `openshell-sandbox run [OPTIONS] -- CMD [ARGS...]`
+/// What `--version` prints after the program name: the version, the commit and the build
+/// profile (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("OSB_GIT_COMMIT"),
+    ", ",
+    env!("OSB_BUILD_PROFILE"),
+    " build)"
+);
+
+/// The exit code of every usage error and every failure of the sandbox itself (docker's
+/// convention), so that a script can tell them from a command's own exit codes.
+pub const USAGE_EXIT: u8 = 125;
+
+// The help headings of `run` (and of the policy flags that `check` and `serve` share).
+const ISOLATION: &str = "Isolation";
+const LIMITS: &str = "Limits";
+const OUTPUT: &str = "Output";
+const IDENTITY: &str = "Identity and environment";
+const REPORTING: &str = "Reporting";
+
+/// `openshell-sandbox run [OPTIONS] [--] CMD [ARGS...]`
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox run",
     bin_name = "openshell-sandbox run",
     about = "Run one command under the full sandbox and stream its output",
-    version
+    override_usage = "openshell-sandbox run [OPTIONS] [--] CMD [ARGS]...",
+    after_help = "The first word that is no flag of run's starts the command: flags after it are \
+the command's. `--` before CMD is accepted, and needed when CMD itself starts with `-`.\n\n\
+Exit code: the command's own; 128+N when signal N killed it; 124 on --timeout; 125 when \
+openshell-sandbox failed or refused (bad flags or policy, unusable workdir, a layer that cannot \
+be enforced, processes that survived); 126 when CMD cannot be executed; 127 when it is not found.",
+    version = VERSION,
+    mut_arg("workdir", |a| a.help(
+        "Read-write working directory of the command (must exist). Default: the current directory"
+    )),
 )]
 pub struct RunArgs {
     #[command(flatten)]
@@ -36,71 +69,83 @@ pub struct RunArgs {
     /// OpenShell sandbox-policy YAML (filesystem_policy, landlock, process, network_policies;
     /// docs/policy.md). Flags given explicitly override it; --ro, --rw and --deny add to its
     /// lists.
-    #[arg(long = "policy", value_name = "FILE")]
+    #[arg(long = "policy", value_name = "FILE", help_heading = ISOLATION)]
     pub policy_file: Option<PathBuf>,
 
     /// Make a fresh, empty read-write scratch directory, export it as TMPDIR, remove it afterwards.
-    #[arg(long)]
+    #[arg(long, help_heading = ISOLATION)]
     pub scratch: bool,
 
     /// Set a variable in the child's environment (repeatable).
-    #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair)]
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env_pair, help_heading = IDENTITY)]
     pub env: Vec<(String, String)>,
 
     /// Copy a variable from our environment into the child's (repeatable). Supervisor-internal
     /// variables (OPENSHELL_*, TLS and token paths) are refused.
-    #[arg(long = "inherit-env", value_name = "NAME")]
+    #[arg(long = "inherit-env", value_name = "NAME", help_heading = IDENTITY)]
     pub inherit_env: Vec<String>,
 
-    /// Wall-clock limit in seconds: SIGTERM to the whole tree, a short grace, then SIGKILL.
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_positive_secs)]
+    /// Wall-clock limit in seconds: SIGTERM to the whole tree, a short grace, then SIGKILL
+    /// (exit code 124).
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_positive_secs, help_heading = LIMITS)]
     pub timeout: Option<f64>,
 
     /// Grace between SIGTERM and SIGKILL when the wall-clock limit fires, in seconds.
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true, default_value = "1", value_parser = parse_nonneg_secs)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, default_value = "1", value_parser = parse_nonneg_secs, help_heading = LIMITS)]
     pub kill_grace: f64,
 
     /// Cap on each of stdout and stderr; past it output is drained and discarded, then a
     /// truncation marker line ends the stream. Bytes; accepts suffixes (K, KiB, KB, M, MiB,
     /// MB, G, GiB, GB, T, TiB, TB).
-    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg, help_heading = OUTPUT)]
     pub max_output: Option<u64>,
 
-    // ---- output limits and streams (issue 12) ----
     /// What happens when a stream passes --max-output: `truncate` drains and discards the
     /// rest; `kill` stops the whole tree at once (reason output_limit).
-    #[arg(long, value_enum, value_name = "MODE", default_value_t = OnOutputLimit::Truncate)]
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = OnOutputLimit::Truncate, help_heading = OUTPUT)]
     pub on_output_limit: OnOutputLimit,
 
     /// Give the child one pipe for both stdout and stderr (it all goes to our stdout), so
     /// their order is kept. Automatic when our stdout and stderr are the same open file.
-    #[arg(long)]
+    #[arg(long, help_heading = OUTPUT)]
     pub merge_output: bool,
-    // ---- end of output limits and streams ----
+
     /// Write the exit report as JSON to this path.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = REPORTING)]
     pub report_json: Option<PathBuf>,
 
-    /// Do not print the one-line summary on stderr.
-    #[arg(long, short = 'q')]
+    /// Never print the one-line summary on stderr, not even when the sandbox ended the run.
+    #[arg(long, short = 'q', conflicts_with = "verbose", help_heading = REPORTING)]
     pub quiet: bool,
+
+    /// Print the one-line summary on stderr after every run. Without it the summary appears
+    /// only when the sandbox decided the end (timeout, a limit, the output cap, a kill of
+    /// ours), when the run was degraded or when containment failed.
+    #[arg(long, short = 'v', help_heading = REPORTING)]
+    pub verbose: bool,
 
     /// Give the child a fresh pseudo-terminal (stdin, stdout and stderr, its controlling
     /// terminal) instead of pipes. When our stdin is a terminal it is put in raw mode for the
     /// run and restored on every exit (normal, signal, timeout). Without --tty the child's
     /// stdin is always a pipe we feed, never our own terminal.
-    #[arg(long)]
+    #[arg(long, help_heading = OUTPUT)]
     pub tty: bool,
 
     /// When we are root and no --uid is given: the uids that concurrent runs take one each
-    /// (held by a lock under /run for the run's lifetime), so one run cannot drain the per-uid
-    /// kernel budgets (inotify instances, queued signals, ...) of another. The default lies
-    /// above systemd's container range and below 2^31; see the README.
-    #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range)]
+    /// (held by a lock in --uid-lease-dir for the run's lifetime), so one run cannot drain the
+    /// per-uid kernel budgets (inotify instances, queued signals, ...) of another. The default
+    /// lies above systemd's container range and below 2^31; see the README.
+    #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range, help_heading = IDENTITY)]
     pub uid_range: UidRange,
 
+    /// Where runs hold their uids (a lock file per uid, root's directory): every run that may
+    /// share uids with this one must use the same directory, e.g. a node-wide hostPath for
+    /// runs in several pods of one node. Default /run/openshell-sandbox-uids.
+    #[arg(long, env = "OPENSHELL_SANDBOX_UID_LEASE_DIR", value_name = "DIR")]
+    pub uid_lease_dir: Option<PathBuf>,
+
     /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(trailing_var_arg = true, required = true, num_args = 1.., value_name = "CMD")]
     pub command: Vec<OsString>,
 
     /// The policy flags that were given explicitly (filled from clap's value sources by
@@ -122,97 +167,101 @@ impl RunArgs {
 /// Sandbox policy knobs shared by `run` and `serve`.
 #[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
-    /// Read-write working directory of the child (must exist). Default: the current directory.
-    #[arg(long, value_name = "DIR")]
+    /// Read-write working directory of the child (must exist). Each command that flattens
+    /// these flags states its own default (`mut_arg`).
+    #[arg(long, value_name = "DIR", help_heading = ISOLATION)]
     pub workdir: Option<PathBuf>,
 
     /// Extra read-only path (repeatable).
-    #[arg(long = "ro", value_name = "PATH")]
+    #[arg(long = "ro", value_name = "PATH", help_heading = ISOLATION)]
     pub ro: Vec<PathBuf>,
 
     /// Extra read-write path (repeatable).
-    #[arg(long = "rw", value_name = "PATH")]
+    #[arg(long = "rw", value_name = "PATH", help_heading = ISOLATION)]
     pub rw: Vec<PathBuf>,
 
     /// Extra path that must never be readable by the child, even below a granted directory
     /// (repeatable). The TLS, token and service-account paths are always added.
-    #[arg(long = "deny", value_name = "PATH")]
+    #[arg(long = "deny", value_name = "PATH", help_heading = ISOLATION)]
     pub deny: Vec<PathBuf>,
 
     /// Network access of the child. With --policy, given explicitly, it replaces the file's
     /// network_policies.
-    #[arg(long, value_enum, default_value_t = NetworkArg::None)]
+    #[arg(long, value_enum, default_value_t = NetworkArg::None, help_heading = ISOLATION)]
     pub network: NetworkArg,
 
-    // ---- resource limits (issue 12) ----
     /// CPU seconds (user + system) of the whole exec tree, from the cgroup's CPU accounting;
     /// the tree is killed at the limit (reason cpu_limit). Without a cgroup: RLIMIT_CPU per
     /// process, reported degraded.
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_count)]
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true, value_parser = parse_count, help_heading = LIMITS)]
     pub cpu: Option<u64>,
 
     /// CPU bandwidth of the exec tree, in CPUs (e.g. 0.5, 2): the cgroup's CFS quota.
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_cpus)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_cpus, help_heading = LIMITS)]
     pub cpus: Option<u64>,
 
     /// Resident memory (swap off) of the whole exec tree: the memory cgroup's limit (degraded
     /// without one). Bytes; accepts suffixes (K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB).
-    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg, help_heading = LIMITS)]
     pub memory: Option<u64>,
 
     /// Virtual address space per process (RLIMIT_AS). V8, Go, Java and Wasm runtimes reserve
     /// far more than they use: prefer --memory. Bytes; accepts suffixes (K, KiB, M, MiB, G, GiB).
-    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg, help_heading = LIMITS)]
     pub address_space: Option<u64>,
 
     /// Processes and threads of the exec (pids cgroup; reason pids_limit when it held).
     /// Default 512. Without a pids cgroup it is RLIMIT_NPROC, shared by every process of the
     /// uid: degraded when given explicitly.
-    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_count)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_count, help_heading = LIMITS)]
     pub pids: Option<u64>,
-    // ---- end of resource limits ----
+
     /// Largest file the child may write (RLIMIT_FSIZE, per file). Bytes; accepts suffixes
     /// (K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB).
-    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg, help_heading = LIMITS)]
     pub file_size: Option<u64>,
 
     /// Open-file limit (RLIMIT_NOFILE).
-    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value = "1024", value_parser = parse_count)]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, default_value = "1024", value_parser = parse_count, help_heading = LIMITS)]
     pub open_files: u64,
 
     /// User id the child runs as when we are root.
-    #[arg(long, env = "OPENSHELL_SANDBOX_UID", value_name = "UID", allow_negative_numbers = true, value_parser = parse_id)]
+    #[arg(long, env = "OPENSHELL_SANDBOX_UID", value_name = "UID", allow_negative_numbers = true, value_parser = parse_id, help_heading = IDENTITY)]
     pub uid: Option<u32>,
 
     /// Group id the child runs as when we are root. Defaults to the uid.
-    #[arg(long, env = "OPENSHELL_SANDBOX_GID", value_name = "GID", allow_negative_numbers = true, value_parser = parse_id)]
+    #[arg(long, env = "OPENSHELL_SANDBOX_GID", value_name = "GID", allow_negative_numbers = true, value_parser = parse_id, help_heading = IDENTITY)]
     pub gid: Option<u32>,
 
     /// Run even when a layer the policy asks for cannot be fully enforced; the report lists
     /// what was not.
-    #[arg(long)]
+    #[arg(long, help_heading = ISOLATION)]
     pub allow_degraded: bool,
 
     /// Size of the private tmpfs mounted on /tmp in the sandbox's view (ENOSPC past it).
     /// Bytes; accepts suffixes (K, KiB, M, MiB, G, GiB).
-    #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = parse_size_arg, help_heading = ISOLATION)]
     pub tmp_size: u64,
 
-    /// Size of the private tmpfs mounted on /dev/shm in the sandbox's view.
-    #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = parse_size_arg)]
+    /// Size of the private tmpfs mounted on /dev/shm in the sandbox's view, and the budget of
+    /// its IPC namespace: SysV shared memory at most this much in all, message queues and
+    /// semaphores a quarter each (docs/policy.md, "Shared memory").
+    #[arg(long, value_name = "BYTES", default_value = "64MiB", value_parser = parse_size_arg, help_heading = ISOLATION)]
     pub shm_size: u64,
 
     /// Hostname inside the sandbox's view (its own UTS namespace).
-    #[arg(long, value_name = "NAME", default_value = "sandbox", value_parser = parse_hostname)]
+    #[arg(long, value_name = "NAME", default_value = "sandbox", value_parser = parse_hostname, help_heading = ISOLATION)]
     pub hostname: String,
 
     /// Log level: off, error, warn, info, debug or trace, or directives such as
     /// `warn,openshell_sandbox=debug`. RUST_LOG, when set, wins.
-    #[arg(long, env = "OPENSHELL_LOG_LEVEL", default_value = "warn", value_parser = parse_log_level)]
+    #[arg(long, env = "OPENSHELL_LOG_LEVEL", default_value = "warn", value_parser = parse_log_level, help_heading = REPORTING)]
     pub log_level: String,
 
-    /// Log format on stderr; `json` also covers run's summary line and the final error line.
-    #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+    /// Format of our own lines on stderr: with `json` the log, run's summary line and the
+    /// error lines are JSON. The command's stderr is the command's and passes through as it
+    /// wrote it (--merge-output sends it to stdout).
+    #[arg(long, value_enum, default_value_t = LogFormat::Human, help_heading = REPORTING)]
     pub log_format: LogFormat,
 }
 
@@ -280,9 +329,10 @@ impl From<&PolicyArgs> for PolicyFlags {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum NetworkArg {
-    /// No sockets except AF_UNIX; no TCP bind or connect.
+    /// A network namespace of its own with only `lo`: loopback bind and connect work, any
+    /// other connect fails with ENETUNREACH.
     None,
-    /// Normal network access (still no raw packet, vsock or non-route netlink sockets).
+    /// The host's network (still no raw packet, vsock or non-route netlink sockets).
     All,
 }
 
@@ -319,30 +369,27 @@ fn parse_cpus(s: &str) -> Result<u64, String> {
     Ok((v * 1000.0).round() as u64)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Human,
-    Json,
-}
-
-/// `openshell-sandbox check [POLICY FLAGS] [--policy FILE] [--explain] [--json]`
+/// `openshell-sandbox check [POLICY FLAGS] [--policy FILE] [--explain] [--json] [-- COMMAND]`
 #[derive(Debug, Parser)]
 #[command(
     name = "openshell-sandbox check",
     bin_name = "openshell-sandbox check",
-    about = "Report what this kernel supports and whether a policy (the default one, or the one the flags and --policy describe) is fully enforceable here; exit 1 if not. Changes nothing on the system",
-    version
+    about = "Report what this kernel supports, whether a policy (the default one, or the one the flags and --policy describe) is fully enforceable here, and whether programs would start under it; exit 1 if not. Changes nothing on the system",
+    after_help = "Exit code: 0 when the policy is fully enforceable here and the programs checked would start, 1 when not, 125 for \
+bad flags.",
+    version = VERSION,
+    mut_arg("workdir", |a| a.help(check_workdir_help())),
 )]
 pub struct CheckArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
 
     /// OpenShell sandbox-policy YAML, as for `run --policy`.
-    #[arg(long = "policy", value_name = "FILE")]
+    #[arg(long = "policy", value_name = "FILE", help_heading = ISOLATION)]
     pub policy_file: Option<PathBuf>,
 
     /// As for `run`: when we are root and no --uid is given, a run takes its uid from here.
-    #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range)]
+    #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range, help_heading = IDENTITY)]
     pub uid_range: UidRange,
 
     /// Also print the effective Landlock rules (path, access) and the seccomp rules
@@ -354,6 +401,13 @@ pub struct CheckArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// A command to check: whether it would start in the sandbox (the program, found as `run`
+    /// finds it, and every interpreter it needs are in the view). Without one, `check` looks
+    /// at /bin/sh, /usr/bin/env and the dynamic loader /bin/sh names, where the policy grants
+    /// them.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+
     /// Check the dial-back path to the gateway instead, with serve's env and flags (handled
     /// before this parser, in main.rs; see `check --gateway --help` and docs/gateway.md).
     #[arg(long)]
@@ -362,6 +416,16 @@ pub struct CheckArgs {
     /// The policy flags that were given explicitly (see [`RunArgs::flags`]).
     #[arg(skip)]
     pub flags: PolicyFlags,
+}
+
+/// `check`'s `--workdir` help, with the directory a bare `check` really uses.
+fn check_workdir_help() -> String {
+    format!(
+        "The workdir of the policy checked, as for `run --workdir` (granted read-write, and \
+         checked writable by the sandbox uid). Default: the temp directory ({}), so that a bare \
+         `check` speaks about the kernel",
+        std::env::temp_dir().display()
+    )
 }
 
 impl CheckArgs {
@@ -524,7 +588,7 @@ pub enum Command {
     Run,
     /// Say whether a policy is enforceable on this kernel; --explain prints its rules
     Check,
-    /// Run the pod supervisor: dial the OpenShell gateway and serve exec (the default)
+    /// Run the pod supervisor: dial the OpenShell gateway and serve exec (also: a flag first)
     Serve,
     /// Copy this binary atomically into a hostPath directory (node installer)
     Install,
@@ -532,6 +596,10 @@ pub enum Command {
     CopySelf,
     /// Generate the mTLS CA, server and client certificates
     Certs,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions,
+    /// Print the man page, or write every page to a directory (--dir)
+    Man,
     /// Print this help, or the help of one subcommand
     Help,
 }
@@ -545,6 +613,8 @@ impl Command {
         "install",
         "copy-self",
         "certs",
+        "completions",
+        "man",
         "help",
     ];
 }
@@ -555,16 +625,87 @@ impl Command {
     name = "openshell-sandbox",
     bin_name = "openshell-sandbox",
     about = "Sandbox supervisor for OpenShell: run generated code under Landlock, seccomp, rlimits, cgroups and an unprivileged uid",
-    version,
+    version = VERSION,
     disable_help_subcommand = true,
-    after_help = "With no subcommand, or with flags only, the binary is the pod supervisor (`serve`), \
-as a sandbox pod starts it. With a gateway configured (OPENSHELL_ENDPOINT), a first word that is no \
-subcommand is the main process's command, as in OpenShell.\n\n\
-`openshell-sandbox help SUBCOMMAND` or `openshell-sandbox SUBCOMMAND --help` shows its flags."
+    after_help = "With flags only, the binary is the pod supervisor (`serve`), as a sandbox pod \
+starts it. With a gateway configured (OPENSHELL_ENDPOINT), no arguments at all is the supervisor \
+too, and a first word that is no subcommand is the main process's command, as in OpenShell.\n\n\
+`openshell-sandbox help SUBCOMMAND` or `openshell-sandbox SUBCOMMAND --help` shows its flags.\n\n\
+Exit codes: 125 for a usage error or a failure of openshell-sandbox itself; `run` otherwise \
+exits with its command's code (see `run --help`)."
 )]
 pub struct TopArgs {
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// What a bare `openshell-sandbox` prints when no gateway is configured: there is nothing to
+/// supervise, so it is a person trying the binary.
+pub const SHORT_USAGE: &str = "\
+usage: openshell-sandbox run [OPTIONS] [--] CMD [ARGS]...   run one command in the sandbox
+       openshell-sandbox check [OPTIONS]                   what this kernel can enforce
+       openshell-sandbox --help                            every subcommand
+
+As a sandbox pod's supervisor it needs a gateway: set OPENSHELL_ENDPOINT (see `serve --help`).";
+
+/// `openshell-sandbox completions SHELL`
+#[derive(Debug, Parser)]
+#[command(
+    name = "openshell-sandbox completions",
+    bin_name = "openshell-sandbox completions",
+    about = "Print a shell completion script on stdout",
+    after_help = "bash: openshell-sandbox completions bash > /etc/bash_completion.d/openshell-sandbox\n\
+zsh:  openshell-sandbox completions zsh > \"${fpath[1]}/_openshell-sandbox\"\n\
+fish: openshell-sandbox completions fish > ~/.config/fish/completions/openshell-sandbox.fish",
+    version = VERSION
+)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `openshell-sandbox man [--dir DIR]`
+#[derive(Debug, Parser)]
+#[command(
+    name = "openshell-sandbox man",
+    bin_name = "openshell-sandbox man",
+    about = "Print the man page (roff) on stdout, or write one page per subcommand to --dir",
+    version = VERSION
+)]
+pub struct ManArgs {
+    /// Write openshell-sandbox.1 and openshell-sandbox-SUBCOMMAND.1 into this directory
+    /// (which must exist) instead.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// The parsed flags, or clap's own exit: help and `--version` on stdout with exit 0, a usage
+/// error on stderr with [`USAGE_EXIT`] (as a JSON line when `--log-format json` is among the
+/// flags, so that stderr stays machine-readable). Only before anything runs: it exits.
+pub fn parsed_or_exit<T>(r: Result<T, clap::Error>, argv: &[OsString]) -> T {
+    match r {
+        Ok(a) => a,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            if json_requested(argv) {
+                let text = e.render().to_string();
+                crate::logging::json_line("ERROR", text.trim(), None);
+            } else {
+                let _ = e.print();
+            }
+            std::process::exit(i32::from(USAGE_EXIT))
+        }
+    }
+}
+
+/// `--log-format json` (or `=json`) among the flags, before `--`.
+fn json_requested(argv: &[OsString]) -> bool {
+    let flags: Vec<&str> = argv
+        .iter()
+        .map_while(|a| a.to_str().filter(|a| *a != "--"))
+        .collect();
+    flags.windows(2).any(|w| w == ["--log-format", "json"]) || flags.contains(&"--log-format=json")
 }
 
 /// The subcommand word nearest to `word`, when it is near enough to be a typo of it.
@@ -593,101 +734,5 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn env_pairs_are_validated() {
-        assert_eq!(parse_env_pair("A=b=c").unwrap(), ("A".into(), "b=c".into()));
-        assert!(
-            parse_env_pair("noequals")
-                .unwrap_err()
-                .contains("missing `=`")
-        );
-        assert!(parse_env_pair("=x").unwrap_err().contains("empty"));
-        assert!(parse_env_pair("1A=x").unwrap_err().contains("not a valid"));
-    }
-
-    #[test]
-    fn counts_reject_negative_zero_and_overflow() {
-        assert!(parse_count("-1").unwrap_err().contains("negative"));
-        assert!(parse_count("0").is_err());
-        assert!(
-            parse_count("99999999999999999999999")
-                .unwrap_err()
-                .contains("64 bits")
-        );
-        assert_eq!(parse_count("12").unwrap(), 12);
-    }
-
-    #[test]
-    fn ids_exclude_the_sentinel() {
-        assert!(parse_id("4294967295").is_err());
-        assert_eq!(parse_id("65534").unwrap(), 65534);
-    }
-
-    #[test]
-    fn uid_ranges_are_validated() {
-        assert_eq!(
-            parse_uid_range("2000-2001").unwrap(),
-            UidRange {
-                start: 2000,
-                end: 2001
-            }
-        );
-        assert!(parse_uid_range("5000-3000").is_err());
-        assert!(parse_uid_range("0-5000").is_err());
-        assert!(parse_uid_range("5000").is_err());
-        assert!(parse_uid_range("5000-4294967295").is_err());
-    }
-
-    #[test]
-    fn typos_suggest_the_nearest_subcommand() {
-        assert_eq!(nearest_subcommand("rnu"), Some("run"));
-        assert_eq!(nearest_subcommand("chekc"), Some("check"));
-        assert_eq!(nearest_subcommand("cert"), Some("certs"));
-        assert_eq!(nearest_subcommand("copyself"), Some("copy-self"));
-        assert_eq!(nearest_subcommand("python3"), None);
-    }
-
-    #[test]
-    fn log_levels_are_validated() {
-        assert!(parse_log_level("bogus").is_err());
-        assert!(parse_log_level("info").is_ok());
-        assert!(parse_log_level("warn,openshell_sandbox=debug").is_ok());
-        assert!(parse_log_level("x=loud").is_err());
-    }
-
-    #[test]
-    fn defaults_are_not_explicit_flags() {
-        let v = |a: &[&str]| {
-            a.iter()
-                .map(|s| OsString::from(*s))
-                .collect::<Vec<OsString>>()
-        };
-        let a = RunArgs::parse_argv(&v(&["run", "--", "true"])).unwrap();
-        assert_eq!(a.flags.network, None);
-        assert_eq!(a.flags.pids, None);
-        assert_eq!(a.flags.open_files, None);
-        let a = RunArgs::parse_argv(&v(&[
-            "run",
-            "--network",
-            "none",
-            "--pids",
-            "512",
-            "--",
-            "true",
-        ]))
-        .unwrap();
-        assert_eq!(a.flags.network, Some(NetworkMode::None));
-        assert_eq!(a.flags.pids, Some(512));
-    }
-
-    #[test]
-    fn run_requires_a_command_after_double_dash() {
-        assert!(RunArgs::try_parse_from(["run"]).is_err());
-        let a = RunArgs::try_parse_from(["run", "--timeout", "2", "--", "sh", "-c", "x"]).unwrap();
-        assert_eq!(a.command.len(), 3);
-        assert_eq!(a.timeout, Some(2.0));
-    }
-}
+#[path = "cli_tests.rs"]
+mod tests;

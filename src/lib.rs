@@ -7,6 +7,7 @@
 //! - `gateway`: the mTLS dial-back to the OpenShell gateway and the SSH exec server behind it.
 //! - `install`: copy-to-hostPath for the node-installer DaemonSet.
 //! - `egress`: the per-sandbox egress proxy that enforces `network_policies`.
+//! - `manual`: the whole command tree, for shell completions and man pages.
 
 pub mod certs;
 pub mod check;
@@ -16,6 +17,7 @@ pub mod exec;
 pub mod gateway;
 pub mod install;
 pub mod logging;
+pub mod manual;
 pub mod pause;
 pub mod policy;
 pub mod proto;

@@ -1,17 +1,26 @@
 //! `tracing` setup shared by every subcommand: level from OPENSHELL_LOG_LEVEL (or `--log-level`),
 //! overridden by RUST_LOG when set; human or JSON lines on stderr.
 //!
-//! With `--log-format json`, stderr carries only JSON lines: besides the log events, `run`'s
-//! summary and `main`'s final error line go through [`json_line`], in the same shape as the
-//! events of tracing-subscriber's JSON formatter (`timestamp`, `level`, `fields.message`,
-//! `target`).
+//! With `--log-format json`, every line the supervisor itself writes on stderr is JSON: besides
+//! the log events, `run`'s summary, usage errors and `main`'s final error line go through
+//! [`json_line`], in the same shape as the events of tracing-subscriber's JSON formatter
+//! (`timestamp`, `level`, `fields.message`, `target`). The child's stderr is the child's:
+//! `run` passes it through unchanged (`--merge-output` sends it to stdout instead).
+//!
+//! Colour only where a person reads it: stderr is a terminal and `NO_COLOR` is unset or empty
+//! (no-color.org). Pod logs (`kubectl logs`) and files never get escape codes.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::LogFormat;
+/// `--log-format`: how the supervisor's own lines on stderr are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
 
 static JSON: AtomicBool = AtomicBool::new(false);
 
@@ -27,8 +36,7 @@ fn console_filter(level: &str) -> EnvFilter {
 /// Install the global subscriber. Safe to call more than once (later calls are no-ops).
 pub fn init(level: &str, format: LogFormat) {
     let filter = console_filter(level);
-    // Colour only on a terminal: pod logs (`kubectl logs`) must not fill with escape codes.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ansi = colour_stderr();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -40,6 +48,18 @@ pub fn init(level: &str, format: LogFormat) {
     if installed.is_ok() {
         JSON.store(format == LogFormat::Json, Ordering::Relaxed);
     }
+}
+
+/// Whether our lines on stderr may carry colour: stderr is a terminal and `NO_COLOR` is unset
+/// or empty.
+pub fn colour_stderr() -> bool {
+    no_color_unset(std::env::var_os("NO_COLOR").as_deref())
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// no-color.org: any non-empty value turns colour off.
+fn no_color_unset(v: Option<&std::ffi::OsStr>) -> bool {
+    v.is_none_or(|v| v.is_empty())
 }
 
 /// Whether stderr is in JSON mode (`--log-format json`).
@@ -87,7 +107,7 @@ pub fn init_with_push(level: &str, format: LogFormat) {
     use tracing_subscriber::filter::LevelFilter;
     use tracing_subscriber::prelude::*;
     let filter = console_filter(level);
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ansi = colour_stderr();
     let push = crate::gateway::logpush::PushLayer.with_filter(LevelFilter::from_level(
         crate::gateway::logpush::push_level_from_env(),
     ));
@@ -108,6 +128,14 @@ pub fn init_with_push(level: &str, format: LogFormat) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn any_non_empty_no_color_turns_colour_off() {
+        assert!(super::no_color_unset(None));
+        assert!(super::no_color_unset(Some("".as_ref())));
+        assert!(!super::no_color_unset(Some("1".as_ref())));
+        assert!(!super::no_color_unset(Some("0".as_ref())));
+    }
+
     #[test]
     fn rfc3339_is_utc_with_microseconds() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_764_580_299_000_042);

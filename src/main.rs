@@ -4,14 +4,15 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::CommandFactory;
-use openshell_sandbox::{certs, check, cli, exec, gateway, install, logging};
+use clap::{CommandFactory, Parser};
+use openshell_sandbox::{certs, check, cli, exec, gateway, install, logging, manual};
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    // Subcommands are recognised by the first word only. No word, or a flag first, is the
-    // supervisor, as the pod starts it: `openshell-sandbox [--workdir /sandbox] [MAIN...]`.
-    // `copy-self` is matched on the raw argv before any flag parsing (OpenShell's contract).
+    // Subcommands are recognised by the first word only. A flag first is the supervisor, as
+    // the pod starts it: `openshell-sandbox [--workdir /sandbox] [MAIN...]`; no word at all is
+    // too, once serve has something to do. `copy-self` is matched on the raw argv before any
+    // flag parsing (OpenShell's contract).
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned());
     let sub = first.as_deref();
     // A supervisor that is not root enters a user namespace of its own, which will own the
@@ -19,7 +20,18 @@ fn main() -> ExitCode {
     // process, so this comes before anything starts a thread.
     if !matches!(
         sub,
-        Some("copy-self" | "install" | "certs" | "--help" | "-h" | "--version" | "-V")
+        Some(
+            "copy-self"
+                | "install"
+                | "certs"
+                | "completions"
+                | "man"
+                | "help"
+                | "--help"
+                | "-h"
+                | "--version"
+                | "-V"
+        )
     ) {
         openshell_sandbox::sandbox::namespaces::enter_user_ns();
         // A root supervisor in a pod finds /sys/fs/cgroup read-only (containerd mounts it so);
@@ -28,19 +40,42 @@ fn main() -> ExitCode {
     }
     let result = match sub {
         Some("copy-self") => install::copy_self_main(&argv[2..]),
-        Some("run") => exec::run::main(parsed(cli::RunArgs::parse_argv(&argv[1..]), &argv)),
+        Some("run") => exec::run::main(cli::parsed_or_exit(
+            cli::RunArgs::parse_argv(&argv[1..]),
+            &argv,
+        )),
         // `check --gateway` takes serve's flags and env, so it is parsed by its own module.
         Some("check") if argv[2..].iter().any(|a| a == "--gateway") => {
             gateway::doctor::main(&argv[1..]).map_err(Into::into)
         }
-        Some("check") => check::main(parsed(cli::CheckArgs::parse_argv(&argv[1..]), &argv)),
+        Some("check") => check::main(cli::parsed_or_exit(
+            cli::CheckArgs::parse_argv(&argv[1..]),
+            &argv,
+        )),
         Some("install") => install::main(&argv[1..]),
         Some("certs") => certs::main(&argv[1..]),
         Some("serve") => gateway::main(&argv[1..]),
+        Some("completions") => manual::completions(&cli::parsed_or_exit(
+            cli::CompletionsArgs::try_parse_from(&argv[1..]),
+            &argv,
+        )),
+        Some("man") => manual::man(&cli::parsed_or_exit(
+            cli::ManArgs::try_parse_from(&argv[1..]),
+            &argv,
+        )),
         // Hidden: what the `sftp` subsystem runs, inside the sandbox (gateway/ssh/sftp.rs).
         Some(gateway::ssh::sftp::MODE) => return gateway::ssh::sftp::serve_stdio(),
         Some("help") => help(argv.get(2).map(|a| a.to_string_lossy().into_owned())),
         Some("-h" | "--help") => help(None),
+        Some("-V" | "--version") => {
+            println!("openshell-sandbox {}", cli::VERSION);
+            Ok(ExitCode::SUCCESS)
+        }
+        // Nothing for the supervisor to do: a person trying the binary.
+        None if !serve_configured() => {
+            eprintln!("{}", cli::SHORT_USAGE);
+            Ok(ExitCode::from(cli::USAGE_EXIT))
+        }
         None => gateway::main(&argv[..]),
         Some(w) if w.starts_with('-') => gateway::main(&argv[..]),
         // OpenShell's own supervisor subcommands: the supervisor says what it makes of them.
@@ -64,33 +99,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// The parsed flags, or clap's error and exit (2). With `--log-format json` on the command
-/// line, the error is a JSON line too, so that stderr stays machine-readable.
-fn parsed<T>(r: Result<T, clap::Error>, argv: &[OsString]) -> T {
-    match r {
-        Ok(a) => a,
-        Err(e) if e.use_stderr() && json_requested(argv) => {
-            let text = e.render().to_string();
-            logging::json_line("ERROR", text.trim(), None);
-            std::process::exit(e.exit_code())
-        }
-        Err(e) => e.exit(),
-    }
-}
-
-/// `--log-format json` (or `=json`) among the flags, before `--`.
-fn json_requested(argv: &[OsString]) -> bool {
-    let flags: Vec<&str> = argv
-        .iter()
-        .map_while(|a| a.to_str().filter(|a| *a != "--"))
-        .collect();
-    flags.windows(2).any(|w| w == ["--log-format", "json"]) || flags.contains(&"--log-format=json")
-}
-
 /// Whether a gateway is configured the way the pod configures it: a non-empty
-/// OPENSHELL_ENDPOINT.
+/// OPENSHELL_ENDPOINT (or its fallback, OPENSHELL_GATEWAY_ENDPOINT).
 fn gateway_configured() -> bool {
-    std::env::var_os("OPENSHELL_ENDPOINT").is_some_and(|v| !v.is_empty())
+    env_set("OPENSHELL_ENDPOINT") || env_set("OPENSHELL_GATEWAY_ENDPOINT")
+}
+
+/// Whether a bare `openshell-sandbox` has something to serve: a gateway, or a main process
+/// given by the environment (serve runs one without a gateway).
+fn serve_configured() -> bool {
+    gateway_configured()
+        || env_set("OPENSHELL_MAIN_PROCESS_SPEC")
+        || env_set("OPENSHELL_SANDBOX_COMMAND")
+}
+
+fn env_set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
 /// A first word that is no subcommand, with no gateway configured: without a gateway there
@@ -127,12 +151,21 @@ fn help(sub: Option<String>) -> anyhow::Result<ExitCode> {
         Some("install") => install::main(&help_of("install")),
         Some("certs") => certs::main(&help_of("certs")),
         Some("copy-self") => install::copy_self_main(&["--help".into()]),
+        Some("completions") => {
+            let _ = cli::CompletionsArgs::command().print_long_help();
+            Ok(ExitCode::SUCCESS)
+        }
+        Some("man") => {
+            let _ = cli::ManArgs::command().print_long_help();
+            Ok(ExitCode::SUCCESS)
+        }
         Some(w) => Err(unknown_subcommand(w)),
     }
 }
 
-/// Exit codes follow the shell's conventions for a launcher: 127 when the command is not found,
-/// 126 when it cannot be executed, 125 when the sandbox itself failed or refused, 2 for usage.
+/// Exit codes follow docker's and the shell's conventions for a launcher: 127 when the command
+/// is not found, 126 when it cannot be executed, 125 for a usage error or when the sandbox
+/// itself failed or refused (`RunError::exit_code`); 1 for the other subcommands' failures.
 fn exit_code_for(err: &anyhow::Error) -> u8 {
     if let Some(e) = err.downcast_ref::<exec::RunError>() {
         return e.exit_code();

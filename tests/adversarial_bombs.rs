@@ -285,7 +285,7 @@ fn nonroot_memory_bomb_across_processes_is_bounded_per_process_only() {
     let a = out.attempt("membomb_multi");
     assert_eq!(
         out.layer("cgroup"),
-        "notrequested",
+        "not_requested",
         "a non-root supervisor has no cgroup"
     );
     assert!(a.num("total_mib") <= 4 * 80, "{a:?}");

@@ -32,9 +32,6 @@ fn pod_env(gw: &TestGateway, overrides: &[(String, String)]) -> BTreeMap<String,
             "OPENSHELL_SANDBOX_TOKEN",
             gw.state.jwt.mint(SANDBOX_ID, 3600),
         );
-        if gw.endpoint().starts_with("http://") {
-            set("OPENSHELL_ALLOW_PLAINTEXT_TOKEN", "1".into());
-        }
     }
     for (k, v) in overrides {
         if v.is_empty() {
@@ -388,7 +385,10 @@ async fn the_service_account_exchange_is_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_over_plaintext_is_refused_and_named() {
     let gw = TestGateway::start_with(AuthMode::Jwt, Transport::Plaintext).await;
-    let o = opts(&[("OPENSHELL_ALLOW_PLAINTEXT_TOKEN", "")]);
+    // Not loopback to the supervisor's check (tests/gateway_plaintext.rs says why 0.0.0.0),
+    // yet delivered locally.
+    let off_loopback = format!("http://0.0.0.0:{}", gw.server.addr.port());
+    let o = opts(&[("OPENSHELL_ENDPOINT", &off_loopback)]);
     let mut sup = Supervisor::start(&gw, o.clone());
     let st = sup.wait_exit(Duration::from_secs(20)).await;
     assert!(!st.success());
@@ -403,6 +403,13 @@ async fn a_token_over_plaintext_is_refused_and_named() {
     // The steps before it still ran.
     assert_eq!(c.step("tcp")["status"], "ok");
     // Allowed, every step passes.
+    let allowed = opts(&[
+        ("OPENSHELL_ENDPOINT", &off_loopback),
+        ("OPENSHELL_ALLOW_PLAINTEXT_TOKEN", "1"),
+    ]);
+    let c = check(&pod_env(&gw, &allowed.env), &[]).await;
+    assert_eq!(c.code, 0, "{:#}", c.json);
+    // A loopback endpoint needs no opt-in.
     let c = check(&pod_env(&gw, &[]), &[]).await;
     assert_eq!(c.code, 0, "{:#}", c.json);
 }

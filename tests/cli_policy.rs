@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -108,7 +108,7 @@ fn run_policy_file_grants_and_ro_adds_to_its_list() {
     }
 }
 
-/// `network_policies` cannot be enforced yet: refused naming the key, exit 2. The default of
+/// `network_policies` cannot be enforced yet: refused naming the key, exit 125. The default of
 /// `--network` (none) is no explicit flag and must not replace the file's network section;
 /// an explicit `--network all` does.
 #[test]
@@ -122,7 +122,7 @@ fn run_policy_file_network_rules_are_refused_unless_network_is_given() {
     let p = pol.to_str().unwrap();
     let out = run_in(&wd, &["--policy", p], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("network_policies"), "{err}");
     assert!(err.contains("pypi"), "{err}");
     let out = run_in(&wd, &["--policy", p, "--network", "all"], &["/bin/true"]);
@@ -140,7 +140,7 @@ fn run_policy_file_unknown_key_is_an_error_naming_it() {
     .unwrap();
     let out = run_in(&wd, &["--policy", pol.to_str().unwrap()], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("read_onyl"), "{err}");
     assert!(err.contains(pol.to_str().unwrap()), "{err}");
 }
@@ -170,7 +170,7 @@ fn run_policy_file_missing_paths_warn_or_fail_by_compatibility() {
     );
     let out = run_in(&wd, &["--policy", pol.to_str().unwrap()], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("filesystem_policy.read_only[5]"), "{err}");
     assert!(err.contains("hard_requirement"), "{err}");
 }
@@ -251,10 +251,12 @@ fn check_explain_prints_the_landlock_and_seccomp_rules() {
     assert!(line("clone3:").contains("ENOSYS"));
 }
 
-/// A workdir the sandbox uid cannot write, by ownership and mode, and one it can through its
-/// group only, which a guess from the owner alone would get wrong.
+/// `run` binds the workdir as an idmapped mount, so the kernel checks the sandbox there as
+/// the directory's owner: a workdir whose owner may not write it is reported, one of root's
+/// that root may write is writable, and one that only its group may write is not (the owner's
+/// bits decide for the owner), which a guess from the group would get wrong.
 #[test]
-fn check_workdir_reports_whether_the_sandbox_uid_can_write_it() {
+fn check_workdir_reports_whether_the_sandbox_can_write_it() {
     if !require_root() {
         return;
     }
@@ -262,35 +264,43 @@ fn check_workdir_reports_whether_the_sandbox_uid_can_write_it() {
         .prefix("osb-wd-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let check = || {
-        bin()
+    let check = |mode: u32, gid: u32| {
+        std::os::unix::fs::chown(d.path(), Some(0), Some(gid)).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = bin()
             .args(["check", "--uid", "65534", "--workdir"])
             .arg(d.path())
             .output()
-            .unwrap()
+            .unwrap();
+        (out.status.code(), text(&out.stdout))
     };
-    let out = check();
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let (code, stdout) = check(0o555, 0);
+    assert_eq!(code, Some(1), "{stdout}");
     assert!(stdout.contains(&format!("workdir {}: NOT writable", d.path().display())));
-    assert!(stdout.contains("owned by 0:0 with mode 0755"), "{stdout}");
-    assert!(stdout.contains("chown 65534:65534"), "{stdout}");
+    assert!(stdout.contains("owned by 0:0 with mode 0555"), "{stdout}");
+    assert!(stdout.contains("not writable by its owner"), "{stdout}");
+    assert!(stdout.contains("chmod u+w"), "{stdout}");
 
-    std::os::unix::fs::chown(d.path(), Some(0), Some(65534)).unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
-    let out = check();
-    let stdout = text(&out.stdout);
+    let (code, stdout) = check(0o755, 0);
+    assert_eq!(code, Some(0), "{stdout}");
     assert!(
-        stdout.contains("writable by the sandbox"),
-        "group write must count:\n{stdout}"
+        stdout.contains("writable by the sandbox, as its owner (an idmapped mount)"),
+        "{stdout}"
     );
+
+    let (code, stdout) = check(0o070, 65534);
+    assert_eq!(
+        code,
+        Some(1),
+        "the group's bits counted for the owner:\n{stdout}"
+    );
+    assert!(stdout.contains("NOT writable"), "{stdout}");
 }
 
 // --- the workdir of run ---------------------------------------------------------------------
 
 #[test]
-fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
+fn run_refuses_a_workdir_the_sandbox_cannot_write() {
     if !require_root() {
         return;
     }
@@ -298,41 +308,35 @@ fn run_refuses_a_workdir_the_sandbox_uid_cannot_write() {
         .prefix("osb-wd-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
     let run = |extra: &[&str]| {
         bin()
             .arg("run")
             .args(extra)
             .arg("--workdir")
             .arg(d.path())
-            .args(["--", "/bin/true"])
+            .args(["--", "/bin/sh", "-c", "echo x > out"])
             .output()
             .unwrap()
     };
     for extra in [&["--uid", "65534"][..], &[]] {
         let out = run(extra);
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(out.status.code(), Some(125), "{extra:?}: {err}");
         assert!(err.contains(&d.path().display().to_string()), "{err}");
-        assert!(err.contains("owned by 0:0 with mode 0755"), "{err}");
-        // The per-run uid changes every run: the fix names 65534, which run hands over.
+        assert!(err.contains("owned by 0:0 with mode 0555"), "{err}");
+        // The sandbox writes as the owner there: the fix is the owner's write permission.
         assert!(
-            err.contains(&format!("chown 65534:65534 {}", d.path().display())),
+            err.contains(&format!("chmod u+w {}", d.path().display())),
             "{err}"
         );
-        assert!(err.contains("--uid"), "{err}");
     }
-    // Writable through the group: the exact check lets it run, and the write works.
-    std::os::unix::fs::chown(d.path(), Some(0), Some(65534)).unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
-    let out = bin()
-        .args(["run", "--uid", "65534", "--workdir"])
-        .arg(d.path())
-        .args(["--", "/bin/sh", "-c", "echo x > out"])
-        .output()
-        .unwrap();
+    // Root's own directory that root may write: the run writes there as root's.
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(&["--uid", "65534"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(d.path().join("out").exists());
+    let m = std::fs::metadata(d.path().join("out")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (0, 0));
 }
 
 /// `serve` creates a missing workdir for the sandbox uid, and logs a loud error for one it
@@ -358,7 +362,6 @@ fn serve_creates_a_missing_workdir_and_logs_an_unwritable_one() {
     };
     let out = serve(&wd);
     let err = text(&out.stderr);
-    use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(&wd).unwrap_or_else(|e| panic!("{e}: {err}"));
     assert_eq!((m.uid(), m.gid()), (65534, 65534), "{err}");
     assert_eq!(
@@ -385,7 +388,16 @@ fn top_level_help_lists_every_subcommand() {
         let out = bin().args(args).output().unwrap();
         let stdout = text(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stdout}");
-        for sub in ["run", "check", "serve", "install", "copy-self", "certs"] {
+        for sub in [
+            "run",
+            "check",
+            "serve",
+            "install",
+            "copy-self",
+            "certs",
+            "completions",
+            "man",
+        ] {
             assert!(
                 stdout
                     .lines()
@@ -398,7 +410,7 @@ fn top_level_help_lists_every_subcommand() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0));
     assert!(
-        stdout.contains("Usage: openshell-sandbox run [OPTIONS] -- <CMD>..."),
+        stdout.contains("Usage: openshell-sandbox run [OPTIONS] [--] CMD [ARGS]..."),
         "{stdout}"
     );
     let out = bin().args(["help", "check"]).output().unwrap();
@@ -418,7 +430,7 @@ fn top_level_help_lists_every_subcommand() {
 fn an_unknown_first_word_without_a_gateway_suggests_the_nearest_subcommand() {
     let out = bin().args(["rnu", "--", "true"]).output().unwrap();
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("unknown subcommand `rnu`"), "{err}");
     assert!(err.contains("did you mean `run`?"), "{err}");
 }
@@ -446,15 +458,16 @@ fn log_level_is_validated() {
     let wd = Workdir::new();
     let out = run_in(&wd, &["--log-level", "bogus"], &["/bin/true"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("`bogus` is not a log level"), "{err}");
 }
 
-/// With `--log-format json`, stderr holds JSON lines only: the summary and an error too.
+/// With `--log-format json`, our own lines on stderr are JSON: the summary (`-v`: a plain
+/// exit prints none otherwise) and an error too.
 #[test]
 fn log_format_json_covers_the_summary_and_errors() {
     let wd = Workdir::new();
-    let out = run_in(&wd, &["--log-format", "json"], &["/bin/true"]);
+    let out = run_in(&wd, &["--log-format", "json", "-v"], &["/bin/true"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let lines: Vec<serde_json::Value> = err
@@ -472,7 +485,7 @@ fn log_format_json_covers_the_summary_and_errors() {
         &["/bin/true"],
     );
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     let line: serde_json::Value =
         serde_json::from_str(err.trim()).unwrap_or_else(|e| panic!("{e}: not JSON: {err}"));
     assert_eq!(line["level"], "ERROR");
@@ -551,9 +564,11 @@ fn the_report_has_command_identity_limits_start_and_cgroup_version() {
 
 // --- messages ---------------------------------------------------------------------------------
 
-/// A program outside every grant: the message says the sandbox refused it and how to grant it.
+/// A program outside every grant is not in the view: the message says no grant covers it and
+/// how to grant a directory (the same whether or not it exists on the host:
+/// tests/exec_diagnosis.rs).
 #[test]
-fn a_program_outside_the_grants_is_named_as_not_granted() {
+fn a_program_outside_the_grants_is_named_as_not_in_the_view() {
     let wd = Workdir::new();
     let outside = readable_dir();
     let prog = outside.path().join("tool");
@@ -561,13 +576,12 @@ fn a_program_outside_the_grants_is_named_as_not_granted() {
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = run_in(&wd, &[], &[prog.to_str().unwrap()]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(126), "{err}");
-    // Outside the grants the path does not exist in the view's root (ENOENT); where the view
-    // has no root of its own, Landlock refuses it (EACCES). Either way the sandbox refused it.
-    assert!(err.contains("cannot execute: Permission denied"), "{err}");
-    assert!(err.contains("is not granted to the sandbox"), "{err}");
+    assert_eq!(out.status.code(), Some(127), "{err}");
     assert!(
-        err.contains(&format!("--ro {}", outside.path().display())),
+        err.contains(&format!(
+            "{}: command not found: the sandbox's view holds only the granted paths, and none covers it (`--ro DIR`",
+            prog.display()
+        )),
         "{err}"
     );
     // Granted, it runs.
@@ -578,17 +592,20 @@ fn a_program_outside_the_grants_is_named_as_not_granted() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
-    // Where the sandbox uid could not execute it anyway (a 0700 directory of root), --ro
-    // would not help, and the message does not claim it would.
+    // Granted, but in a 0700 directory of root: the sandbox uid may not search it, and the
+    // message says so (its owner and mode, as the view shows them).
     if !is_root() {
         return;
     }
     std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let out = run_in(&wd, &[], &[prog.to_str().unwrap()]);
+    let out = run_in(
+        &wd,
+        &["--ro", outside.path().to_str().unwrap()],
+        &[prog.to_str().unwrap()],
+    );
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(126), "{err}");
     assert!(err.contains("cannot execute: Permission denied"), "{err}");
-    assert!(!err.contains("not granted"), "{err}");
     assert!(
         err.contains(&format!(
             "may not search {} by its permissions (owner 0, mode 0700)",

@@ -1,6 +1,6 @@
-//! Filesystem escapes of issue 10 (items 1, 2, 3, 21), each driven through the real binary:
-//! symlinked grant roots, the check-then-use race in grant expansion, `--report-json` written
-//! by path, and relative program paths resolved in the wrong directory.
+//! Filesystem escapes of issue 10 (items 1, 2, 21), each driven through the real binary:
+//! symlinked grant roots, the check-then-use race in grant expansion, and relative program
+//! paths resolved in the wrong directory. (`--report-json` written by path: report_json.rs.)
 //!
 //! As root, the sandbox uid is 65534 unless `--uid` says otherwise.
 
@@ -8,15 +8,15 @@ mod common;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt, symlink};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{BIN, PauseDir, Workdir, require_pause_points, require_root};
 
-/// Exit code of a refused policy (RunError::Policy): invalid input.
-const POLICY_REFUSED: i32 = 2;
+/// Exit code of a refused policy (RunError::Policy): ours, as every failure of the sandbox.
+const POLICY_REFUSED: i32 = 125;
 
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -216,7 +216,8 @@ fn uid0_symlinked_workdir_in_a_root_owned_tree_is_refused() {
         err.contains(&format!("symlink {}", link.display())),
         "{err}"
     );
-    // Refused for the owner-write rule alone: for uid 65534 the same link would be trusted.
+    // Refused for the owner-write rule (every run writes as root in a root-owned workdir:
+    // tests/workdir_owner.rs has the same link planted by a per-run uid).
     assert!(err.contains("writable by the sandbox uid 0"), "{err}");
 }
 
@@ -354,144 +355,7 @@ fn grant_expansion_exchange_race_never_widens_a_grant() {
     assert!(wd.path().join("lnk/ok").exists());
 }
 
-// ---- item 3: --report-json written by path ----
-
-/// A root-owned 0600 file in a root-only directory: what the child must not overwrite.
-fn precious() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::Builder::new()
-        .prefix("osb-precious-")
-        .tempdir()
-        .unwrap();
-    chmod(d.path(), 0o700);
-    let f = d.path().join("secret");
-    std::fs::write(&f, "precious").unwrap();
-    chmod(&f, 0o600);
-    (d, f)
-}
-
-#[test]
-fn report_json_swapped_for_a_symlink_leaves_the_target_intact() {
-    if !require_root() {
-        return;
-    }
-    let wd = Workdir::new();
-    let (_keep, secret) = precious();
-    let report = wd.path().join("report.json");
-    let script = format!(
-        "mv report.json moved.json 2>/dev/null; ln -s {} report.json",
-        secret.display()
-    );
-    let out = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
-        .arg(&report)
-        .args(["--", "sh", "-c", &script])
-        .current_dir(wd.path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        std::fs::read_to_string(&secret).unwrap(),
-        "precious",
-        "the supervisor wrote its report through the child's link"
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    // The report went to the file opened before the spawn, now under the child's new name.
-    let moved = std::fs::read(wd.path().join("moved.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&moved).unwrap();
-    assert_eq!(v["exit_code"], 0);
-}
-
-#[test]
-fn report_json_existing_link_or_hard_link_is_refused() {
-    if !require_root() {
-        return;
-    }
-    let wd = Workdir::new();
-    let (_keep, secret) = precious();
-    let link = wd.path().join("link.json");
-    symlink(&secret, &link).unwrap();
-    let hard = wd.path().join("hard.json");
-    std::fs::write(wd.path().join("orig"), "x").unwrap();
-    std::fs::hard_link(wd.path().join("orig"), &hard).unwrap();
-    for p in [&link, &hard] {
-        let out = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
-            .arg(p)
-            .args(["--", "true"])
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(POLICY_REFUSED),
-            "{p:?}: {}",
-            text(&out.stderr)
-        );
-    }
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "precious");
-    assert_eq!(
-        std::fs::read_to_string(wd.path().join("orig")).unwrap(),
-        "x"
-    );
-}
-
-/// The child replaces the report path with a FIFO and exits. Before the fix the supervisor
-/// opened the FIFO for writing at the end and blocked forever.
-#[test]
-fn report_json_swapped_for_a_fifo_does_not_block() {
-    if !require_root() {
-        return;
-    }
-    let wd = Workdir::new();
-    let report = wd.path().join("report.json");
-    let child = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
-        .arg(&report)
-        .args(["--", "sh", "-c", "rm -f report.json; mkfifo report.json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_bounded(child, 20).expect("the supervisor blocked on the FIFO");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(
-        std::fs::symlink_metadata(&report)
-            .unwrap()
-            .file_type()
-            .is_fifo()
-    );
-}
-
-/// The same FIFO while the run is ended by SIGTERM: the supervisor must still exit (143).
-#[test]
-fn report_json_fifo_then_sigterm_still_ends_the_run() {
-    if !require_root() {
-        return;
-    }
-    let wd = Workdir::new();
-    let report = wd.path().join("report.json");
-    let child = sandbox(&["--workdir", wd.path().to_str().unwrap(), "--report-json"])
-        .arg(&report)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "rm -f report.json; mkfifo report.json; sleep 60",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(20);
-    while !std::fs::symlink_metadata(&report).is_ok_and(|m| m.file_type().is_fifo()) {
-        assert!(Instant::now() < end, "the child never made the FIFO");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: kill on the pid of our own child process.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    let out = wait_bounded(child, 20).expect("SIGTERM did not end the run (blocked on the FIFO)");
-    assert_eq!(
-        out.status.code(),
-        Some(128 + libc::SIGTERM),
-        "{}",
-        text(&out.stderr)
-    );
-}
+// ---- item 3: --report-json written by path: see tests/report_json.rs ----
 
 // ---- item 21: relative program paths ----
 

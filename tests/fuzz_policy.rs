@@ -334,9 +334,15 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
         })
 }
 
-/// The last value given for `flag`, in either `--flag V` or `--flag=V` form, before `--`.
-fn last_value<'a>(argv: &'a [String], flag: &str) -> Option<&'a str> {
-    let end = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+/// The last value given for `flag`, in either `--flag V` or `--flag=V` form, among run's own
+/// words: before `--`, and before the command (which starts at the first word that is no flag
+/// of run's, `--` or not: `command_len` is how many words it took).
+fn last_value<'a>(argv: &'a [String], command_len: usize, flag: &str) -> Option<&'a str> {
+    let end = argv
+        .iter()
+        .position(|a| a == "--")
+        .unwrap_or(argv.len())
+        .min(argv.len() - command_len);
     let mut found = None;
     let mut i = 0;
     while i < end {
@@ -397,7 +403,7 @@ fn check_cli(argv: &[String]) -> Result<(), TestCaseError> {
         ("--file-size", args.policy.file_size),
         ("--max-output", args.max_output),
     ] {
-        if let (Some(v), Some(got)) = (last_value(argv, flag), got) {
+        if let (Some(v), Some(got)) = (last_value(argv, args.command.len(), flag), got) {
             prop_assert_eq!(parse_size(v).ok(), Some(got), "{} {:?}", flag, v);
         }
     }

@@ -173,7 +173,26 @@ const DENIED: &[i64] = &[
     libc::SYS_iopl,
     libc::SYS_ioperm,
     libc::SYS_fanotify_init,
+    libc::SYS_syslog,
 ];
+
+/// A mode with either set-id bit is refused, at this argument (the kernel reads a umode_t).
+const MODE_AT_1: &[i64] = &[
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_creat,
+    libc::SYS_mkdir,
+    libc::SYS_mknod,
+];
+const MODE_AT_2: &[i64] = &[
+    libc::SYS_fchmodat,
+    libc::SYS_fchmodat2,
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+];
+const SETID: u32 = 0o6000;
+/// O_CREAT | __O_TMPFILE: open and openat read their mode only with one of these.
+const CREATES: u32 = 0o100 | 0o20_000_000;
 
 /// Allowed only on the caller: pid (args[0]) 0.
 const PID_ZERO_ONLY: &[i64] = &[
@@ -218,7 +237,7 @@ fn reference(mode: NetworkMode, d: &Data) -> Want {
     }
     let nr = i64::from(d.nr);
     let lo = |i: usize| d.args[i] as u32;
-    if nr == libc::SYS_clone3 {
+    if nr == libc::SYS_clone3 || nr == libc::SYS_openat2 {
         return Want::Exactly(Verdict::Errno(libc::ENOSYS as u16));
     }
     let family_refused = || match mode {
@@ -244,7 +263,11 @@ fn reference(mode: NetworkMode, d: &Data) -> Want {
         || (PID_ZERO_ONLY.contains(&nr) && lo(0) != 0)
         || (nr == libc::SYS_setpriority && (lo(0) != libc::PRIO_PROCESS || lo(1) != 0))
         || (nr == libc::SYS_ioprio_set && (lo(0) != IOPRIO_WHO_PROCESS || lo(1) != 0))
-        || (nr == libc::SYS_prlimit64 && lo(0) != 0 && d.args[2] != 0);
+        || (nr == libc::SYS_prlimit64 && lo(0) != 0 && d.args[2] != 0)
+        || (MODE_AT_1.contains(&nr) && lo(1) & SETID != 0)
+        || (MODE_AT_2.contains(&nr) && lo(2) & SETID != 0)
+        || (nr == libc::SYS_open && lo(1) & CREATES != 0 && lo(2) & SETID != 0)
+        || (nr == libc::SYS_openat && lo(2) & CREATES != 0 && lo(3) & SETID != 0);
     if denied {
         return eperm;
     }
@@ -258,8 +281,14 @@ fn reference(mode: NetworkMode, d: &Data) -> Want {
         libc::SYS_setpriority,
         libc::SYS_ioprio_set,
         libc::SYS_prlimit64,
+        libc::SYS_open,
+        libc::SYS_openat,
     ];
-    if decided.contains(&nr) || PID_ZERO_ONLY.contains(&nr) {
+    if decided.contains(&nr)
+        || PID_ZERO_ONLY.contains(&nr)
+        || MODE_AT_1.contains(&nr)
+        || MODE_AT_2.contains(&nr)
+    {
         Want::Exactly(Verdict::Allow)
     } else {
         Want::AsBareKernel
@@ -441,6 +470,9 @@ fn interpreter_agrees_with_the_kernel() {
         libc::AF_NETLINK as u64,
     );
     let idle = 3u64 << 13;
+    // Valid in the forked child too: a static string of this process.
+    let missing = c"/nonexistent-osb-fuzz/file".as_ptr() as u64;
+    let at = libc::AT_FDCWD as u64;
     let calls: &[(NetworkMode, i64, [u64; 6])] = &[
         (NetworkMode::None, libc::SYS_socket, [inet, 1, 0, 0, 0, 0]),
         (
@@ -541,6 +573,44 @@ fn interpreter_agrees_with_the_kernel() {
             libc::SYS_sched_setattr,
             [NO_SUCH_PID, 0, 0, 0, 0, 0],
         ),
+        // Set-id bits in a mode: refused; without them (or without O_CREAT) through to the
+        // kernel, which cannot find the path.
+        (
+            NetworkMode::None,
+            libc::SYS_chmod,
+            [missing, 0o4755, 0, 0, 0, 0],
+        ),
+        (
+            NetworkMode::None,
+            libc::SYS_chmod,
+            [missing, 0o755, 0, 0, 0, 0],
+        ),
+        (
+            NetworkMode::None,
+            libc::SYS_fchmodat2,
+            [at, missing, 0o2755, 0, 0, 0],
+        ),
+        (
+            NetworkMode::None,
+            libc::SYS_openat,
+            [at, missing, 0o100, 0o4755, 0, 0],
+        ),
+        (
+            NetworkMode::None,
+            libc::SYS_openat,
+            [at, missing, 0, 0o4755, 0, 0],
+        ),
+        (
+            NetworkMode::None,
+            libc::SYS_mkdir,
+            [missing, 0o2755, 0, 0, 0, 0],
+        ),
+        (
+            NetworkMode::None,
+            libc::SYS_openat2,
+            [at, missing, 0, 24, 0, 0],
+        ),
+        (NetworkMode::None, libc::SYS_syslog, [10, 0, 0, 0, 0, 0]),
         // The caller itself: through to the kernel.
         (
             NetworkMode::None,
@@ -652,6 +722,7 @@ fn nr() -> impl Strategy<Value = u32> {
     let interesting: Vec<u32> = DENIED
         .iter()
         .copied()
+        .chain(MODE_AT_1.iter().chain(MODE_AT_2).copied())
         .chain([
             libc::SYS_clone,
             libc::SYS_clone3,
@@ -670,6 +741,8 @@ fn nr() -> impl Strategy<Value = u32> {
             libc::SYS_getpriority,
             libc::SYS_read,
             libc::SYS_openat,
+            libc::SYS_open,
+            libc::SYS_openat2,
             libc::SYS_execve,
             libc::SYS_memfd_create,
             libc::SYS_landlock_restrict_self,
@@ -729,6 +802,12 @@ fn arg() -> impl Strategy<Value = u64> {
             libc::PRIO_USER,
             libc::PRIO_PGRP,
             IOPRIO_WHO_USER,
+            0o4755,
+            0o2755,
+            0o755,
+            0o100,        // O_CREAT
+            0o20_200_002, // O_TMPFILE | O_RDWR
+            0o100_4755,   // S_IFREG | 04755
         ]),
         any::<u32>(),
         (0u32..32).prop_map(|b| 1 << b),

@@ -373,6 +373,7 @@ async fn without_bash_the_default_main_process_is_shell_then_sh_on_a_tty() {
     assert!(sup.try_status().is_none(), "{}", sup.log());
 }
 
+/// A pty main process is hung up first at shutdown, so `sleep` on a terminal ends by SIGHUP.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_to_the_supervisor_ends_every_attachment_with_the_main_process_status() {
     let (gw, mut sup) = start(spec(&["sleep", "1000"], true)).await;
@@ -385,8 +386,79 @@ async fn sigterm_to_the_supervisor_ends_every_attachment_with_the_main_process_s
     for x in [&mut a, &mut b] {
         x.wait_closed(SHORT).await;
         assert!(x.eof);
-        assert_eq!(x.exit, Some(128 + 15), "{}", sup.log());
+        assert_eq!(x.exit, Some(128 + libc::SIGHUP as u32), "{}", sup.log());
     }
     assert_eq!(sup.wait_exit(LONG).await.code(), Some(0), "{}", sup.log());
-    assert_eq!(gw.state.seen().reports[0].exit_code, 143);
+    assert_eq!(gw.state.seen().reports[0].exit_code, 128 + libc::SIGHUP);
+}
+
+/// The shutdown grace these tests give, long enough that sitting it out would be plain.
+const GRACE: &str = "30";
+
+/// Start a supervisor whose main process is `env`'s, with a long shutdown grace.
+async fn start_with_grace(env: (String, String)) -> (TestGateway, Supervisor) {
+    up(
+        AuthMode::Jwt,
+        SupOpts {
+            env: vec![env],
+            args: vec!["--shutdown-grace".into(), GRACE.into()],
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Deleting a sandbox whose main process is an interactive shell: bash on a terminal ignores
+/// SIGTERM, so before it sat out the whole grace and was killed (137). It is hung up first now,
+/// as a terminal hang-up would, and ends at once by SIGHUP (129).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_shell_main_process_is_hung_up_and_stops_promptly() {
+    let (gw, mut sup) = start_with_grace(default_spec()).await;
+    let mut a = Attacher::attach(&gw.state, Some((80, 24)), false)
+        .await
+        .unwrap();
+    // An interactive bash (`i` in `$-`), with its signal dispositions in place.
+    a.send(b"echo \"MODE=${-//[^i]/}X\"\r").await;
+    a.wait_out("MODE=iX", SHORT).await;
+    let t = Instant::now();
+    sup.signal(libc::SIGTERM);
+    let status = sup.wait_exit(LONG).await;
+    let took = t.elapsed();
+    eprintln!("SIGTERM to supervisor exit: {took:?}");
+    assert_eq!(status.code(), Some(0), "{}", sup.log());
+    assert_eq!(
+        gw.state.seen().reports[0].exit_code,
+        128 + libc::SIGHUP,
+        "{}",
+        sup.log()
+    );
+    a.wait_closed(SHORT).await;
+    assert_eq!(a.exit, Some(128 + libc::SIGHUP as u32));
+    // Not a timing claim, only far from the 30 s grace a SIGTERM-only stop sits out.
+    assert!(took < Duration::from_secs(15), "the stop took {took:?}");
+}
+
+/// Which signal reaches the main process first at shutdown: a script that exits 71 on SIGHUP
+/// and 72 on SIGTERM. On a terminal SIGHUP comes first; on pipes SIGTERM, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_shutdown_signal_is_sighup_on_a_pty_and_sigterm_on_pipes() {
+    let script = "trap 'exit 71' HUP; trap 'exit 72' TERM; touch started; \
+                  while :; do sleep 0.1; done";
+    for (tty, want) in [(true, 71), (false, 72)] {
+        let (gw, mut sup) = start_with_grace(spec(&["sh", "-c", script], tty)).await;
+        let marker = sup.workdir.join("started");
+        let deadline = Instant::now() + LONG;
+        while !marker.exists() {
+            assert!(Instant::now() < deadline, "never started:\n{}", sup.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        sup.signal(libc::SIGTERM);
+        assert_eq!(sup.wait_exit(LONG).await.code(), Some(0), "{}", sup.log());
+        assert_eq!(
+            gw.state.seen().reports[0].exit_code,
+            want,
+            "tty {tty}: {}",
+            sup.log()
+        );
+    }
 }

@@ -27,6 +27,94 @@ async fn gateway_restart_mid_session_then_exec_succeeds() {
     );
 }
 
+/// The reconnect delays the supervisor logged ("reconnecting to the gateway in 243.1ms (why)")
+/// whose reason contains `why`.
+fn logged_delays(log: &str, why: &str) -> Vec<Duration> {
+    log.lines()
+        .filter(|l| l.contains(why))
+        .filter_map(|l| l.split("reconnecting to the gateway in ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|d| {
+            let (num, unit) = d.split_at(d.find(|c: char| c.is_alphabetic() || c == 'µ').unwrap());
+            let n: f64 = num.parse().unwrap_or_else(|_| panic!("a delay {d:?}"));
+            Duration::from_secs_f64(match unit {
+                "s" => n,
+                "ms" => n / 1e3,
+                "µs" => n / 1e6,
+                "ns" => n / 1e9,
+                _ => panic!("a delay {d:?}"),
+            })
+        })
+        .collect()
+}
+
+/// Three gateway restarts in a row, each after a session of a second and a half: every outage
+/// (kill to the new session) stays short, because each session the gateway accepted and kept
+/// starts the delays over. Before, only a 60 s session did, so these outages grew 1, 2, 4 s
+/// (6.8, 14.4, 28.8 s against a real gateway that takes seconds to come back). The delays are
+/// read from the log, which does not depend on the machine's speed; the outage bound is only
+/// generous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_gateway_restarts_each_cost_a_short_outage() {
+    let (mut gw, mut sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    let mut outages = Vec::new();
+    for _ in 0..3 {
+        // Longer than a session must live to count as healthy (1 s).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let t = std::time::Instant::now();
+        gw.restart().await;
+        gw.wait_ready(&mut sup).await;
+        outages.push(t.elapsed());
+    }
+    let log = sup.log();
+    let delays = logged_delays(&log, "(the session was up)");
+    eprintln!("outages {outages:?}, delays {delays:?}");
+    assert_eq!(
+        delays.len(),
+        3,
+        "{delays:?}
+{log}"
+    );
+    // The base delay, 250 ms, with its ±20 % jitter.
+    assert!(
+        delays.iter().all(|d| *d <= Duration::from_millis(300)),
+        "{delays:?}
+{log}"
+    );
+    assert!(
+        outages.iter().all(|o| *o < Duration::from_secs(3)),
+        "outages {outages:?}
+{log}"
+    );
+    assert_eq!(gw.sh("echo after").await.out(), "after\n");
+}
+
+/// A gateway that is up (it answers Health) but refuses the session keeps being retried at
+/// least every 5 s, instead of backing off to 30 s as for a gateway that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_gateway_that_answers_health_is_retried_within_5s() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    // 0.25 + 0.5 + 1 + 2 + 4 + 5 s: the sixth delay is where the cap shows (8 s without it).
+    gw.state.reject_sessions.store(6, Ordering::SeqCst);
+    let mut sup = Supervisor::start(&gw, SupOpts::default());
+    gw.wait_ready(&mut sup).await;
+    assert_eq!(gw.state.seen().rejected_sessions, 6);
+    let log = sup.log();
+    let delays = logged_delays(&log, "(the gateway answers Health)");
+    assert_eq!(
+        delays.len(),
+        6,
+        "{delays:?}
+{log}"
+    );
+    assert!(
+        delays.iter().all(|d| *d <= Duration::from_secs(6)),
+        "{delays:?}
+{log}"
+    );
+    assert!(delays[5] >= Duration::from_secs(4), "{delays:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_session_is_retried_with_its_meaning_logged() {
     let gw = TestGateway::start(AuthMode::Jwt).await;
@@ -367,6 +455,42 @@ async fn sigterm_drains_execs_and_the_main_process() {
     let seen = gw.state.seen();
     assert_eq!(seen.reports.len(), 1, "{}", sup.log());
     assert_eq!(seen.reports[0].exit_code, 143);
+}
+
+/// An interactive shell exec on a pty (as `openshell sandbox connect` opens one) is hung up at
+/// shutdown like a pty main process: bash ignores SIGTERM, so it used to sit out the whole
+/// grace and be killed (137); it ends by SIGHUP (129) now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hangs_up_an_interactive_exec_on_a_pty() {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    let mut sup = Supervisor::start(
+        &gw,
+        SupOpts {
+            args: vec![
+                "--shutdown-grace".into(),
+                "30".into(),
+                "sleep".into(),
+                "1000".into(),
+            ],
+            ..Default::default()
+        },
+    );
+    gw.wait_ready(&mut sup).await;
+    let marker = sup.workdir.join("interactive");
+    let mut req = gw.request(&["exec", "bash", "-i"]);
+    req.tty = true;
+    // Read from the terminal by the interactive shell: it marks that it runs, then waits.
+    req.stdin = format!("case $- in *i*) touch {};; esac\n", marker.display()).into_bytes();
+    let st = gw.state.clone();
+    let running = tokio::spawn(async move { exec_collect(st, req).await });
+    wait_started(&marker, &sup).await;
+    let t = std::time::Instant::now();
+    sup.signal(libc::SIGTERM);
+    let r = running.await.unwrap();
+    assert_eq!(r.exit, Some(128 + libc::SIGHUP), "{r:?}\n{}", sup.log());
+    assert_eq!(sup.wait_exit(LONG).await.code(), Some(0), "{}", sup.log());
+    // Not a timing claim, only far from the 30 s grace.
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

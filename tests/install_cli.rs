@@ -414,7 +414,7 @@ fn verify_and_wait_cannot_be_combined() {
         BIN,
         &["install", "--verify", "--wait", "--dest", "/nonexistent"],
     );
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(125));
     assert!(text(&out.stderr).contains("cannot be used with"));
 }
 
@@ -444,10 +444,10 @@ fn copy_self_follows_the_openshell_contract() {
 
     // Usage errors.
     let none = run(BIN, &["copy-self"]);
-    assert_eq!(none.status.code(), Some(2));
+    assert_eq!(none.status.code(), Some(125));
     assert!(text(&none.stderr).contains("usage: openshell-sandbox copy-self DEST"));
     let two = run(BIN, &["copy-self", "a", "b"]);
-    assert_eq!(two.status.code(), Some(2));
+    assert_eq!(two.status.code(), Some(125));
 
     // A symlink at DEST is refused, as for `install`.
     let sym = tmp.path().join("link");

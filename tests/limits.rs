@@ -350,7 +350,7 @@ fn non_root_defaults_run_and_explicit_limits_are_degraded() {
         return; // root is needed to become the non-root caller
     }
     let wd = Workdir::new();
-    let o = run_as_nobody(&wd, &[], &["true"]);
+    let o = run_as_nobody(&wd, &["-v"], &["true"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("all layers enforced"), "{err}");

@@ -799,13 +799,13 @@ fn report_and_check_name_every_namespace_layer() {
     // Root needs no user namespace.
     let user = layer(&r.report, "namespace-user");
     assert!(
-        user.as_ref().is_none_or(|(s, _)| s == "notrequested"),
+        user.as_ref().is_none_or(|(s, _)| s == "not_requested"),
         "namespace-user for root: {user:?}"
     );
     let r = run(&wd, &["--network", "all"], &["true"]);
     let net = layer(&r.report, "namespace-net");
     assert!(
-        matches!(&net, Some((s, _)) if s == "notrequested"),
+        matches!(&net, Some((s, _)) if s == "not_requested"),
         "namespace-net with --network all: {net:?}"
     );
     let out = Command::new(BIN)

@@ -310,7 +310,7 @@ fn bad_input_gets_a_clear_error_and_a_defined_code() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert_eq!(out.status.code(), Some(125), "{flags:?}: {err}");
         assert!(
             err.contains(needle),
             "{flags:?}: expected {needle:?} in: {err}"

@@ -42,6 +42,17 @@ MODES = {
         "openshell.supervisorDelivery=initContainer",
         "openshell.image.tag=0.0.111",
     ],
+    "plaintext": ["openshell.tls.enabled=false"],
+    "plaintext-token-issuing": [
+        "openshell.supervisorDelivery=initContainer",
+        "openshell.image.tag=0.0.111",
+        "openshell.tls.enabled=false",
+        "openshell.tls.sandboxImageAllowsPlaintextToken=true",
+    ],
+    "host-external-plaintext": EXTERNAL[:2] + [
+        "runtime.sandbox.external.endpoint=http://host.docker.internal:8080",
+        "runtime.sandbox.hostGatewayIP=172.17.0.1",
+    ],
 }
 
 
@@ -401,6 +412,19 @@ class Contract(unittest.TestCase):
         self.assertEqual(cm["data"]["OPENSHELL_GATEWAY_ENDPOINT"], f"https://openshell.{NS}.svc.cluster.local:8080")
         self.assertEqual(cm["data"]["OPENSHELL_GATEWAY_MTLS_DIR"], ".config/openshell/gateways/openshell/mtls")
 
+    def test_runs_in_every_pod_of_a_node_share_one_uid_lease_dir(self):
+        # The default is the node-wide path the README's runtime Deployment mounts by hostPath.
+        for mode in ("in-cluster", "external"):
+            cm = one(rendered(mode), "ConfigMap", "openshell-runtime", NS)
+            self.assertEqual(cm["data"]["OPENSHELL_SANDBOX_UID_LEASE_DIR"], "/run/openshell-sandbox-uids")
+        docs = render(["runtime.sandbox.uidLeaseDir=/var/lib/openshell/uids"])
+        cm = one(docs, "ConfigMap", "openshell-runtime", NS)
+        self.assertEqual(cm["data"]["OPENSHELL_SANDBOX_UID_LEASE_DIR"], "/var/lib/openshell/uids")
+        p = render(["runtime.sandbox.uidLeaseDir=relative/dir"], check=False)
+        self.assertNotEqual(p.returncode, 0, "a relative lease directory was accepted")
+        readme = (CHART / "README.md").read_text()
+        self.assertIn("path: /run/openshell-sandbox-uids\n            type: DirectoryOrCreate", readme)
+
     def test_off_mode_renders_nothing(self):
         self.assertEqual(rendered("off"), [])
         p = render(MODES["off"], check=False)
@@ -425,6 +449,39 @@ class Contract(unittest.TestCase):
         p = render(MODES["init-container-delivery"] + ["openshell.supervisorDelivery=imageVolume"], check=False)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("supervisorDelivery", p.stderr)
+
+    def test_plaintext_gateway_has_no_tls_and_sandboxes_dial_http(self):
+        docs = rendered("plaintext")
+        pod = one(docs, "StatefulSet", "openshell")["spec"]["template"]["spec"]
+        env = env_of(pod["containers"][0])
+        self.assertEqual(env["OPENSHELL_DISABLE_TLS"], "true")
+        self.assertEqual(env["OPENSHELL_GRPC_ENDPOINT"], f"http://openshell.{NS}.svc.cluster.local:8080")
+        for tls_var in ("OPENSHELL_TLS_CERT", "OPENSHELL_TLS_KEY", "OPENSHELL_TLS_CLIENT_CA",
+                        "OPENSHELL_CLIENT_TLS_SECRET_NAME"):
+            self.assertNotIn(tls_var, env)
+        self.assertEqual([v for v in pod["volumes"] if "secret" in v], [])
+        self.assertEqual([m["name"] for m in pod["containers"][0]["volumeMounts"]], ["data", "tmp"])
+        cm = one(docs, "ConfigMap", "openshell-runtime", NS)["data"]
+        self.assertEqual(cm["OPENSHELL_GATEWAY_ENDPOINT"], f"http://openshell.{NS}.svc.cluster.local:8080")
+        # Nothing to mount for a plaintext endpoint.
+        self.assertNotIn("OPENSHELL_GATEWAY_MTLS_DIR", cm)
+        self.assertNotIn("OPENSHELL_CLIENT_TLS_SECRET", cm)
+        self.assertNotIn("OPENSHELL_GATEWAY_MTLS_DIR", one(rendered("host-external-plaintext"), "ConfigMap")["data"])
+
+    def test_plaintext_with_a_token_issuing_gateway_needs_the_image_opt_in(self):
+        # Newer gateways give each sandbox a token that the supervisor will not send in clear
+        # over the pod network without OPENSHELL_ALLOW_PLAINTEXT_TOKEN, which only the sandbox
+        # image can carry: the chart refuses until the operator says the image has it.
+        without = [s for s in MODES["plaintext-token-issuing"] if "sandboxImageAllowsPlaintextToken" not in s]
+        p = render(without, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        for want in ("OPENSHELL_ALLOW_PLAINTEXT_TOKEN=1", "openshell.tls.sandboxImageAllowsPlaintextToken=true",
+                     "openshell.sandboxImage"):
+            self.assertIn(want, p.stderr)
+        env = env_of(one(rendered("plaintext-token-issuing"), "StatefulSet", "openshell")
+                     ["spec"]["template"]["spec"]["containers"][0])
+        self.assertEqual(env["OPENSHELL_DISABLE_TLS"], "true")
+        self.assertEqual(env["OPENSHELL_SUPERVISOR_SIDELOAD_METHOD"], "init-container")
 
 
 class Schema(unittest.TestCase):
@@ -456,6 +513,8 @@ class Schema(unittest.TestCase):
     def test_typos_are_rejected(self):
         self.rejects(["runtime.sandbox.inCluster.enable=true"], "additional properties 'enable' not allowed")
         self.rejects(["nodeInstaller.hostpath=/x"], "additional properties 'hostpath' not allowed")
+        self.rejects(["openshell.tls.enable=false"], "additional properties 'enable' not allowed")
+        self.rejects(["openshell.tls.enabled=no"], "/openshell/tls/enabled")
 
     def test_good_values_pass(self):
         for good in [["runtime.sandbox.hostGatewayIP=10.0.0.1"], ["runtime.sandbox.hostGatewayIP=::1"],

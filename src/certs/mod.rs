@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{ArgGroup, Parser, Subcommand};
+use clap::{ArgGroup, CommandFactory, Parser, Subcommand};
 
 pub use pki::server_names;
 
@@ -122,7 +122,8 @@ pub enum CertsError {
 #[command(
     name = "openshell-sandbox certs",
     bin_name = "openshell-sandbox certs",
-    about = "mTLS certificates for the gateway"
+    about = "mTLS certificates for the gateway",
+    version = crate::cli::VERSION
 )]
 struct CertsCli {
     #[command(subcommand)]
@@ -180,15 +181,14 @@ struct GenerateArgs {
     ca_file: PathBuf,
 }
 
+/// `certs`' flags, for completions and man pages.
+pub fn command() -> clap::Command {
+    CertsCli::command()
+}
+
 /// `openshell-sandbox certs ...`; `argv[0]` is `certs`.
 pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
-    let cli = match CertsCli::try_parse_from(argv) {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return Ok(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)));
-        }
-    };
+    let cli = crate::cli::parsed_or_exit(CertsCli::try_parse_from(argv), argv);
     let CertsCommand::Generate(args) = cli.command;
     validate_names(&args)?;
     let sans = server_names(

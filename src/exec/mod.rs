@@ -1,8 +1,10 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
+pub mod explain;
 pub mod manager;
 pub mod reaper;
 pub mod report;
+pub mod report_file;
 pub mod run;
 pub mod stream;
 mod tree;
@@ -12,9 +14,8 @@ pub use tree::SweepError;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,23 +33,39 @@ use crate::sandbox::{self, ChildError, LayerStatus, PrepareError, Prepared, Step
 pub enum RunError {
     #[error("{0}: command not found")]
     NotFound(String),
+    /// A path no grant covers: it cannot exist in the view, whatever the host holds there.
+    #[error(
+        "{}: command not found: the sandbox's view holds only the granted paths, and none covers it (`--ro DIR`, or read_only in a policy file, grants a directory)",
+        program.display()
+    )]
+    NotInView { program: PathBuf },
     #[error("{path}: cannot execute: {source}")]
     NotExecutable { path: PathBuf, source: io::Error },
-    /// execve was refused by the sandbox (Landlock): the program, or the interpreter its `#!`
-    /// line names, lies outside every grant.
+    /// The program, or an interpreter it needs, is a FIFO, a device, a directory or a socket.
     #[error(
-        "{}: cannot execute: {source}: {} is not granted to the sandbox{}; `--ro {}` grants it",
+        "{}: cannot execute: {}{} is {what}, not a program file",
         program.display(),
-        blocked.display(),
-        if blocked == program { String::new() } else { format!(" (the interpreter of {})", program.display()) },
-        grant.display()
+        if subject == program { "" } else { "its interpreter " },
+        subject.display()
     )]
-    NotGranted {
+    NotAProgram {
         program: PathBuf,
-        /// The path Landlock refused: the program itself or its interpreter.
-        blocked: PathBuf,
-        /// What to pass to `--ro`: the directory holding `blocked`.
-        grant: PathBuf,
+        subject: PathBuf,
+        what: &'static str,
+    },
+    /// execve was refused although the mode of every file and directory allows it: Landlock
+    /// grants no execute right there, or the file lies on a noexec mount.
+    #[error(
+        "{}: cannot execute: {source}: {} may be executed by its mode, but {}",
+        program.display(),
+        subject.display(),
+        if *noexec { "it lies on a noexec mount" } else { "the sandbox's Landlock rules grant no execute right there" }
+    )]
+    Refused {
+        program: PathBuf,
+        /// The program itself, or the interpreter that was refused.
+        subject: PathBuf,
+        noexec: bool,
         source: io::Error,
     },
     /// execve was refused by the file permissions: the sandbox uid may not search a directory
@@ -56,30 +73,30 @@ pub enum RunError {
     #[error(
         "{}: cannot execute: {source}: the sandbox uid {uid} may not {} {} by its permissions (owner {owner}, mode {mode:04o}); `--ro` would not help: make it accessible to that uid, or pick --uid",
         program.display(),
-        if blocker == program { "execute" } else { "search" },
+        if *search { "search" } else { "execute" },
         blocker.display()
     )]
     NotPermitted {
         program: PathBuf,
-        /// The file, or the directory on its way, that the uid lacks execute/search on.
+        /// The file (the program or an interpreter), or the directory on its way, that the uid
+        /// lacks execute/search on.
         blocker: PathBuf,
+        /// `blocker` is a directory on the way.
+        search: bool,
         uid: u32,
         owner: u32,
         mode: u32,
         source: io::Error,
     },
-    /// The program exists, but the interpreter of its `#!` line does not.
-    #[error("{}: bad interpreter: {} not found (named on its `#!` line)", script.display(), interpreter.display())]
-    InterpreterNotFound {
-        script: PathBuf,
-        interpreter: PathBuf,
-    },
+    /// The program is in the view, but an interpreter it needs (ELF `PT_INTERP` or `#!`) is not.
+    #[error("{0}")]
+    InterpreterNotFound(Box<explain::MissingInterpreter>),
     #[error("--policy {}: {source}", path.display())]
     PolicyFile {
         path: PathBuf,
         source: crate::policy::openshell::YamlError,
     },
-    #[error("--policy {}: {source}", path.display())]
+    #[error("--policy {}: {source}{}", path.display(), run_hint(source))]
     PolicyMap {
         path: PathBuf,
         source: crate::policy::openshell::MapError,
@@ -103,29 +120,47 @@ pub enum RunError {
     Usage(String),
     #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
+    #[error("{0}")]
+    Hold(workdir::HoldError),
     #[error("--report-json {path}: {source}")]
     ReportJson {
         path: PathBuf,
-        source: Box<crate::policy::walk::WalkError>,
+        source: Box<report_file::ReportFileError>,
+    },
+    /// The run ended, but its report could not be put at the path (nothing is left there).
+    #[error("--report-json {path}: the run ended, but its report could not be written: {source}")]
+    ReportWrite {
+        path: PathBuf,
+        source: Box<report_file::ReportFileError>,
     },
 }
 
+/// What lets `run` or `check` keep a policy file it refuses, where flags can.
+fn run_hint(e: &crate::policy::openshell::MapError) -> &'static str {
+    match e {
+        crate::policy::openshell::MapError::NetworkRules(_) => {
+            ". To run it anyway, replace the file's network section with an explicit \
+             `--network none` (loopback only) or `--network all` (the host's network), or \
+             remove network_policies from the file"
+        }
+        _ => "",
+    }
+}
+
 impl RunError {
-    /// The launcher's exit code: 127 not found, 126 not executable, 2 invalid input,
-    /// 125 the sandbox itself failed or refused.
+    /// The launcher's exit code, as docker's: 127 not found, 126 not executable, 125 for
+    /// everything of ours (invalid input, a policy we cannot keep, an unusable workdir, a
+    /// refused layer, a failed setup), so that it cannot be taken for the command's own code.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::NotFound(_) | RunError::InterpreterNotFound { .. } => 127,
+            RunError::NotFound(_)
+            | RunError::NotInView { .. }
+            | RunError::InterpreterNotFound(_) => 127,
             RunError::NotExecutable { .. }
-            | RunError::NotGranted { .. }
+            | RunError::NotAProgram { .. }
+            | RunError::Refused { .. }
             | RunError::NotPermitted { .. } => 126,
-            RunError::Policy(_)
-            | RunError::Usage(_)
-            | RunError::ReportJson { .. }
-            | RunError::PolicyFile { .. }
-            | RunError::PolicyMap { .. }
-            | RunError::Workdir(_) => 2,
-            _ => 125,
+            _ => crate::cli::USAGE_EXIT,
         }
     }
 }
@@ -139,6 +174,9 @@ pub struct Sandbox {
 struct Inner {
     policy: Policy,
     prepared: Prepared,
+    /// The claim on the read-write grants, and `run`'s hand-over: given back only once the
+    /// last exec, which holds this, is gone.
+    _held: workdir::Held,
 }
 
 /// How one stdio stream of the child is connected.
@@ -225,21 +263,36 @@ impl Sandbox {
             what: "becoming a child subreaper",
             source,
         })?;
+        // After prepare: nothing is claimed or handed over for a sandbox it refuses.
+        let held = workdir::hold(&policy, &prepared).map_err(RunError::Hold)?;
         Ok(Sandbox {
-            inner: Arc::new(Inner { policy, prepared }),
+            inner: Arc::new(Inner {
+                policy,
+                prepared,
+                _held: held,
+            }),
         })
+    }
+
+    /// Whose ids the writes to the read-write grants carry, as `prepare` decided.
+    pub fn ownership(&self) -> &sandbox::ownership::Ownership {
+        &self.inner.prepared.ownership
     }
 
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
     }
 
-    /// A sandbox from an already prepared (possibly hand-trimmed) set of layers. For the
-    /// per-layer benchmark; it skips the fail-closed checks of [`Sandbox::new`].
-    #[doc(hidden)]
+    /// A sandbox from an already prepared (possibly hand-trimmed) set of layers: for `check`'s
+    /// probes, which prepared it as `run` would, and the per-layer benchmark. It skips the
+    /// fail-closed checks of [`Sandbox::new`].
     pub fn from_prepared(policy: Policy, prepared: Prepared) -> Sandbox {
         Sandbox {
-            inner: Arc::new(Inner { policy, prepared }),
+            inner: Arc::new(Inner {
+                policy,
+                prepared,
+                _held: workdir::Held::default(),
+            }),
         }
     }
 
@@ -272,6 +325,63 @@ impl Sandbox {
         self.inner.prepared.landlock_abi
     }
 
+    /// Whether `argv0` would start under this sandbox, found as `spawn` finds it (in the
+    /// default PATH, from the workdir): `None` when its program and every interpreter it needs
+    /// are in the view, else the error `spawn` would give. The examination runs inside the view
+    /// as the sandbox identity, and nothing is executed (`check`). Blocks for at most a few
+    /// seconds.
+    pub fn probe(&self, argv0: &OsStr) -> Result<Option<RunError>, RunError> {
+        let cwd = self.inner.policy.fs.workdir.clone();
+        let candidates = program_candidates(argv0, &[], &cwd)?;
+        let null = || {
+            std::fs::File::open("/dev/null")
+                .map(OwnedFd::from)
+                .map_err(|source| RunError::Io {
+                    what: "opening /dev/null",
+                    source,
+                })
+        };
+        let plan = ExecPlan::new(
+            &candidates,
+            &[argv0.to_owned()],
+            &[],
+            &cwd,
+            [null()?, null()?, null()?],
+            false,
+            None,
+        )
+        .map_err(|_| RunError::Usage("the command contains a NUL byte".into()))?
+        .probe_only();
+        let d = match sandbox::init::probe(&self.inner.prepared, &plan) {
+            Ok(Some(d)) => *d,
+            Ok(None) => {
+                return Err(RunError::Io {
+                    what: "examining the program in the sandbox (no answer in time)",
+                    source: io::Error::from_raw_os_error(libc::ETIMEDOUT),
+                });
+            }
+            Err(SpawnError::Child(c) | SpawnError::Exec { error: c, .. }) => {
+                return Err(RunError::ChildSetup(c));
+            }
+            Err(e) => return Err(RunError::Manager(manager::ManagerError::Spawn(e))),
+        };
+        use crate::sandbox::diagnose::Finding;
+        // Without an execve there is no errno: nothing in the way, unless a noexec mount is.
+        let errno = match (d.errno, d.noexec) {
+            (0, true) => libc::EACCES,
+            (e, _) => e,
+        };
+        if d.finding == Finding::Startable || (d.finding == Finding::Unexplained && errno == 0) {
+            return Ok(None);
+        }
+        let d = crate::sandbox::diagnose::Diagnosis { errno, ..d };
+        let error = ChildError {
+            detail: d.candidate.map_or(u8::MAX, |i| i as u8),
+            ..ChildError::new(Step::Exec, errno)
+        };
+        Ok(Some(self.explain(error, Some(&d), argv0, &candidates)))
+    }
+
     /// Start one command under the sandbox. The fork, and the wait until the command has
     /// exec'd, happen on the process-manager thread (`manager.rs`); this only builds the
     /// command's C data and awaits the reply.
@@ -279,20 +389,16 @@ impl Sandbox {
         let Some(argv0) = spec.argv.first() else {
             return Err(RunError::Usage("empty command".into()));
         };
+        // Whether it exists is the child's to find out, in the view (a host directory outside
+        // the grants does not exist there either, and the host's answer must not show).
         let cwd = spec
             .cwd
             .clone()
             .unwrap_or_else(|| self.inner.policy.fs.workdir.clone());
-        if !cwd.is_dir() {
-            return Err(RunError::Usage(format!(
-                "working directory {} does not exist or is not a directory",
-                cwd.display()
-            )));
-        }
-        let program = match &spec.program_fd {
+        let candidates = match &spec.program_fd {
             // Exec'd through the fd (execveat); the path is only a name for errors.
-            Some(_) => PathBuf::from("/proc/self/exe"),
-            None => resolve_program(argv0, &spec.env, &cwd)?,
+            Some(_) => vec![PathBuf::from("/proc/self/exe")],
+            None => program_candidates(argv0, &spec.env, &cwd)?,
         };
         let mut env = spec.env;
         // The view's /tmp is the child's own, writable temp space.
@@ -303,7 +409,7 @@ impl Sandbox {
         let (stdout_child, stdout_parent) = child_end(spec.stdout, false)?;
         let (stderr_child, stderr_parent) = child_end(spec.stderr, false)?;
         let plan = ExecPlan::new(
-            &program,
+            &candidates,
             &spec.argv,
             &env,
             &cwd,
@@ -315,7 +421,7 @@ impl Sandbox {
         let started = manager::get()
             .spawn(self.inner.clone(), plan)
             .await
-            .map_err(|e| spawn_error(e, &program))?;
+            .map_err(|e| self.spawn_error(e, argv0, &candidates, &cwd))?;
         let io_err = |source| RunError::Io {
             what: "registering the child's pipes",
             source,
@@ -352,11 +458,8 @@ fn child_end(s: Stdio, stdin: bool) -> Result<(OwnedFd, Option<OwnedFd>), RunErr
     match s {
         Stdio::Fd(fd) => Ok((fd, None)),
         // Read-only as stdin, write-only as output, as a shell's `< /dev/null` and `> /dev/null`
-        // give it: a write to stdin is EBADF.
-        Stdio::Null => std::fs::OpenOptions::new()
-            .read(stdin)
-            .write(!stdin)
-            .open("/dev/null")
+        // give it: a write to stdin is EBADF. On a read-only mount (sandbox::devnull).
+        Stdio::Null => sandbox::devnull::open(!stdin)
             .map(|f| (OwnedFd::from(f), None))
             .map_err(|source| RunError::Io {
                 what: "opening /dev/null",
@@ -382,74 +485,101 @@ fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Turn a failed spawn into a precise error: execve's own errno as 127/126, any other step
-/// by name.
-fn spawn_error(e: manager::ManagerError, program: &Path) -> RunError {
-    match e {
-        manager::ManagerError::Spawn(SpawnError::Child(c)) if c.step == Step::Exec => {
-            match c.errno {
-                libc::ENOENT => RunError::NotFound(program.display().to_string()),
-                errno => RunError::NotExecutable {
-                    path: program.to_path_buf(),
-                    source: io::Error::from_raw_os_error(errno),
-                },
-            }
-        }
-        manager::ManagerError::Spawn(SpawnError::Child(c)) => RunError::ChildSetup(c),
-        e => RunError::Manager(e),
-    }
-}
-
-/// Find the program as the shell would: a name with a `/` is used as is, anything else is
-/// searched in the child's PATH. Resolving here, before fork, gives a clear 127. A relative
-/// name or PATH entry is relative to `cwd`, the directory the child will run in, not to ours:
-/// `run --workdir W -- ./x.sh` means `W/x.sh` wherever `run` was started.
-pub fn resolve_program(
+/// Where argv[0] may be, in the order the child tries them (see `ExecPlan`): a name with a
+/// `/` is used as is, anything else is joined to each entry of the child's PATH, as the shell
+/// searches. A relative name or PATH entry is relative to `cwd`, the directory the child will
+/// run in, not to ours: `run --workdir W -- ./x.sh` means `W/x.sh` wherever `run` was started.
+/// Nothing here looks at the filesystem: the child searches in the view.
+pub fn program_candidates(
     argv0: &OsStr,
     env: &[(OsString, OsString)],
     cwd: &Path,
-) -> Result<PathBuf, RunError> {
+) -> Result<Vec<PathBuf>, RunError> {
     let name = argv0.as_bytes();
     if name.is_empty() {
         return Err(RunError::NotFound(String::new()));
     }
+    // join keeps an absolute name as it is; components() drops the `.` of `./x` (never a
+    // `..`, which only the lookup may resolve).
+    let clean = |p: PathBuf| p.components().collect::<PathBuf>();
     if name.contains(&b'/') {
-        // join keeps an absolute name as it is.
-        let p = cwd.join(argv0);
-        return match std::fs::metadata(&p) {
-            Ok(m) if m.is_file() => Ok(p),
-            Ok(_) => Err(RunError::NotExecutable {
-                path: p,
-                source: io::Error::from_raw_os_error(libc::EACCES),
-            }),
-            Err(_) => Err(RunError::NotFound(argv0.to_string_lossy().into_owned())),
-        };
+        return Ok(vec![clean(cwd.join(argv0))]);
     }
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-    let mut found_not_exec = None;
+    let mut out: Vec<PathBuf> = Vec::new();
     for dir in path.as_bytes().split(|&b| b == b':') {
         // An empty entry is the current directory, as in every shell.
-        let dir = cwd.join(OsStr::from_bytes(dir));
-        let cand = dir.join(argv0);
-        if let Ok(m) = std::fs::metadata(&cand)
-            && m.is_file()
-        {
-            if m.permissions().mode() & 0o111 != 0 {
-                return Ok(cand);
-            }
-            found_not_exec.get_or_insert(cand);
+        let cand = clean(cwd.join(OsStr::from_bytes(dir)).join(argv0));
+        if !out.contains(&cand) {
+            out.push(cand);
         }
     }
-    match found_not_exec {
-        Some(p) => Err(RunError::NotExecutable {
-            path: p,
-            source: io::Error::from_raw_os_error(libc::EACCES),
-        }),
-        None => Err(RunError::NotFound(argv0.to_string_lossy().into_owned())),
+    if out.len() > crate::sandbox::diagnose::MAX_CANDIDATES {
+        return Err(RunError::Usage(format!(
+            "PATH has more than {} entries",
+            crate::sandbox::diagnose::MAX_CANDIDATES
+        )));
+    }
+    Ok(out)
+}
+
+impl Sandbox {
+    /// Turn a failed spawn into a precise error: the failed execve as the command's own
+    /// examination explains it (127/126, `explain.rs`), any other step by name.
+    fn spawn_error(
+        &self,
+        e: manager::ManagerError,
+        argv0: &OsStr,
+        candidates: &[PathBuf],
+        cwd: &Path,
+    ) -> RunError {
+        match e {
+            manager::ManagerError::Spawn(SpawnError::Exec { error, diagnosis }) => {
+                self.explain(error, diagnosis.as_deref(), argv0, candidates)
+            }
+            manager::ManagerError::Spawn(SpawnError::Child(c))
+                if c.step == Step::Chdir && matches!(c.errno, libc::ENOENT | libc::ENOTDIR) =>
+            {
+                RunError::Usage(format!(
+                    "working directory {} does not exist in the sandbox or is not a directory",
+                    cwd.display()
+                ))
+            }
+            manager::ManagerError::Spawn(SpawnError::Child(c)) if c.step == Step::Exec => {
+                self.explain(c, None, argv0, candidates)
+            }
+            manager::ManagerError::Spawn(SpawnError::Child(c)) => RunError::ChildSetup(c),
+            e => RunError::Manager(e),
+        }
+    }
+
+    /// [`explain::exec_failed`] with this sandbox's policy.
+    pub fn explain(
+        &self,
+        error: ChildError,
+        diagnosis: Option<&crate::sandbox::diagnose::Diagnosis>,
+        argv0: &OsStr,
+        candidates: &[PathBuf],
+    ) -> RunError {
+        explain::exec_failed(
+            error,
+            diagnosis,
+            &explain::Context {
+                argv0,
+                candidates,
+                fs: &self.inner.policy.fs,
+                rules: &self.inner.prepared.fs_rules,
+                uid: self.inner.policy.identity.map_or_else(
+                    // SAFETY: geteuid has no preconditions.
+                    || unsafe { libc::geteuid() },
+                    |id| id.uid,
+                ),
+            },
+        )
     }
 }
 
@@ -520,6 +650,26 @@ impl Child {
         ) {
             tracing::warn!(error = %e, "could not signal the exec's processes");
         }
+    }
+
+    /// Hand a signal that `run` received to the command's job: its process group, as a
+    /// terminal's Ctrl-C reaches the foreground job (docker run's `--sig-proxy`, with the
+    /// terminal's reach). What the command makes of it is its own business: the run ends when
+    /// the command does, with the command's exit code. With a PID namespace the group's id is
+    /// the namespace's, so the init relays it (`sandbox::init::forward_to_job`).
+    pub fn forward_signal(&self, sig: i32) {
+        if self.cleaned || self.done.is_some() {
+            return;
+        }
+        if self.init {
+            if let Err(e) = sandbox::init::forward_to_job(self.pidfd.as_fd(), sig) {
+                tracing::warn!(signal = sig, error = %e, "could not forward the signal");
+            }
+            return;
+        }
+        // SAFETY: kill with integer arguments. The leader is not reaped yet, so its pid (and
+        // the id of the process group it leads) cannot have been reused.
+        unsafe { libc::kill(-self.pid, sig) };
     }
 
     /// Kill everything of this exec that is still alive, and return the pids that survived

@@ -20,6 +20,10 @@ pub enum Reason {
     MemoryLimit,
     OutputLimit,
     PidsLimit,
+    /// The command could not be started: no such program (or its interpreter), exit 127.
+    NotFound,
+    /// The command could not be started: not executable, or refused by the sandbox, exit 126.
+    NotExecutable,
 }
 
 impl Reason {
@@ -32,6 +36,8 @@ impl Reason {
             Reason::MemoryLimit => "memory_limit",
             Reason::OutputLimit => "output_limit",
             Reason::PidsLimit => "pids_limit",
+            Reason::NotFound => "not_found",
+            Reason::NotExecutable => "not_executable",
         }
     }
 }
@@ -137,6 +143,20 @@ pub fn exit_code(info: &ExitInfo, timed_out: bool) -> i32 {
     }
 }
 
+/// A signal's name as people know it (`SIGPIPE`, `SIGXCPU`, `SIGRTMIN+3`); `signal N` for a
+/// number that is no signal.
+pub fn signal_name(sig: i32) -> String {
+    if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
+        return s.as_str().to_owned();
+    }
+    // glibc keeps the first real-time signals for itself; SIGRTMIN is the first it hands out.
+    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    if (min..=max).contains(&sig) {
+        return format!("SIGRTMIN+{}", sig - min);
+    }
+    format!("signal {sig}")
+}
+
 /// Facts the classifier needs beyond the exit status.
 pub struct Context {
     pub timed_out: bool,
@@ -192,7 +212,7 @@ impl ExitReport {
         let how = match (self.reason, self.status, self.signal) {
             (Reason::Timeout, ..) => "timed out".to_string(),
             (_, Some(c), _) => format!("exited {c}"),
-            (_, None, Some(s)) => format!("killed by signal {s}"),
+            (_, None, Some(s)) => format!("killed by {}", signal_name(s)),
             _ => "ended".to_string(),
         };
         let degraded: Vec<&str> = self
@@ -260,6 +280,16 @@ mod tests {
         assert_eq!(exit_code(&ended(None, Some(libc::SIGKILL)), false), 137);
         assert_eq!(exit_code(&ended(None, Some(libc::SIGTERM)), false), 143);
         assert_eq!(exit_code(&ended(None, None), false), 255);
+    }
+
+    #[test]
+    fn signals_are_named() {
+        assert_eq!(signal_name(libc::SIGPIPE), "SIGPIPE");
+        assert_eq!(signal_name(libc::SIGXCPU), "SIGXCPU");
+        assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
+        assert_eq!(signal_name(libc::SIGRTMIN() + 2), "SIGRTMIN+2");
+        assert_eq!(signal_name(0), "signal 0");
+        assert_eq!(signal_name(99), "signal 99");
     }
 
     #[test]

@@ -11,16 +11,15 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::report::{self, Context, EffectiveLimits, ExitReport, Reason};
+use super::report_file::ReportFile;
 use super::stream::{self, Event, StreamStats, pump};
 use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
 use crate::cli::RunArgs;
 use crate::policy::openshell::{self, MapWarning};
-use crate::policy::{FsPolicy, Identity, Policy, PolicyFlags};
-use crate::sandbox::identity::{self, SandboxOwners, UidLease};
+use crate::policy::{Identity, Policy, PolicyFlags};
+use crate::sandbox::identity::{self, UidLease};
 
-mod explain;
 mod stdio;
-use explain::explain_spawn_error;
 use stdio::*;
 
 pub use super::report::TIMEOUT_EXIT;
@@ -84,6 +83,17 @@ pub fn load_policy(
         warnings,
         file_sets_identity,
     })
+}
+
+/// The report's reason for a command that could not be started, when that is why `e` ended
+/// the run (not a failure of the sandbox itself, which writes no report).
+fn not_started_reason(e: &RunError) -> Option<Reason> {
+    // Read from the exit code, which says once which errors mean "could not start".
+    match e.exit_code() {
+        127 => Some(Reason::NotFound),
+        126 => Some(Reason::NotExecutable),
+        _ => None,
+    }
 }
 
 /// Put the policy file's warnings in the log, naming the file.
@@ -244,30 +254,65 @@ impl Drop for Scratch {
     }
 }
 
+/// The signals `run` hands to the command's job instead of acting on them itself (docker
+/// run's `--sig-proxy` set; SIGWINCH is a resize of the pty, with --tty).
+const FORWARDED: [(SignalKind, &str); 6] = [
+    (SignalKind::interrupt(), "installing the SIGINT handler"),
+    (SignalKind::terminate(), "installing the SIGTERM handler"),
+    (SignalKind::hangup(), "installing the SIGHUP handler"),
+    (SignalKind::quit(), "installing the SIGQUIT handler"),
+    (
+        SignalKind::user_defined1(),
+        "installing the SIGUSR1 handler",
+    ),
+    (
+        SignalKind::user_defined2(),
+        "installing the SIGUSR2 handler",
+    ),
+];
+
+/// Our handlers of [`FORWARDED`]; [`Forwarded::next`] yields the number of each one received.
+struct Forwarded(Vec<(i32, tokio::signal::unix::Signal)>);
+
+impl Forwarded {
+    fn install() -> Result<Forwarded, RunError> {
+        let mut v = Vec::with_capacity(FORWARDED.len());
+        for (kind, what) in FORWARDED {
+            let s = signal(kind).map_err(|source| RunError::Io { what, source })?;
+            v.push((kind.as_raw_value(), s));
+        }
+        Ok(Forwarded(v))
+    }
+
+    async fn next(&mut self) -> i32 {
+        std::future::poll_fn(|cx| {
+            for (sig, s) in &mut self.0 {
+                if s.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
 async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
-    // The handlers first, before anything can be spawned: a SIGTERM that arrives between the
-    // spawn and the wait must end the run as a later one does (kill the tree, write the
-    // report), not kill us by its default action. Tokio queues a signal that arrives before
-    // the wait polls for it.
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| RunError::Io {
-        what: "installing the SIGTERM handler",
-        source,
-    })?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| RunError::Io {
-        what: "installing the SIGINT handler",
-        source,
-    })?;
-    // A closed terminal (SIGHUP) or a quit key (SIGQUIT) must not kill us with the default
-    // action: the tree would outlive us (only the leader has a parent-death signal) and no
-    // report would be written. Both end the run as SIGTERM does.
-    let mut sighup = signal(SignalKind::hangup()).map_err(|source| RunError::Io {
-        what: "installing the SIGHUP handler",
-        source,
-    })?;
-    let mut sigquit = signal(SignalKind::quit()).map_err(|source| RunError::Io {
-        what: "installing the SIGQUIT handler",
-        source,
-    })?;
+    // The handlers first, before anything can be spawned: a signal that arrives between the
+    // spawn and the wait must reach the command as a later one does, not kill us by its
+    // default action (the tree would outlive us, and no report would be written). Tokio
+    // queues a signal that arrives before the wait polls for it.
+    let mut forwarded = Forwarded::install()?;
+    let mut winch = if args.tty {
+        Some(
+            signal(SignalKind::window_change()).map_err(|source| RunError::Io {
+                what: "installing the SIGWINCH handler",
+                source,
+            })?,
+        )
+    } else {
+        None
+    };
     let started = Instant::now();
     let started_at = std::time::SystemTime::now();
     let cwd = std::env::current_dir().map_err(|source| RunError::Io {
@@ -284,6 +329,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // drain them for every concurrent run. Held until we return, after the last kill sweep.
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    if let Some(dir) = &args.uid_lease_dir {
+        identity::set_lease_dir(dir.clone());
+    }
     let lease = if root
         && args.policy.uid.is_none()
         && args.policy.gid.is_none()
@@ -298,6 +346,22 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         Some(lease)
     } else {
         None
+    };
+    // What the run writes to its workdir and `--rw` grants belongs to each one's owner
+    // (idmapped mounts); where they are refused, a workdir of the sandbox's uids is handed to
+    // the run's uid for the run (sandbox/ownership.rs, exec/workdir).
+    if root {
+        policy.fs.write_as = crate::policy::WriteAs::Owner {
+            hand_over: args.uid_range.start..=args.uid_range.end,
+        };
+    }
+    // A uid named explicitly is held too, shared: no per-run run may get it meanwhile, and it
+    // is refused while one has it (the same uid in two runs shares its kernel budgets).
+    let _explicit_lease = match policy.identity {
+        Some(id) if root && lease.is_none() => {
+            UidLease::share(id.uid).map_err(RunError::Identity)?
+        }
+        _ => None,
     };
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
@@ -319,87 +383,96 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         // SAFETY: geteuid and getegid have no preconditions.
         _ => unsafe { (libc::geteuid(), libc::getegid()) },
     };
-    let switch_to = policy.identity.filter(|_| root);
     tl.stamp("uid-scratch-env");
     // One run, one exec: no cgroup is made ahead for a next exec.
     let sandbox = Sandbox::new(policy)?;
     sandbox.one_exec_only();
     tl.stamp("sandbox-new");
-    // After Sandbox::new: nothing is handed over for a run the sandbox refuses, and the
-    // workdir has passed the filesystem policy's checks.
-    // Who the workdir is handed to: a run's own uid; or 65534 for an explicit `--uid 65534`
-    // (the sandbox's fixed uid) when an earlier run left the workdir to a uid of the range,
-    // so that mixing the two kinds of run in one workdir works instead of being refused as
-    // "not writable by 65534". Any other explicit uid hands nothing over.
-    let owners = SandboxOwners(args.uid_range.start..=args.uid_range.end);
-    let hand_to = match (&lease, switch_to) {
-        (Some(lease), _) => Some(lease.uid),
-        (None, Some(id))
-            if id.uid == crate::policy::NOBODY
-                && id.gid == crate::policy::NOBODY
-                && std::fs::symlink_metadata(&sandbox.policy().fs.workdir).is_ok_and(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    m.is_dir() && m.uid() != id.uid && owners.0.contains(&m.uid())
-                }) =>
-        {
-            Some(id.uid)
-        }
-        _ => None,
-    };
-    // One run that hands the workdir over at a time; held until we return (a run with a uid
-    // of its own writes as that uid all along: a second one must not take the tree mid-run).
-    let _workdir_lock = match hand_to {
-        Some(_) => Some(
-            identity::WorkdirLock::take(&sandbox.policy().fs.workdir)
-                .map_err(RunError::Identity)?,
-        ),
-        None => None,
-    };
-    if let Some(uid) = hand_to {
-        let workdir = &sandbox.policy().fs.workdir;
-        let handed =
-            identity::hand_over_dir(workdir, uid, uid, &owners).map_err(RunError::Identity)?;
-        if !handed {
-            tracing::info!(
-                workdir = %workdir.display(),
-                "the workdir belongs to neither nobody nor a uid of --uid-range: it keeps its owner"
-            );
-        }
-    }
-    // After the hand-over, which may have made it writable: every write of a run in a
-    // workdir it cannot write fails, while the report would say "all layers enforced".
-    if root && let Some(id) = sandbox.policy().identity {
+    // Every write of a run in a workdir it cannot write fails, while the report would say
+    // "all layers enforced": asked as whom the kernel checks the command there (its owner
+    // through an idmapped mount; after a hand-over, the run's uid).
+    if let Some(who) = sandbox.ownership().workdir_writer() {
         let chown_to = match lease {
             Some(_) => Identity {
                 uid: crate::policy::NOBODY,
                 gid: crate::policy::NOBODY,
             },
-            None => id,
+            None => who,
         };
-        workdir::check_writable(&sandbox.policy().fs.workdir, id, chown_to)
+        let as_owner = Some(who) != sandbox.policy().identity;
+        workdir::check_writable(&sandbox.policy().fs.workdir, who, chown_to, as_owner)
             .map_err(RunError::Workdir)?;
     }
     for l in sandbox.layers() {
-        tracing::info!(layer = l.layer, status = ?l.status, detail = %l.detail, "sandbox layer");
+        tracing::info!(layer = l.layer, status = l.status.as_str(), detail = %l.detail, "sandbox layer");
     }
-    tl.stamp("handover");
+    tl.stamp("workdir");
 
-    // Opened before any sandboxed code runs, through the symlink-safe walk: a path written at
-    // the end could by then be the child's symlink (root overwrites what it points to) or its
-    // FIFO (the supervisor blocks forever). See `Walker::open_output`.
+    // The report's directory, opened before any sandboxed code runs, through the
+    // symlink-safe walk; the report itself is written there only once the tree is dead, so
+    // the child can neither forge it nor point it elsewhere (see report_file.rs).
     let report_file = match &args.report_json {
-        Some(p) => Some(
-            sandbox
-                .policy()
-                .fs
-                .walker()
-                .open_output(p)
-                .map_err(|source| RunError::ReportJson {
+        Some(p) => {
+            let fs = &sandbox.policy().fs;
+            let rw: Vec<&Path> = std::iter::once(fs.workdir.as_path())
+                .chain(fs.read_write.iter().map(PathBuf::as_path))
+                .collect();
+            Some(
+                ReportFile::open(&fs.walker(), p, &rw).map_err(|source| RunError::ReportJson {
                     path: p.clone(),
                     source: Box::new(source),
                 })?,
-        ),
+            )
+        }
         None => None,
+    };
+    // What every report of this run says, however it ends.
+    let report_of = |reason: Reason, exit_code: i32| ExitReport {
+        reason,
+        exit_code,
+        status: None,
+        signal: None,
+        wall_ms: started.elapsed().as_millis() as u64,
+        user_cpu_ms: 0,
+        sys_cpu_ms: 0,
+        peak_rss_kib: 0,
+        stdout_bytes: 0,
+        stderr_bytes: 0,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        cgroup_cpu_ms: None,
+        contained: true,
+        survivors: Vec::new(),
+        containment_error: None,
+        landlock_abi: sandbox.landlock_abi(),
+        layers: sandbox.layers().to_vec(),
+        command: args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        uid: child_uid,
+        gid: child_gid,
+        limits: EffectiveLimits {
+            policy: limits.clone(),
+            timeout_secs: args.timeout,
+            kill_grace_secs: args.kill_grace,
+            max_output_bytes: args.max_output,
+        },
+        started_at: crate::logging::rfc3339(started_at),
+        cgroup_version: report::host_cgroup_version(),
+    };
+    // A command that could not be started ends a run that got this far: it still has its
+    // report. (Its child is already reaped: nothing of the run is left.)
+    let not_started = |e: RunError| {
+        if let (Some(file), Some(reason)) = (&report_file, not_started_reason(&e)) {
+            let report = report_of(reason, i32::from(e.exit_code()));
+            let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
+            if let Err(w) = file.write(&json) {
+                tracing::warn!(error = %w, "--report-json");
+            }
+        }
+        e
     };
 
     let cap = args.max_output;
@@ -409,6 +482,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         name,
         events: Some(ev_tx.clone()),
     };
+    // With --tty: the pty whose size follows our terminal's (SIGWINCH).
+    let mut pty_master = None;
     let (mut child, out_task, err_task, raw_terminal) = if args.tty {
         let (cols, rows) = our_winsize();
         let (master, slave) =
@@ -428,7 +503,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 program_fd: None,
             })
             .await
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
+            .map_err(not_started)?;
         // Raw mode only once the child runs, and undone by drop on every way out.
         let raw = RawTerminal::enter()?;
         let writer = master.dup_fd().map_err(|source| RunError::Io {
@@ -444,6 +519,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
             })?;
         // The pty carries stdout and stderr together: one stream, capped as stdout.
         let (mut w, r) = tokio::io::duplex(64 * 1024);
+        let master = std::sync::Arc::new(master);
+        pty_master = Some(master.clone());
         tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
             let mut buf = vec![0u8; 64 * 1024];
@@ -474,7 +551,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 controlling_tty: false,
                 program_fd: None,
             })
-            .await?;
+            .await
+            .map_err(not_started)?;
         let r =
             tokio::net::unix::pipe::Receiver::from_owned_fd(r).map_err(|source| RunError::Io {
                 what: "registering the merged output pipe",
@@ -502,7 +580,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 program_fd: None,
             })
             .await
-            .map_err(|e| explain_spawn_error(e, &sandbox.policy().fs, switch_to))?;
+            .map_err(not_started)?;
         let out_r = child.stdout.take().expect("stdout is piped");
         let err_r = child.stderr.take().expect("stderr is piped");
         let (o, e) = (opts("stdout"), opts("stderr"));
@@ -525,7 +603,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     };
     tokio::pin!(deadline);
     let mut timed_out = false;
-    let mut forwarded_signal = None;
+    // The tree was stopped by us for a reason the report has no name for (the reader went
+    // away): the summary says so.
+    let mut stopped_by_us = false;
     let kill_on_output_limit = args.on_output_limit == crate::cli::OnOutputLimit::Kill;
     let mut output_limit_kill = false;
     // (--cpu is kept by the exec cgroup's own watcher thread: see `cgroup::CpuWatch`.)
@@ -540,21 +620,18 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 timed_out = true;
                 break child.terminate_tree(grace).await;
             }
-            _ = sigterm.recv() => {
-                forwarded_signal = Some(libc::SIGTERM);
-                break child.terminate_tree(grace).await;
+            // The command decides what a signal means (a Python KeyboardInterrupt handler that
+            // exits 0 makes a run that exits 0); we only carry it.
+            sig = forwarded.next() => {
+                tracing::debug!(signal = %report::signal_name(sig), "forwarding to the command");
+                child.forward_signal(sig);
             }
-            _ = sigint.recv() => {
-                forwarded_signal = Some(libc::SIGINT);
-                break child.terminate_tree(grace).await;
-            }
-            _ = sighup.recv() => {
-                forwarded_signal = Some(libc::SIGHUP);
-                break child.terminate_tree(grace).await;
-            }
-            _ = sigquit.recv() => {
-                forwarded_signal = Some(libc::SIGQUIT);
-                break child.terminate_tree(grace).await;
+            Some(()) = async { winch.as_mut()?.recv().await }, if winch.is_some() => {
+                if let Some(m) = &pty_master {
+                    let (cols, rows) = our_winsize();
+                    // The kernel sends SIGWINCH to the pty's foreground process group itself.
+                    let _ = m.resize(cols, rows);
+                }
             }
             Some(ev) = events.recv() => match ev {
                 Event::OutputLimit if kill_on_output_limit => {
@@ -570,6 +647,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
                 }
             },
             _ = stop, if stop_at.is_some() => {
+                stopped_by_us = true;
                 break child.terminate_tree(grace).await;
             }
         }
@@ -638,17 +716,14 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let reason = report::classify(&info, &cx, &out, &err);
     let contained = survivors.is_empty() && containment_error.is_none();
     let timed_out = reason == Reason::Timeout;
-    let exit_code = match forwarded_signal {
-        _ if !contained => CONTAINMENT_FAILED_EXIT,
-        Some(sig) if !timed_out => 128 + sig,
-        _ => report::exit_code(&info, timed_out),
+    let exit_code = if contained {
+        report::exit_code(&info, timed_out)
+    } else {
+        CONTAINMENT_FAILED_EXIT
     };
     let report = ExitReport {
-        reason,
-        exit_code,
         status: info.code,
         signal: info.signal,
-        wall_ms: started.elapsed().as_millis() as u64,
         user_cpu_ms: info.user_cpu.as_millis() as u64,
         sys_cpu_ms: info.sys_cpu.as_millis() as u64,
         peak_rss_kib: info.max_rss_kib,
@@ -660,25 +735,20 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         contained,
         survivors,
         containment_error,
-        landlock_abi: sandbox.landlock_abi(),
-        layers: sandbox.layers().to_vec(),
-        command: args
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
-        uid: child_uid,
-        gid: child_gid,
-        limits: EffectiveLimits {
-            policy: limits.clone(),
-            timeout_secs: args.timeout,
-            kill_grace_secs: args.kill_grace,
-            max_output_bytes: args.max_output,
-        },
-        started_at: crate::logging::rfc3339(started_at),
-        cgroup_version: report::host_cgroup_version(),
+        ..report_of(reason, exit_code)
     };
-    if !args.quiet {
+    // Like bwrap, a run whose command simply ended says nothing of its own: the summary is for
+    // an end the sandbox decided (a timeout, a limit, the output cap, a kill of ours), a run
+    // weaker than its policy (never silently) and a containment failure; -v asks for it always.
+    let degraded = report
+        .layers
+        .iter()
+        .any(|l| l.status == crate::sandbox::Enforcement::Degraded);
+    let sandbox_said = !matches!(reason, Reason::Exited | Reason::Signaled)
+        || stopped_by_us
+        || !contained
+        || degraded;
+    if !args.quiet && (args.verbose || sandbox_said) {
         // The summary starts a line of its own, so that a child's unterminated last line
         // cannot pass for (part of) it. --report-json remains the machine-readable truth.
         // Not eprintln!: after SIGHUP our stderr may be a hung-up terminal, and a failed
@@ -693,14 +763,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         }
     }
     if let Some(file) = &report_file {
-        use std::os::unix::fs::FileExt;
         let json = serde_json::to_vec_pretty(&report).expect("the report serialises");
-        file.set_len(0)
-            .and_then(|()| file.write_all_at(&json, 0))
-            .map_err(|source| RunError::Io {
-                what: "writing --report-json",
-                source,
-            })?;
+        file.write(&json).map_err(|source| RunError::ReportWrite {
+            path: file.path().to_path_buf(),
+            source: Box::new(source),
+        })?;
     }
     // Only now, with the report out, remove the scratch tree: on a deep or wide tree that can
     // take far longer than the run's --timeout (37 s was seen), and nothing of the run's

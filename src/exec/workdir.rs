@@ -1,35 +1,61 @@
-//! Whether the sandbox identity can write its workdir, asked of the kernel as that identity.
+//! The workdir and the read-write grants on the supervisor's side: whether the sandbox can
+//! write its workdir, asked of the kernel as the identity it writes as; the claim every
+//! sandbox holds on its grants (claim.rs); and `run`'s hand-over where idmapped mounts are
+//! refused (handover.rs).
 //!
-//! Guessing from the mode bits gets group membership, ACLs, read-only mounts and uid 0
-//! without capabilities wrong. So a throwaway child takes exactly the identity the exec will
-//! have (no supplementary groups, the gid, the uid, every capability set empty) and asks
+//! Guessing writability from the mode bits gets group membership, ACLs, read-only mounts and
+//! uid 0 without capabilities wrong. So a throwaway child takes exactly the identity the exec
+//! will have (no supplementary groups, the gid, the uid, every capability set empty) and asks
 //! `faccessat2(AT_EACCESS)` for write and search. The supervisor's own credentials never
-//! change.
+//! change. Through an idmapped mount the kernel checks the command as the directory's owner
+//! (sandbox/idmap.rs), so that is whom the question is asked as then.
+
+mod claim;
+mod handover;
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::policy::Identity;
+pub use claim::ClaimError;
+pub use handover::{HandOverError, MAX_DEPTH};
 
-/// A workdir the sandbox identity cannot write.
+use crate::policy::{Identity, Policy, WriteAs};
+use crate::sandbox::Prepared;
+
+/// A workdir the sandbox cannot write.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the workdir {} is not writable by the sandbox uid {} (gid {}): it is owned by {}:{} with mode {:04o} ({source}). Give it to the sandbox (`chown {}:{} {}`{}), or run as a uid that can write it (--uid)",
-    path.display(), who.uid, who.gid, owner, group, mode, chown_to.uid, chown_to.gid, path.display(),
-    if chown_to == who { "" } else { "; run hands a workdir of 65534 to its per-run uid" }
+    "the workdir {} is not writable by {} {} (gid {}): it is owned by {}:{} with mode {:04o} ({source}). {}",
+    path.display(),
+    if *as_owner { "its owner, as whom the sandbox writes there (an idmapped mount), uid" } else { "the sandbox uid" },
+    who.uid, who.gid, owner, group, mode,
+    if *as_owner {
+        format!("Give its owner write permission (`chmod u+w {}`)", path.display())
+    } else {
+        format!(
+            "Give it to the sandbox (`chown {}:{} {}`{}), or run as a uid that can write it (--uid)",
+            chown_to.uid, chown_to.gid, path.display(),
+            if chown_to == who { "" } else { "; run hands a workdir of 65534 to its per-run uid where it cannot map it" }
+        )
+    }
 )]
 pub struct NotWritable {
     pub path: PathBuf,
+    /// Whom the kernel was asked as.
     pub who: Identity,
+    /// `who` is the directory's owner, seen as the sandbox through an idmapped mount (or about
+    /// to be handed to it).
+    pub as_owner: bool,
     /// Whom to give it to: `who`, or 65534 for `run`'s per-run uid (which changes every run).
     pub chown_to: Identity,
     pub owner: u32,
     pub group: u32,
     pub mode: u32,
-    /// What the kernel answered the sandbox identity.
+    /// What the kernel answered.
     pub source: io::Error,
 }
 
@@ -190,11 +216,13 @@ fn access(path: &CString, mode: i32) -> Result<(), i32> {
     }
 }
 
-/// [`can_write`], with the owner and mode of `dir` in the error for the message.
+/// [`can_write`], with the owner and mode of `dir` in the error for the message. `as_owner`:
+/// `who` is the directory's owner, as whom the sandbox writes there.
 pub fn check_writable(
     dir: &Path,
     who: Identity,
     chown_to: Identity,
+    as_owner: bool,
 ) -> Result<(), Box<NotWritable>> {
     let Err(source) = can_write(dir, Some(who)) else {
         return Ok(());
@@ -203,6 +231,7 @@ pub fn check_writable(
     Err(Box::new(NotWritable {
         path: dir.to_path_buf(),
         who,
+        as_owner,
         chown_to,
         owner: meta.as_ref().map_or(u32::MAX, |m| m.uid()),
         group: meta.as_ref().map_or(u32::MAX, |m| m.gid()),
@@ -297,10 +326,94 @@ pub fn serve_check(policy: &crate::policy::Policy) {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if let (true, Some(id)) = (root, policy.identity)
-        && let Err(e) = check_writable(&policy.fs.workdir, id, id)
+        && let Err(e) = check_writable(&policy.fs.workdir, id, id, false)
     {
         tracing::error!("{e}; every write of the sandbox's commands there will fail");
     }
+}
+
+/// Why a sandbox cannot hold its grants.
+#[derive(Debug, thiserror::Error)]
+pub enum HoldError {
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
+    #[error(transparent)]
+    HandOver(#[from] HandOverError),
+    #[error("{0}")]
+    NotWritable(Box<NotWritable>),
+}
+
+/// A sandbox's hold on its read-write grants, for as long as it lives: its claim and, where the
+/// workdir was handed over, the hand-over (given back first when dropped, then the claim is let
+/// go).
+#[derive(Debug, Default)]
+pub struct Held {
+    _handed: Option<handover::Handed>,
+    _claim: claim::Claim,
+}
+
+/// Claim the workdir and the `--rw` grants of a prepared sandbox and, when `prepare` decided
+/// so (idmapped mounts refused, `run`), hand the workdir over. Only a root supervisor claims
+/// (the lock directory is root's) and only it can hand over. Nothing is re-owned unless the
+/// claim is held and the owner could write the workdir, as the run's uid then will.
+pub fn hold(policy: &Policy, prepared: &Prepared) -> Result<Held, HoldError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(Held::default());
+    }
+    let hand_over = prepared.ownership.hand_over.as_ref();
+    if hand_over.is_some() {
+        // Race tests hold the supervisor here: the walk has decided the workdir's inode, the
+        // hand-over has not opened it yet.
+        crate::pause::point("workdir-handover");
+    }
+    // The grants as the walk decided on them (and the view bound them): one swapped since
+    // is refused here rather than claimed wrongly.
+    let mut uses = Vec::new();
+    for (path, dev, ino) in &prepared.ownership.read_write {
+        uses.push(claim::Dir::open(path, *dev, *ino)?);
+    }
+    let dir = match hand_over {
+        Some(h) => Some(claim::Dir::open(&h.path, h.dev, h.ino)?),
+        None => None,
+    };
+    let claim = claim::take(&uses, dir.as_ref())?;
+    let (Some(h), Some(dir), WriteAs::Owner { hand_over: range }) =
+        (hand_over, dir, &policy.fs.write_as)
+    else {
+        return Ok(Held {
+            _handed: None,
+            _claim: claim,
+        });
+    };
+    // Asked of the very inode (through its descriptor), before anything is re-owned: once
+    // handed over, the run's uid has what the owner has.
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", dir.fd.as_raw_fd()));
+    if let Err(source) = can_write(&by_fd, Some(h.from)) {
+        let st = std::fs::metadata(&by_fd).ok();
+        return Err(HoldError::NotWritable(Box::new(NotWritable {
+            path: h.path.clone(),
+            who: h.from,
+            as_owner: true,
+            chown_to: h.from,
+            owner: st.as_ref().map_or(u32::MAX, |m| m.uid()),
+            group: st.as_ref().map_or(u32::MAX, |m| m.gid()),
+            mode: st.as_ref().map_or(0, |m| m.mode() & 0o7777),
+            source,
+        })));
+    }
+    let owners = handover::Owners(range.clone());
+    let handed = handover::hand_over(&h.path, &dir.fd, h.from, h.to, &owners)?;
+    tracing::info!(
+        workdir = %h.path.display(),
+        from = h.from.uid,
+        to = h.to.uid,
+        "idmapped mounts are refused here: the workdir is handed to the run's uid until it ends"
+    );
+    Ok(Held {
+        _handed: Some(handed),
+        _claim: claim,
+    })
 }
 
 #[cfg(test)]

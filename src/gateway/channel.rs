@@ -74,11 +74,16 @@ pub async fn connect(cfg: &GatewayConfig) -> Result<Channel, ConnectError> {
         .tcp_nodelay(true);
     let host = cfg.host.clone();
     let port = cfg.port;
+    let loopback_only = cfg.loopback_only;
     let connector = tower::service_fn(move |_uri: http::Uri| {
         let host = host.clone();
         let tls = tls.clone();
         async move {
-            let tcp = TcpStream::connect((host.as_str(), port)).await?;
+            let tcp = if loopback_only {
+                dial_loopback(&host, port).await?
+            } else {
+                TcpStream::connect((host.as_str(), port)).await?
+            };
             tcp.set_nodelay(true)?;
             let io = match tls {
                 None => Io::Plain(tcp),
@@ -101,6 +106,36 @@ pub async fn connect(cfg: &GatewayConfig) -> Result<Channel, ConnectError> {
             endpoint: cfg.endpoint.clone(),
             source,
         })
+}
+
+/// Resolve `host` and dial its addresses only if every one is loopback. A plaintext endpoint
+/// carries the token without the opt-in only because it is loopback; a `localhost` that
+/// resolves elsewhere (an edited /etc/hosts, a DNS answer) would send the token off the
+/// machine, so it is refused before any address is dialed. The addresses dialed are the ones
+/// checked: nothing is resolved twice.
+async fn dial_loopback(host: &str, port: u16) -> io::Result<TcpStream> {
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    if let Some(bad) = addrs.iter().find(|a| !a.ip().to_canonical().is_loopback()) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "`{host}` resolves to {}, which is not a loopback address: the bearer token is not sent there over plaintext (fix the name's resolution, e.g. /etc/hosts, use https://, or accept the risk with {})",
+                bad.ip(),
+                super::config::ALLOW_PLAINTEXT_TOKEN
+            ),
+        ));
+    }
+    let mut last = io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("`{host}` resolves to no address"),
+    );
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// Wrap a channel with the bearer interceptor.

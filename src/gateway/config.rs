@@ -19,7 +19,12 @@ pub const DEFAULT_TLS_DIR: &str = "/etc/openshell-tls/client";
 #[command(
     name = "openshell-sandbox",
     about = "Sandbox supervisor: dial back to the OpenShell gateway and serve exec",
-    version
+    version = crate::cli::VERSION,
+    mut_arg("workdir", |a| a.help(format!(
+        "Read-write working directory of the execs and the main process; created, owned by \
+         the sandbox uid, when missing. Default: {}",
+        super::DEFAULT_WORKDIR
+    ))),
 )]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -171,9 +176,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ROLE", hide = true, value_parser = refuse_role)]
     pub role: Option<String>,
 
-    /// Set to 1 to allow sending a bearer token over a plaintext (`http://`) endpoint.
-    #[arg(long, env = ALLOW_PLAINTEXT_TOKEN, value_name = "0|1", hide = true)]
-    pub allow_plaintext_token: Option<String>,
+    /// Send the bearer token over a plaintext (`http://`) endpoint that is not loopback, e.g.
+    /// a local Docker or Podman gateway without TLS. Whoever can see that traffic can copy the
+    /// token and act as this sandbox's supervisor. Loopback endpoints (127.0.0.0/8, ::1,
+    /// `localhost`) never need it.
+    #[arg(
+        long,
+        env = ALLOW_PLAINTEXT_TOKEN,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        value_parser = parse_opt_in
+    )]
+    pub allow_plaintext_token: bool,
 
     /// The image's USER (Docker/Podman drivers): `user`, `uid`, `user:group` or `uid:gid`. It
     /// fills whichever of the uid and gid is not given; empty means the uid/gid are
@@ -197,7 +214,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, env = "OPENSHELL_EXEC_SHELL", default_value_t = ShellMode::Login)]
     pub shell: ShellMode,
 
-    /// Seconds between SIGTERM and SIGKILL when execs are stopped at shutdown.
+    /// Seconds between the first signal and SIGKILL when execs and the main process are
+    /// stopped at shutdown: SIGTERM, or on a pty SIGHUP (as a hang-up) then SIGTERM.
     #[arg(long, value_name = "SECS", default_value_t = 5)]
     pub shutdown_grace: u64,
 
@@ -221,8 +239,9 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub keepalive_timeout: u64,
 
-    /// First reconnect delay in milliseconds; it doubles up to --reconnect-max-ms.
-    #[arg(long, value_name = "MS", default_value_t = 1000, hide = true,
+    /// First reconnect delay in milliseconds; it doubles up to --reconnect-max-ms (5 s at
+    /// most while the gateway answers Health), and starts over after a session that was up.
+    #[arg(long, value_name = "MS", default_value_t = 250, hide = true,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub reconnect_base_ms: u64,
 
@@ -231,12 +250,11 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub reconnect_max_ms: u64,
 
-    /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC). From its
+    /// first word on, everything is the command's; a word before it that starts with `-` must
+    /// be a flag of ours (a misspelt one is a usage error, never the command), so a command
+    /// that itself starts with `-` comes after `--`.
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -248,8 +266,9 @@ pub enum ShellMode {
     Plain,
 }
 
-/// The variable that allows a bearer token over plaintext. An env var, not only a flag,
-/// because the driver renders the pod's command line while a sandbox template can set env.
+/// The variable that allows a bearer token over a plaintext endpoint that is not loopback.
+/// An env var, not only a flag, because the gateway's driver renders the pod's command line:
+/// the env is what an operator can still set (the image's `ENV`, a pod spec they write).
 pub const ALLOW_PLAINTEXT_TOKEN: &str = "OPENSHELL_ALLOW_PLAINTEXT_TOKEN";
 
 /// `--mode`: a comma list meaning exactly {network, process}, in any order (gateway-features
@@ -280,6 +299,18 @@ fn parse_mode(s: &str) -> Result<String, String> {
         (true, true) => Ok("network,process".into()),
         (true, false) => Err("the `network` topology (the sidecar's network supervisor) is not supported: this supervisor runs only the combined topology, --mode network,process".into()),
         _ => Err("the `process` topology (the sidecar's workload agent, without a network supervisor of its own) is not supported: this supervisor runs only the combined topology, --mode network,process".into()),
+    }
+}
+
+/// A yes/no setting given as an env var or `--flag=VALUE`. Empty means no, as an unset
+/// variable does (drivers and compose files write empty values).
+fn parse_opt_in(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        "1" | "true" | "yes" | "on" => Ok(true),
+        _ => Err(format!(
+            "{ALLOW_PLAINTEXT_TOKEN} / --allow-plaintext-token takes 1, true, yes, on or 0, false, no, off"
+        )),
     }
 }
 
@@ -337,6 +368,10 @@ pub struct GatewayConfig {
     /// HTTP/2 PING interval and ack timeout.
     pub keepalive: Duration,
     pub keepalive_timeout: Duration,
+    /// A plaintext endpoint that carries a token without the opt-in: it was accepted only
+    /// because its host is loopback, so every connection must dial loopback addresses only
+    /// (`localhost` is resolved at each connect and refused if it names anything else).
+    pub loopback_only: bool,
 }
 
 /// Everything `serve` needs, checked.
@@ -376,9 +411,13 @@ pub enum ConfigError {
     #[error("OPENSHELL_SANDBOX_TOKEN is set but empty")]
     EmptyToken,
     #[error(
-        "refusing to send the bearer token ({0}) over the plaintext endpoint {1}: anyone on the path could read it; use https://, or set {ALLOW_PLAINTEXT_TOKEN}=1 to allow it (tests only)"
+        "refusing to send the bearer token ({0}) over the plaintext endpoint {1}: whoever can see this traffic (other pods or containers on the network, any hop to a remote host) can copy the token and act as this sandbox's supervisor, taking over its exec sessions and reading its provider credentials until the token expires. Use an https:// endpoint, or a loopback one (127.0.0.1, ::1, localhost); to accept the risk on a network you trust, set {ALLOW_PLAINTEXT_TOKEN}=1 (--allow-plaintext-token)"
     )]
     PlaintextToken(&'static str, String),
+    #[error(
+        "refusing to send the bearer token ({0}) over the plaintext loopback endpoint {1} while sandboxed commands share this network namespace (--network all): one of them could listen on that port while the gateway restarts and take the token. Use https://, drop --network all, or accept the risk with {ALLOW_PLAINTEXT_TOKEN}=1"
+    )]
+    LoopbackTokenSharedNetwork(&'static str, String),
     #[error("--reconnect-base-ms {0} is larger than --reconnect-max-ms {1}")]
     BadBackoff(u64, u64),
     #[error("OPENSHELL_USER_ENVIRONMENT is not a JSON object of strings: {0}")]
@@ -431,8 +470,17 @@ impl ServeArgs {
                     None
                 };
                 let token = self.token_source()?;
-                if tls.is_none() && token != TokenSource::None && !self.plaintext_token_allowed() {
-                    return Err(ConfigError::PlaintextToken(token.variable(), ep));
+                let exposed = tls.is_none() && token != TokenSource::None;
+                if exposed && !self.allow_plaintext_token {
+                    if !is_loopback_host(&host) {
+                        return Err(ConfigError::PlaintextToken(token.variable(), ep));
+                    }
+                    if self.policy.network == crate::cli::NetworkArg::All {
+                        return Err(ConfigError::LoopbackTokenSharedNetwork(
+                            token.variable(),
+                            ep,
+                        ));
+                    }
                 }
                 Some(GatewayConfig {
                     endpoint: ep,
@@ -443,6 +491,7 @@ impl ServeArgs {
                     token,
                     keepalive: Duration::from_secs(self.keepalive_interval),
                     keepalive_timeout: Duration::from_secs(self.keepalive_timeout),
+                    loopback_only: exposed && !self.allow_plaintext_token,
                 })
             }
         };
@@ -475,13 +524,6 @@ impl ServeArgs {
             ),
             secret_paths,
         })
-    }
-
-    fn plaintext_token_allowed(&self) -> bool {
-        matches!(
-            self.allow_plaintext_token.as_deref().map(str::trim),
-            Some("1" | "true" | "yes")
-        )
     }
 
     fn token_source(&self) -> Result<TokenSource, ConfigError> {
@@ -549,6 +591,16 @@ fn parse_endpoint(ep: &str) -> Result<(bool, String, u16), ConfigError> {
     Ok((tls, host, port))
 }
 
+/// A host whose traffic never leaves the machine's loopback interface: an address in
+/// 127.0.0.0/8 or ::1 (also written as ::ffff:127.x.x.x), or the name `localhost`, which the
+/// connector still resolves and refuses unless every address it names is loopback.
+pub fn is_loopback_host(host: &str) -> bool {
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_canonical().is_loopback(),
+        Err(_) => host.trim_end_matches('.').eq_ignore_ascii_case("localhost"),
+    }
+}
+
 fn parse_user_env(raw: Option<&str>) -> Result<Vec<(String, String)>, ConfigError> {
     let Some(raw) = raw.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(Vec::new());
@@ -568,159 +620,5 @@ fn parse_user_env(raw: Option<&str>) -> Result<Vec<(String, String)>, ConfigErro
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(extra: &[&str]) -> ServeArgs {
-        let mut v = vec!["openshell-sandbox"];
-        v.extend_from_slice(extra);
-        ServeArgs::try_parse_from(v).unwrap()
-    }
-
-    #[test]
-    fn endpoint_forms() {
-        assert_eq!(
-            parse_endpoint("https://gw.example:8080").unwrap(),
-            (true, "gw.example".into(), 8080)
-        );
-        assert_eq!(
-            parse_endpoint("http://[::1]:9/").unwrap(),
-            (false, "::1".into(), 9)
-        );
-        assert!(
-            parse_endpoint("ftp://x")
-                .unwrap_err()
-                .to_string()
-                .contains("scheme")
-        );
-        assert!(parse_endpoint("gw:80").is_err());
-        assert!(
-            parse_endpoint("http://gw:80/prefix")
-                .unwrap_err()
-                .to_string()
-                .contains("path")
-        );
-    }
-
-    #[test]
-    fn endpoint_without_sandbox_id_names_the_variable() {
-        let err = args(&["--endpoint", "http://127.0.0.1:1"])
-            .resolve()
-            .unwrap_err();
-        assert!(err.to_string().contains("OPENSHELL_SANDBOX_ID"), "{err}");
-    }
-
-    #[test]
-    fn token_priority_follows_the_sheet() {
-        let a = args(&[
-            "--endpoint",
-            "https://h:1",
-            "--sandbox-id",
-            "s",
-            "--sandbox-token-file",
-            "/f",
-            "--k8s-sa-token-file",
-            "/sa",
-        ]);
-        assert_eq!(
-            a.resolve().unwrap().gateway.unwrap().token,
-            TokenSource::File("/f".into())
-        );
-        let a = args(&[
-            "--endpoint",
-            "https://h:1",
-            "--sandbox-id",
-            "s",
-            "--k8s-sa-token-file",
-            "/sa",
-        ]);
-        assert_eq!(
-            a.resolve().unwrap().gateway.unwrap().token,
-            TokenSource::ServiceAccount("/sa".into())
-        );
-    }
-
-    #[test]
-    fn trailing_words_are_the_main_process() {
-        let a = args(&["--workdir", "/tmp", "sleep", "infinity"]);
-        assert_eq!(
-            a.command,
-            vec![OsString::from("sleep"), OsString::from("infinity")]
-        );
-        let cfg = a.resolve().unwrap();
-        assert!(cfg.gateway.is_none());
-        assert!(cfg.main.is_some());
-    }
-
-    #[test]
-    fn secrets_are_denied() {
-        let cfg = args(&["--sandbox-token-file", "/tok", "true"])
-            .resolve()
-            .unwrap();
-        assert!(cfg.secret_paths.contains(&PathBuf::from("/tok")));
-        assert!(
-            cfg.secret_paths
-                .contains(&PathBuf::from("/etc/openshell-tls/client/tls.key"))
-        );
-    }
-
-    #[test]
-    fn only_the_combined_topology_is_accepted() {
-        for ok in [
-            "network,process",
-            "process,network",
-            " process , network ",
-            "network,process,network",
-        ] {
-            assert_eq!(parse_mode(ok).unwrap(), "network,process", "{ok}");
-        }
-        for (bad, want) in [
-            ("network", "`network` topology"),
-            ("process", "`process` topology"),
-            ("network-init", "`network-init` topology"),
-            ("network-init,process", "`network-init` topology"),
-            ("", "empty mode"),
-            ("network,", "empty mode"),
-            ("sidecar", "unknown mode `sidecar`"),
-        ] {
-            assert!(parse_mode(bad).unwrap_err().contains(want), "{bad}");
-        }
-        assert!(
-            refuse_role("isolation-backend")
-                .unwrap_err()
-                .contains("--role isolation-backend")
-        );
-    }
-
-    #[test]
-    fn a_token_over_plaintext_names_the_variable() {
-        let base = [
-            "--endpoint",
-            "http://h:1",
-            "--sandbox-id",
-            "s",
-            "--sandbox-token-file",
-            "/f",
-        ];
-        let err = args(&base).resolve().unwrap_err().to_string();
-        assert!(
-            err.contains(ALLOW_PLAINTEXT_TOKEN) && err.contains("OPENSHELL_SANDBOX_TOKEN_FILE"),
-            "{err}"
-        );
-        let mut allowed = base.to_vec();
-        allowed.extend(["--allow-plaintext-token", "1"]);
-        assert!(args(&allowed).resolve().is_ok());
-        assert!(
-            args(&["--endpoint", "http://h:1", "--sandbox-id", "s"])
-                .resolve()
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn user_environment_drops_internal_keys() {
-        let env = parse_user_env(Some(r#"{"A":"1","OPENSHELL_X":"2"}"#)).unwrap();
-        assert_eq!(env, vec![("A".to_string(), "1".to_string())]);
-        assert!(parse_user_env(Some("[1]")).is_err());
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -148,7 +148,7 @@ const PATH_STEPS: [&str; 7] = ["endpoint", "dns", "tcp", "tls", "token", "health
 /// Entry point; `argv[0]` is `check`.
 pub fn main(argv: &[OsString]) -> Result<ExitCode, DoctorError> {
     super::unset_empty_identity_env();
-    let args = DoctorArgs::parse_from(argv);
+    let args = crate::cli::parsed_or_exit(DoctorArgs::try_parse_from(argv), argv);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -333,6 +333,20 @@ impl Walk {
             ));
         }
         let list: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+        if self.cfg.loopback_only && addrs.iter().any(|a| !a.ip().to_canonical().is_loopback()) {
+            return Err(Step::failed(
+                "dns",
+                "not-loopback",
+                format!(
+                    "`{host}` -> {}: not only loopback addresses, so serve will not send the bearer token to it over plaintext",
+                    list.join(", ")
+                ),
+                format!(
+                    "make `{host}` resolve to 127.0.0.1 / ::1 only (/etc/hosts), use https://, or accept the risk with {}=1",
+                    super::config::ALLOW_PLAINTEXT_TOKEN
+                ),
+            ));
+        }
         self.steps
             .push(Step::ok("dns", format!("{host} -> {}", list.join(", "))));
         Ok(addrs)

@@ -89,6 +89,44 @@ pub async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// The longest a pty exec is given between SIGHUP and SIGTERM at shutdown.
+const HANGUP_WAIT: Duration = Duration::from_secs(1);
+
+/// The signals that end an exec at shutdown, in order, each with how long to wait for it
+/// before the next; SIGKILL follows the last, and the waits add up to `grace`. On a terminal
+/// the first is SIGHUP, as a hang-up delivers it: an interactive shell ignores SIGTERM (so it
+/// would sit out the whole grace) but exits on SIGHUP and passes it on to its jobs. What
+/// survives the hang-up gets SIGTERM for the rest of the grace. Without a terminal, SIGTERM.
+pub fn stop_signals(on_pty: bool, grace: Duration) -> Vec<(i32, Duration)> {
+    if on_pty {
+        let hup = HANGUP_WAIT.min(grace / 2);
+        vec![(libc::SIGHUP, hup), (libc::SIGTERM, grace - hup)]
+    } else {
+        vec![(libc::SIGTERM, grace)]
+    }
+}
+
+/// End an exec's whole tree at shutdown by [`stop_signals`], then SIGKILL; sweep what is left.
+/// Returns how the child ended.
+pub async fn stop_child(child: &mut crate::exec::Child, on_pty: bool, grace: Duration) -> ExitInfo {
+    for (sig, wait) in stop_signals(on_pty, grace) {
+        if child.exited().is_some() {
+            break;
+        }
+        child.signal_tree(sig);
+        if tokio::time::timeout(wait, child.wait()).await.is_ok() {
+            break;
+        }
+    }
+    if child.exited().is_none() {
+        child.signal_tree(libc::SIGKILL);
+    }
+    let info = child.wait().await;
+    // The rest of the tree; the caller's own kill_tree() reports a failure.
+    let _ = child.kill_tree().await;
+    info
+}
+
 /// Counts execs with a live child, so shutdown can wait for them to be terminated.
 #[derive(Default)]
 pub struct Tracker {
@@ -223,6 +261,23 @@ fn find_executable(name: &str, path: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_is_hung_up_before_sigterm_within_the_same_grace() {
+        let grace = Duration::from_secs(5);
+        assert_eq!(
+            stop_signals(true, grace),
+            vec![
+                (libc::SIGHUP, Duration::from_secs(1)),
+                (libc::SIGTERM, Duration::from_secs(4))
+            ]
+        );
+        assert_eq!(stop_signals(false, grace), vec![(libc::SIGTERM, grace)]);
+        // A short grace is split, never exceeded.
+        let short = stop_signals(true, Duration::from_millis(600));
+        assert_eq!(short[0].1 + short[1].1, Duration::from_millis(600));
+        assert_eq!(stop_signals(true, Duration::ZERO)[0].1, Duration::ZERO);
+    }
 
     #[test]
     fn commands_are_trimmed_and_checked() {

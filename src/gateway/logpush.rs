@@ -27,9 +27,9 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
 
 use super::auth::TokenStore;
+use super::backoff::Backoff;
 use super::channel;
 use super::config::GatewayConfig;
-use super::session::Backoff;
 use crate::proto::v1::{PushSandboxLogsRequest, SandboxLogLine};
 
 /// The local buffer between the tracing layer and the pusher (§12.2).

@@ -307,6 +307,7 @@ pub async fn start(
     tokio::spawn(feed_stdin(sink, in_rx));
 
     let grace = ctx.grace;
+    let on_pty = m.tty;
     let log = session.clone();
     let slot = ctx.sandbox.clone();
     let task = tokio::spawn(async move {
@@ -331,7 +332,8 @@ pub async fn start(
                     let info = child.terminate_tree(Duration::from_millis(100)).await;
                     break Ended { info, timed_out: true };
                 }
-                _ = exec::stopped(&mut stop) => break Ended::new(child.terminate_tree(grace).await),
+                // On a pty, SIGHUP first: a login shell there ignores SIGTERM.
+                _ = exec::stopped(&mut stop) => break Ended::new(exec::stop_child(&mut child, on_pty, grace).await),
             }
         };
         // §10.2: let the readers reach EOF (bounded), then publish the exit to attachers.

@@ -2,6 +2,7 @@
 //!
 //! - `config`: flags and OpenShell's env vars, checked.
 //! - `tls`, `channel`, `auth`: the mTLS HTTP/2 channel and the bearer token.
+//! - `backoff`: retry delays, and when a reconnect starts them over.
 //! - `session`: ConnectSupervisor (hello, heartbeats, reconnect).
 //! - `relay`: RelayOpen → RelayStream, bridged to the in-process SSH server or a loopback port.
 //! - `exec`: the one exec service (context, shutdown tracking, exit codes) that SSH execs,
@@ -15,9 +16,11 @@
 //!
 //! Order at start: policy and sandbox first (fail closed before anything is reachable), then
 //! the main process, then the session. Order at SIGTERM: refuse new relays, stop the session,
-//! terminate execs and the main process (SIGTERM, grace, SIGKILL), report, exit 0.
+//! terminate execs and the main process (SIGTERM, or SIGHUP then SIGTERM on a pty; grace;
+//! SIGKILL), report, exit 0.
 
 pub mod auth;
+pub mod backoff;
 pub mod channel;
 pub mod config;
 pub mod doctor;
@@ -60,10 +63,10 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         eprintln!(
             "openshell-sandbox: error: the `{word}` subcommand is not implemented by this supervisor"
         );
-        return Ok(ExitCode::from(2));
+        return Ok(ExitCode::from(crate::cli::USAGE_EXIT));
     }
     unset_empty_identity_env();
-    let matches = ServeArgs::command().get_matches_from(argv);
+    let matches = crate::cli::parsed_or_exit(ServeArgs::command().try_get_matches_from(argv), argv);
     let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| anyhow::anyhow!("{e}"))?;
     // With a gateway policy only an explicit --network overrides its network section.
     let network_explicit =
@@ -236,10 +239,16 @@ async fn supervise(
                 "no token source (OPENSHELL_SANDBOX_TOKEN, _TOKEN_FILE, OPENSHELL_K8S_SA_TOKEN_FILE): connecting with the client certificate only, as v0.0.36 gateways expect"
             );
         }
-        if g.tls.is_none() {
+        if g.tls.is_none() && g.loopback_only {
+            tracing::info!(
+                endpoint = %g.endpoint,
+                "plaintext gateway connection over loopback (http://): the bearer token never leaves this network namespace"
+            );
+        } else if g.tls.is_none() {
             tracing::warn!(
                 endpoint = %g.endpoint,
-                "PLAINTEXT gateway connection (http://): no TLS, no server authentication; use https:// outside tests"
+                "PLAINTEXT gateway connection (http://): no TLS, no server authentication; whoever can see this traffic can read it{}",
+                if tokens.has_source() { ", the bearer token included (OPENSHELL_ALLOW_PLAINTEXT_TOKEN)" } else { "" }
             );
         }
         let channels = session::ChannelSlot::new(g.clone());

@@ -336,17 +336,9 @@ fn shell_words(s: &str) -> Vec<String> {
 }
 
 fn layer_list(s: &Sandbox) -> String {
-    use crate::sandbox::Enforcement;
     s.layers()
         .iter()
-        .map(|l| {
-            let st = match l.status {
-                Enforcement::Enforced => "enforced",
-                Enforcement::Degraded => "degraded",
-                Enforcement::NotRequested => "not_requested",
-            };
-            format!("{}={st}", l.layer)
-        })
+        .map(|l| format!("{}={}", l.layer, l.status.as_str()))
         .collect::<Vec<_>>()
         .join(",")
 }

@@ -1,5 +1,5 @@
 //! The ConnectSupervisor session (sheet §2.1): hello, SessionAccepted, heartbeats, RelayOpen
-//! dispatch, and reconnecting with backoff. Gateway errors are logged with what they mean and
+//! dispatch, and reconnecting with backoff (`backoff::Reconnect` decides the delays). Gateway errors are logged with what they mean and
 //! retried; nothing the gateway does makes the supervisor exit.
 
 use std::sync::Arc;
@@ -12,12 +12,14 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use super::auth::{self, TokenError, TokenStore};
+use super::backoff::{Attempt, Reconnect, STABLE_SESSION};
 use super::channel::{self, ConnectError};
 use super::config::{GatewayConfig, TokenSource};
 use super::relay::Relays;
+use crate::proto::v1::open_shell_client::OpenShellClient;
 use crate::proto::v1::{
-    GatewayMessage, SupervisorHeartbeat, SupervisorHello, SupervisorMessage, gateway_message,
-    supervisor_message,
+    GatewayMessage, HealthRequest, ServiceStatus, SupervisorHeartbeat, SupervisorHello,
+    SupervisorMessage, gateway_message, supervisor_message,
 };
 
 /// The channel of the current session, shared with the token refresher.
@@ -57,7 +59,7 @@ pub struct Session {
     pub relays: Arc<Relays>,
     /// How long to wait for response headers and SessionAccepted before giving up on an attempt.
     pub hello_timeout: Duration,
-    /// Reconnect backoff: first delay and cap (1 s and 30 s unless overridden).
+    /// Reconnect backoff: first delay and cap (`--reconnect-base-ms`, `--reconnect-max-ms`).
     pub reconnect: (Duration, Duration),
 }
 
@@ -149,61 +151,24 @@ fn describe_stream_error(s: &Status, has_token: &bool) -> String {
     format!("{meaning} [{:?}: {}]", s.code(), s.message())
 }
 
-/// Exponential backoff with jitter: by default 1 s doubling to 30 s.
-pub struct Backoff {
-    base: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    pub const BASE: Duration = Duration::from_secs(1);
-    pub const MAX: Duration = Duration::from_secs(30);
-
-    pub fn new(base: Duration, max: Duration) -> Self {
-        Backoff {
-            base,
-            max,
-            next: base,
-        }
-    }
-
-    pub fn reset(&mut self) {
-        self.next = self.base;
-    }
-
-    /// The next delay; jitter of ±20 % keeps a fleet of pods from reconnecting in lockstep.
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d.mul_f64(0.8 + 0.4 * rand::random::<f64>())
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self::new(Self::BASE, Self::MAX)
-    }
-}
-
-/// A session that stayed up this long was healthy; the next failure starts from 1 s again.
-const HEALTHY_SESSION: Duration = Duration::from_secs(60);
-
 /// Keep a session up until `stop` turns true.
 pub async fn run(session: Arc<Session>, mut stop: watch::Receiver<bool>) {
-    let mut backoff = Backoff::new(session.reconnect.0, session.reconnect.1);
+    let mut reconnect = Reconnect::new(session.reconnect.0, session.reconnect.1);
     loop {
         if *stop.borrow() {
             return;
         }
-        let started = Instant::now();
+        let mut progress = Progress::default();
         let result = tokio::select! {
-            r = one_session(&session) => r,
+            r = one_session(&session, &mut progress) => r,
             _ = stop.changed() => return,
         };
-        if let Err(e) = result {
+        let stable = progress
+            .accepted
+            .is_some_and(|at| at.elapsed() >= STABLE_SESSION);
+        if let Err(e) = &result {
             tracing::warn!(endpoint = %session.cfg.endpoint, "gateway session: {e}");
-            if let SessionError::Status(s, _) | SessionError::Stream(s, _) = &e
+            if let SessionError::Status(s, _) | SessionError::Stream(s, _) = e
                 && s.code() == Code::Unauthenticated
                 && matches!(
                     session.tokens.source,
@@ -215,11 +180,30 @@ pub async fn run(session: Arc<Session>, mut stop: watch::Receiver<bool>) {
                 session.tokens.reset();
             }
         }
-        if started.elapsed() >= HEALTHY_SESSION {
-            backoff.reset();
-        }
-        let delay = backoff.next_delay();
-        tracing::info!("reconnecting to the gateway in {delay:?}");
+        let last = if stable {
+            Attempt::Healthy
+        } else {
+            let rate_limited = matches!(
+                &result,
+                Err(SessionError::Status(s, _) | SessionError::Stream(s, _))
+                    if s.code() == Code::ResourceExhausted
+            );
+            let gateway_up = match progress.channel.take() {
+                Some(ch) if !rate_limited => tokio::select! {
+                    up = answers_health(ch, session.hello_timeout.min(HEALTH_PROBE)) => up,
+                    _ = stop.changed() => return,
+                },
+                _ => false,
+            };
+            Attempt::Failed { gateway_up }
+        };
+        let delay = reconnect.next(last);
+        let why = match last {
+            Attempt::Healthy => "the session was up",
+            Attempt::Failed { gateway_up: true } => "the gateway answers Health",
+            Attempt::Failed { gateway_up: false } => "backing off",
+        };
+        tracing::info!("reconnecting to the gateway in {delay:?} ({why})");
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = stop.changed() => return,
@@ -227,8 +211,32 @@ pub async fn run(session: Arc<Session>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
+/// How long the `Health` probe after a failed attempt may take.
+const HEALTH_PROBE: Duration = Duration::from_secs(2);
+
+/// How far one attempt got, kept even when it ends in an error.
+#[derive(Default)]
+struct Progress {
+    /// The attempt's channel, once connected.
+    channel: Option<Channel>,
+    /// When SessionAccepted arrived.
+    accepted: Option<Instant>,
+}
+
+/// Whether the gateway answers `Health` (unauthenticated, sheet §1) with HEALTHY. It tells a
+/// gateway that is up but refusing or dropping the session from one that is gone, or from a
+/// proxy in front of it answering for a gateway it cannot reach.
+async fn answers_health(ch: Channel, limit: Duration) -> bool {
+    let mut client = OpenShellClient::new(ch);
+    matches!(
+        tokio::time::timeout(limit, client.health(HealthRequest {})).await,
+        Ok(Ok(r)) if r.get_ref().status == ServiceStatus::Healthy as i32
+    )
+}
+
+async fn one_session(s: &Arc<Session>, progress: &mut Progress) -> Result<(), SessionError> {
     let ch = channel::connect(&s.cfg).await?;
+    progress.channel = Some(ch.clone());
     auth::ensure_token(&s.tokens, &ch).await?;
     s.channels.set(ch.clone()).await;
     let mut client = channel::client(ch, &s.tokens);
@@ -266,6 +274,7 @@ async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
         }
         _ => return Err(SessionError::NotAccepted),
     };
+    progress.accepted = Some(Instant::now());
     let interval = Duration::from_secs(u64::from(accepted.heartbeat_interval_secs.max(5)));
     tracing::info!(
         session_id = %accepted.session_id,
@@ -317,17 +326,6 @@ async fn one_session(s: &Arc<Session>) -> Result<(), SessionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_to_the_cap_and_resets() {
-        let mut b = Backoff::default();
-        let d: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
-        assert!(d[0] >= Duration::from_millis(800) && d[0] <= Duration::from_millis(1200));
-        assert!(d[1] >= Duration::from_millis(1600) && d[1] <= Duration::from_millis(2400));
-        assert!(d[7] <= Duration::from_secs(36) && d[7] >= Duration::from_secs(24));
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(1200));
-    }
 
     #[test]
     fn status_meanings_name_what_is_missing() {

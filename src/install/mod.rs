@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use dest::{DestDir, Digest256, Existing, sha256_of};
 
@@ -158,7 +158,8 @@ fn why(e: &io::Error) -> &'static str {
 #[command(
     name = "openshell-sandbox install",
     bin_name = "openshell-sandbox install",
-    about = "Copy this binary atomically into a hostPath directory (the node installer)"
+    about = "Copy this binary atomically into a hostPath directory (the node installer)",
+    version = crate::cli::VERSION
 )]
 struct InstallArgs {
     /// Directory to install into; the binary lands at DEST/openshell-sandbox.
@@ -175,15 +176,32 @@ struct InstallArgs {
     verify: bool,
 }
 
+/// `install`'s flags, for completions and man pages.
+pub fn command() -> clap::Command {
+    InstallArgs::command()
+}
+
+/// `copy-self`'s one argument, for completions and man pages (`copy_self_main` parses it by
+/// hand: OpenShell's contract matches the raw argv).
+pub fn copy_self_command() -> clap::Command {
+    clap::Command::new("copy-self")
+        .about("OpenShell's init-container contract: copy this binary to DEST")
+        .long_about(
+            COPY_SELF_USAGE
+                .split_once('\n')
+                .map(|(_, rest)| rest.trim().to_owned())
+                .unwrap_or_default(),
+        )
+        .arg(
+            clap::Arg::new("DEST")
+                .required(true)
+                .value_hint(clap::ValueHint::AnyPath),
+        )
+}
+
 /// `openshell-sandbox install ...`; `argv[0]` is `install`.
 pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
-    let args = match InstallArgs::try_parse_from(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return Ok(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)));
-        }
-    };
+    let args = crate::cli::parsed_or_exit(InstallArgs::try_parse_from(argv), argv);
     let me = SelfExe::open()?;
     if args.verify {
         verify(&args.dest, &me)?;
@@ -401,7 +419,7 @@ pub fn copy_self_main(args: &[OsString]) -> anyhow::Result<ExitCode> {
         }
         _ => {
             eprintln!("openshell-sandbox copy-self: expected exactly one DEST\n{COPY_SELF_USAGE}");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(crate::cli::USAGE_EXIT));
         }
     };
     let me = SelfExe::open()?;

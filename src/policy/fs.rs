@@ -80,7 +80,28 @@ pub struct FsPolicy {
     /// Who the child runs as (`None`: the supervisor's own euid and egid). A symlink in a
     /// grant root is followed only when this identity cannot have made or changed it.
     pub sandbox_identity: Option<Identity>,
+    /// Whose ids the child's writes to the workdir and the `--rw` grants carry.
+    pub write_as: WriteAs,
 }
+
+/// Whose ids the sandbox's writes to its read-write grants carry (sandbox/ownership.rs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WriteAs {
+    /// The sandbox identity's, as each grant's mode allows: OpenShell's semantics (`serve`,
+    /// where the workdir belongs to the sandbox user anyway).
+    #[default]
+    Sandbox,
+    /// Each grant's owner's, through an idmapped mount (`run`). Where the kernel refuses one,
+    /// a workdir that belongs to 65534 or to a uid of `hand_over` is handed to the sandbox
+    /// identity for the run (when that is one of them too), and back after it.
+    Owner {
+        hand_over: std::ops::RangeInclusive<u32>,
+    },
+}
+
+/// Where the view puts its private tmpfs mounts: a workdir there would be shadowed by them,
+/// or be the host's shared directory (see `FsPolicy::validate`).
+pub const PRIVATE_TMPFS: &[&str] = &["/tmp", "/dev/shm"];
 
 /// Directories a normal image needs to run programs.
 pub const SYSTEM_DIRS: &[&str] = &[
@@ -125,6 +146,7 @@ impl FsPolicy {
             proc_read: true,
             deny: default_secret_paths(),
             sandbox_identity: None,
+            write_as: WriteAs::Sandbox,
         }
     }
 
@@ -182,6 +204,21 @@ impl FsPolicy {
             return Err(PolicyError::WorkdirNotDir(self.workdir.clone()));
         }
         check("workdir", &self.workdir, &wd.path, true)?;
+        // /tmp and /dev/shm are the view's own tmpfs mounts. A workdir there would be the
+        // host's shared directory, every other process's files and sockets with it (where
+        // Landlock ABI < 9 does not check connect), instead of the private one: refused, with
+        // what to do instead.
+        for t in PRIVATE_TMPFS {
+            let real = Path::new(t)
+                .canonicalize()
+                .unwrap_or_else(|_| PathBuf::from(t));
+            if real.starts_with(&wd.path) {
+                return Err(PolicyError::WorkdirIsPrivateTmpfs {
+                    path: self.workdir.clone(),
+                    tmpfs: PathBuf::from(t),
+                });
+            }
+        }
         for (flag, paths, write) in [
             ("ro", &self.read_only, false),
             ("rw", &self.read_write, true),

@@ -5,6 +5,7 @@
 mod flags;
 mod fs;
 pub mod network;
+mod ipc;
 pub mod openshell;
 mod size;
 pub mod walk;
@@ -14,16 +15,19 @@ use std::time::Duration;
 
 pub use flags::PolicyFlags;
 pub use fs::{
-    FsPolicy, FsRule, PathAccess, absent_root_only_denies, default_secret_paths, expand_grants,
-    expand_grants_skipping,
+    FsPolicy, FsRule, PRIVATE_TMPFS, PathAccess, WriteAs, absent_root_only_denies,
+    default_secret_paths, expand_grants, expand_grants_skipping,
 };
+pub use ipc::IpcLimits;
 pub use size::{ParseSizeError, parse_size};
 
 /// What the child may do on the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkMode {
-    /// Only AF_UNIX sockets; TCP bind and connect denied by Landlock too.
+    /// Nothing leaves the sandbox: a network namespace of its own with only `lo` (loopback
+    /// bind and connect work, any other connect is ENETUNREACH). Only a degraded sandbox
+    /// without that namespace falls back to AF_UNIX sockets and Landlock's TCP denial.
     None,
     /// Normal networking, minus raw packet, vsock and non-route netlink sockets.
     All,
@@ -73,7 +77,8 @@ impl Default for Limits {
 pub struct NamespacePolicy {
     /// Size of the private tmpfs on /tmp, bytes.
     pub tmp_size: u64,
-    /// Size of the private tmpfs on /dev/shm, bytes.
+    /// Size of the private tmpfs on /dev/shm, bytes; also the budget of the IPC namespace's
+    /// SysV objects ([`IpcLimits`]).
     pub shm_size: u64,
     /// Hostname in the view's UTS namespace.
     pub hostname: String,
@@ -136,6 +141,11 @@ pub enum PolicyError {
     },
     #[error("workdir {0} is not a directory")]
     WorkdirNotDir(PathBuf),
+    #[error(
+        "workdir {}: {} is where the sandbox gets a private tmpfs of its own, so it cannot be the workdir (that would be the host's shared {} instead); run in a directory of your own below it (`mkdir {}/work && cd {}/work`), or pass --scratch for a private scratch directory",
+        path.display(), tmpfs.display(), tmpfs.display(), tmpfs.display(), tmpfs.display()
+    )]
+    WorkdirIsPrivateTmpfs { path: PathBuf, tmpfs: PathBuf },
     #[error("--{flag} {path}: {source}")]
     GrantRoot {
         flag: &'static str,

@@ -16,7 +16,6 @@
 //! still be followed, one decision per link, which `openat2` cannot express.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
-use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -86,12 +85,6 @@ pub enum WalkError {
     NotDir(PathBuf),
     #[error("{0} does not name a file")]
     NoFileName(PathBuf),
-    #[error("{path} exists and is not a regular file with one link (mode {mode:o}, {nlink} links)")]
-    NotPlainFile {
-        path: PathBuf,
-        mode: u32,
-        nlink: u64,
-    },
     #[error("{0} was replaced while it was being opened")]
     Replaced(PathBuf),
 }
@@ -213,6 +206,12 @@ fn readlink(fd: BorrowedFd<'_>, path: &Path) -> Result<PathBuf, WalkError> {
     Ok(PathBuf::from(
         <OsString as std::os::unix::ffi::OsStringExt>::from_vec(buf),
     ))
+}
+
+/// The target of the link `e` (an entry [`open_entry`] opened), as written, read from its own
+/// descriptor.
+pub fn read_link(e: &Resolved) -> Result<PathBuf, WalkError> {
+    readlink(e.fd.as_fd(), &e.path)
 }
 
 /// The names in a directory, sorted, without `.` and `..`.
@@ -437,8 +436,18 @@ impl Walker {
             // only Landlock does. The directories no policy can grant write to (`/`, the system
             // directories and their ancestors: `FsPolicy::validate` refuses them as read-write
             // roots) stay trusted, so `/lib -> usr/lib` still works under `--uid 0`.
-            let by_owner = self.uid == 0 && m & libc::S_IWUSR != 0 && !never_writable(&d.path);
-            if by_other || by_group || by_owner {
+            // Every other run is that owner too wherever a read-write grant of root's was
+            // bound idmapped (sandbox/idmap.rs): its links there are root's on disk. That is
+            // never in the system's own trees (no grant there is mapped to root), so a
+            // root-owned link there is root's own (`/var/run -> /run`); anywhere else, a link
+            // in a directory root may write may have been planted by an earlier run.
+            let by_owner = m & libc::S_IWUSR != 0
+                && if self.uid == 0 {
+                    !never_writable(&d.path)
+                } else {
+                    !in_system_tree(&d.path)
+                };
+            if by_other || by_group {
                 return Some(format!(
                     "{} above it is writable by the sandbox uid {} / gid {} (mode {:o}, group {})",
                     d.path.display(),
@@ -448,67 +457,15 @@ impl Walker {
                     d.meta.gid
                 ));
             }
+            if by_owner {
+                return Some(format!(
+                    "{} above it is writable by its owner root (mode {:o}), as whom a sandbox writes in a root-owned workdir, so a link there may have been left by an earlier run",
+                    d.path.display(),
+                    m & 0o7777,
+                ));
+            }
         }
         None
-    }
-
-    /// Open `path` to write a result into at the end of a run, before any sandboxed code runs:
-    /// the directories through this walk, the file itself `O_NOFOLLOW|O_NONBLOCK` (a FIFO put
-    /// there can neither block the open nor the write). A new file is created `O_EXCL`; an
-    /// existing one must be a regular file with a single link, checked by fstat of the very
-    /// descriptor returned. Nothing is truncated here.
-    pub fn open_output(&self, path: &Path) -> Result<File, WalkError> {
-        let abs = std::path::absolute(path).map_err(|source| WalkError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let name = match abs.components().next_back() {
-            Some(Component::Normal(n)) => n.to_owned(),
-            _ => return Err(WalkError::NoFileName(abs)),
-        };
-        let parent = abs
-            .parent()
-            .ok_or_else(|| WalkError::NoFileName(abs.clone()))?;
-        let dir = self.resolve(parent)?;
-        if !dir.meta.is_dir() {
-            return Err(WalkError::NotDir(dir.path));
-        }
-        let path = dir.path.join(&name);
-        let open_err = |source| WalkError::Open {
-            path: path.clone(),
-            source,
-        };
-        let flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
-        match openat(
-            dir.fd.as_fd(),
-            &name,
-            flags | libc::O_CREAT | libc::O_EXCL,
-            0o666,
-        ) {
-            Ok(fd) => return Ok(File::from(fd)),
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
-            Err(e) => return Err(open_err(e)),
-        }
-        // It exists: look before opening for write, since opening a device or FIFO for write
-        // can itself have effects; then check that the descriptor is of the same inode.
-        let seen = open_entry(dir.fd.as_fd(), &dir.path, &name)?;
-        let plain = |m: &Meta| m.is_file() && m.nlink == 1;
-        if !plain(&seen.meta) {
-            return Err(WalkError::NotPlainFile {
-                path,
-                mode: seen.meta.mode,
-                nlink: seen.meta.nlink,
-            });
-        }
-        let fd = openat(dir.fd.as_fd(), &name, flags, 0).map_err(open_err)?;
-        let meta = fstat(fd.as_fd()).map_err(|source| WalkError::Stat {
-            path: path.clone(),
-            source,
-        })?;
-        if (meta.dev, meta.ino) != (seen.meta.dev, seen.meta.ino) || !plain(&meta) {
-            return Err(WalkError::Replaced(path));
-        }
-        Ok(File::from(fd))
     }
 }
 
@@ -516,6 +473,21 @@ impl Walker {
 /// write grant of any run.
 pub fn never_writable(dir: &Path) -> bool {
     SYSTEM_DIRS.iter().any(|s| Path::new(s).starts_with(dir))
+}
+
+/// Trees of the system's own besides the system directories: what lives there is root's by
+/// the system's design, never a project's.
+const OTHER_SYSTEM_TREES: &[&str] = &["/var", "/run", "/dev", "/sys", "/proc", "/boot"];
+
+/// In the system's own trees: [`never_writable`], or at or below a system directory, `/var`,
+/// `/run`, `/dev`, `/sys`, `/proc` or `/boot`. No read-write grant there is ever idmapped to
+/// root (sandbox/ownership.rs), so no sandbox writes there as root unless it runs as uid 0.
+pub fn in_system_tree(path: &Path) -> bool {
+    never_writable(path)
+        || SYSTEM_DIRS
+            .iter()
+            .chain(OTHER_SYSTEM_TREES)
+            .any(|s| path.starts_with(s))
 }
 
 /// The common case in one lookup: an absolute path with no `..` and no symlink on it resolves
@@ -657,5 +629,66 @@ mod tests {
         assert!(never_writable(Path::new("/usr")));
         assert!(!never_writable(Path::new("/usr/local")));
         assert!(!never_writable(Path::new("/var")));
+        for p in [
+            "/",
+            "/usr/local/bin",
+            "/var",
+            "/var/lib/x",
+            "/etc/alternatives",
+            "/dev",
+        ] {
+            assert!(in_system_tree(Path::new(p)), "{p}");
+        }
+        for p in [
+            "/srv",
+            "/srv/proj",
+            "/home",
+            "/root",
+            "/mnt/data",
+            "/variable",
+        ] {
+            assert!(!in_system_tree(Path::new(p)), "{p}");
+        }
+    }
+
+    /// A root-owned link in a root-owned directory that root may write, outside the system's
+    /// trees, may come from a run whose grant of root's was idmapped: not followed by anyone.
+    /// (Inside them, `/var/run -> /run` and its like stay trusted.)
+    #[test]
+    fn a_root_link_where_a_mapped_run_could_write_as_root_is_not_followed() {
+        let fake = |path: &str, uid: u32, mode: u32| Step {
+            fd: walker()
+                .resolve(Path::new("/"))
+                .map(|r| r.fd)
+                .expect("/ opens"),
+            path: PathBuf::from(path),
+            meta: Meta {
+                mode: libc::S_IFDIR | mode,
+                uid,
+                gid: 0,
+                nlink: 2,
+                dev: 0,
+                ino: 0,
+            },
+        };
+        let link = Meta {
+            mode: libc::S_IFLNK | 0o777,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            dev: 0,
+            ino: 0,
+        };
+        let w = walker();
+        let planted = [
+            fake("/", 0, 0o755),
+            fake("/srv", 0, 0o755),
+            fake("/srv/p", 0, 0o755),
+        ];
+        assert!(w.distrust(&link, &planted).is_some());
+        let var = [fake("/", 0, 0o755), fake("/var", 0, 0o755)];
+        assert_eq!(w.distrust(&link, &var), None);
+        let read_only = [fake("/", 0, 0o755), fake("/srv", 0, 0o555)];
+        assert_eq!(w.distrust(&link, &read_only), None);
     }
 }

@@ -211,57 +211,79 @@ pub fn describe_groups(groups: &[(libc::gid_t, Option<String>)]) -> String {
         .join(", ")
 }
 
-/// Where the per-uid lock files of [`UidLease`] live: root-only (0700), outside every grant,
-/// and on tmpfs so a reboot frees every lease.
+/// Where the per-uid lock files of [`UidLease`] live by default: root-only (0700), outside
+/// every grant, and on tmpfs so a reboot frees every lease. Each pod has a `/run` of its own,
+/// so runs in two pods of one node need a directory both see ([`set_lease_dir`]; the chart
+/// mounts a node-wide hostPath there).
 pub const UID_LOCK_DIR: &str = "/run/openshell-sandbox-uids";
+
+static LEASE_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Keep the leases (and workdir locks) of this process in `dir` instead of [`UID_LOCK_DIR`]:
+/// `run --uid-lease-dir`. Called once, before the first lease; a later call changes nothing.
+pub fn set_lease_dir(dir: std::path::PathBuf) {
+    let _ = LEASE_DIR.set(dir);
+}
+
+/// The lease directory in use.
+pub fn lease_dir() -> &'static std::path::Path {
+    LEASE_DIR
+        .get()
+        .map_or(std::path::Path::new(UID_LOCK_DIR), |p| p.as_path())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    #[error("preparing the uid lock directory {UID_LOCK_DIR}: {0}")]
-    LockDir(std::io::Error),
+    #[error("preparing the uid lease directory {dir}: {1}", dir = .0.display())]
+    LockDir(std::path::PathBuf, std::io::Error),
     #[error(
-        "{UID_LOCK_DIR} is not a root-owned directory of mode 0700; refusing to trust its locks"
+        "the uid lease directory {} is not a directory of root's that only root can write (owner {owner}, mode {mode:04o}); refusing to trust its locks",
+        path.display()
     )]
-    UntrustedLockDir,
+    UntrustedLockDir {
+        path: std::path::PathBuf,
+        owner: u32,
+        mode: u32,
+    },
     #[error("locking uid {uid}: {source}")]
     Lock { uid: u32, source: std::io::Error },
     #[error("every uid of --uid-range {start}-{end} is held by a running run")]
     Exhausted { start: u32, end: u32 },
     #[error(
-        "the workdir {path} is in use by another run that has a uid of its own: concurrent runs with per-run uids need a workdir each (or pass them one --uid to share it)"
+        "uid {uid} is the per-run uid of a running run (its lease is in {}): two runs under one uid share its kernel budgets and can reach each other's files; pass another --uid, one outside --uid-range, or none",
+        dir.display()
     )]
-    WorkdirBusy { path: std::path::PathBuf },
-    #[error("locking the workdir {path}: {source}")]
-    WorkdirLock {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("handing {path} to uid {uid}: {source}")]
-    Chown {
-        path: std::path::PathBuf,
-        uid: u32,
-        source: std::io::Error,
-    },
+    UidInUse { uid: u32, dir: std::path::PathBuf },
 }
 
-/// One uid of a range, held for as long as this value lives: an exclusive flock on
-/// `UID_LOCK_DIR/<uid>`. The kernel drops the lock when the holder dies, however it dies, so a
-/// crashed run never leaks its uid, and two live runs never share one.
+/// One uid, held for as long as this value lives: a flock on `<lease dir>/<uid>`. A per-run
+/// uid holds it exclusively ([`UidLease::take`]); a uid named explicitly (`--uid`, the policy
+/// file's `run_as_user`) holds it shared ([`UidLease::share`]), so runs that name one uid
+/// together may share it, and no per-run run gets a uid an explicit one is using, nor the
+/// other way round. The kernel drops the lock when the holder dies, however it dies, so a
+/// crashed run never leaks its uid.
 #[derive(Debug)]
 pub struct UidLease {
     pub uid: u32,
     _lock: std::os::fd::OwnedFd,
 }
 
-fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
+/// The lock directory, made if missing, refused unless it is root's and 0700. (The workdir
+/// claims of exec/workdir keep their lock files here too.)
+pub(crate) fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let path = c"/run/openshell-sandbox-uids";
-    // SAFETY: mkdir with a NUL-terminated constant path.
+    use std::os::unix::ffi::OsStrExt;
+    let dir = lease_dir();
+    let err = |e: std::io::Error| LeaseError::LockDir(dir.to_path_buf(), e);
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+    // SAFETY: mkdir with a NUL-terminated path.
     if unsafe { libc::mkdir(path.as_ptr(), 0o700) } != 0 && crate::sandbox::errno() != libc::EEXIST
     {
-        return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+        return Err(err(std::io::Error::last_os_error()));
     }
-    // SAFETY: open with a constant path; O_NOFOLLOW so a planted link is never our lock dir.
+    // SAFETY: open with a NUL-terminated path; O_NOFOLLOW so a planted link is never our
+    // lock dir.
     let fd = unsafe {
         libc::open(
             path.as_ptr(),
@@ -269,7 +291,7 @@ fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
         )
     };
     if fd < 0 {
-        return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+        return Err(err(std::io::Error::last_os_error()));
     }
     // SAFETY: fd was just opened and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -277,22 +299,30 @@ fn lock_dir() -> Result<std::os::fd::OwnedFd, LeaseError> {
     let st = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
-            return Err(LeaseError::LockDir(std::io::Error::last_os_error()));
+            return Err(err(std::io::Error::last_os_error()));
         }
         st
     };
-    // Anyone else able to write here could hold our locks (or swap the files under us).
-    if st.st_uid != 0 || st.st_mode & 0o7777 != 0o700 {
-        return Err(LeaseError::UntrustedLockDir);
+    // Anyone else able to write here could hold our locks (or swap the files under us). A
+    // group- or world-readable directory is fine (kubelet makes a hostPath 0755): the lock
+    // files themselves are root's 0600, so nobody else can open one to hold it.
+    if st.st_uid != 0 || st.st_mode & 0o022 != 0 {
+        return Err(LeaseError::UntrustedLockDir {
+            path: dir.to_path_buf(),
+            owner: st.st_uid,
+            mode: st.st_mode & 0o7777,
+        });
     }
     Ok(fd)
 }
 
-/// Open (creating it) the lock file `name` of the lock directory and try an exclusive flock on
-/// it: `Ok(Some(fd))` held, `Ok(None)` held by someone else (EWOULDBLOCK).
+/// Open (creating it) the lock file `name` of the lock directory and try a flock on it
+/// (`LOCK_EX` or `LOCK_SH`): `Ok(Some(fd))` held, `Ok(None)` held by someone else in a way
+/// that excludes ours (EWOULDBLOCK).
 fn try_lock(
     dir: &std::os::fd::OwnedFd,
     name: &str,
+    how: libc::c_int,
 ) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let name = std::ffi::CString::new(name)
@@ -312,7 +342,7 @@ fn try_lock(
     // SAFETY: fd was just opened and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: flock on our fd.
-    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+    if unsafe { libc::flock(fd.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
         return Ok(Some(fd));
     }
     match crate::sandbox::errno() {
@@ -322,15 +352,16 @@ fn try_lock(
 }
 
 impl UidLease {
-    /// Take a free uid of `start..=end`, trying from a random point so that concurrent
-    /// supervisors rarely contend for the same file.
+    /// Take a free uid of `start..=end` for this run alone, trying from a random point so
+    /// that concurrent supervisors rarely contend for the same file. A uid that any other
+    /// run holds, per-run or explicit, is skipped.
     pub fn take(start: u32, end: u32) -> Result<UidLease, LeaseError> {
         let dir = lock_dir()?;
         let n = u64::from(end - start) + 1;
         let first = rand::random::<u64>() % n;
         for i in 0..n {
             let uid = start + ((first + i) % n) as u32;
-            match try_lock(&dir, &uid.to_string()) {
+            match try_lock(&dir, &uid.to_string(), libc::LOCK_EX) {
                 Ok(Some(fd)) => return Ok(UidLease { uid, _lock: fd }),
                 Ok(None) => continue,
                 Err(source) => return Err(LeaseError::Lock { uid, source }),
@@ -338,196 +369,28 @@ impl UidLease {
         }
         Err(LeaseError::Exhausted { start, end })
     }
-}
 
-/// A workdir held by one run with a per-run uid, for as long as this value lives: an exclusive
-/// flock on `UID_LOCK_DIR/wd-<dev>-<inode>` (root's directory: nothing sandboxed can take or
-/// hold it). Without it, a second run in the same workdir handed the tree over to its own uid
-/// while the first was running, and the first run's writes then failed (EACCES) mid-run.
-#[derive(Debug)]
-pub struct WorkdirLock {
-    _lock: std::os::fd::OwnedFd,
-}
-
-impl WorkdirLock {
-    pub fn take(path: &std::path::Path) -> Result<WorkdirLock, LeaseError> {
-        use std::os::unix::fs::MetadataExt;
-        let err = |source| LeaseError::WorkdirLock {
-            path: path.to_path_buf(),
-            source,
+    /// Hold `uid`, named explicitly, for this run: shared with other runs that name it, refused
+    /// while a run holds it as its per-run uid. `None` where the lease directory neither
+    /// exists nor can be made (a read-only `/run`): no per-run uid can be held there either.
+    pub fn share(uid: u32) -> Result<Option<UidLease>, LeaseError> {
+        let dir = match lock_dir() {
+            Ok(d) => d,
+            Err(LeaseError::LockDir(path, e))
+                if matches!(e.raw_os_error(), Some(libc::EROFS | libc::ENOENT)) =>
+            {
+                tracing::debug!(dir = %path.display(), error = %e, "no uid lease directory: an explicit uid needs no lease here");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
         };
-        // The inode, not the path: two spellings of one directory are one workdir. (A symlinked
-        // workdir is refused by the filesystem policy before this.)
-        let md = std::fs::symlink_metadata(path).map_err(err)?;
-        let dir = lock_dir()?;
-        match try_lock(&dir, &format!("wd-{}-{}", md.dev(), md.ino())) {
-            Ok(Some(fd)) => Ok(WorkdirLock { _lock: fd }),
-            Ok(None) => Err(LeaseError::WorkdirBusy {
-                path: path.to_path_buf(),
+        match try_lock(&dir, &uid.to_string(), libc::LOCK_SH) {
+            Ok(Some(fd)) => Ok(Some(UidLease { uid, _lock: fd })),
+            Ok(None) => Err(LeaseError::UidInUse {
+                uid,
+                dir: lease_dir().to_path_buf(),
             }),
-            Err(source) => Err(err(source)),
+            Err(source) => Err(LeaseError::Lock { uid, source }),
         }
     }
-}
-
-/// Which owners count as "the sandbox's": the uids of the range and 65534, the fixed uid that
-/// runs used before uid ranges and that `serve` still uses.
-#[derive(Debug, Clone)]
-pub struct SandboxOwners(pub std::ops::RangeInclusive<u32>);
-
-impl SandboxOwners {
-    fn contains(&self, uid: u32) -> bool {
-        uid == crate::policy::NOBODY || self.0.contains(&uid)
-    }
-}
-
-/// Hand the directory `path` to `uid:gid` when it belongs to the sandbox already (see
-/// [`SandboxOwners`]); returns whether it did. A directory of anyone else (root, a real user)
-/// keeps its owner: root never silently gives away a user's or the system's directory, and
-/// the run can write there only what the mode allows, as before.
-///
-/// Below a handed-over directory, every entry the sandbox owns is handed over too, so a run
-/// can go on with what an earlier run under another uid left; entries of anyone else keep
-/// their owner. Never follows a symlink: the root is opened O_NOFOLLOW, entries are re-owned
-/// with AT_SYMLINK_NOFOLLOW (a link is re-owned as a link), a directory is entered only
-/// through an O_NOFOLLOW|O_DIRECTORY open relative to its parent's fd, and a regular file with
-/// more than one link is left alone, since its other names may lie outside the tree.
-pub fn hand_over_dir(
-    path: &std::path::Path,
-    uid: u32,
-    gid: u32,
-    owners: &SandboxOwners,
-) -> Result<bool, LeaseError> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    let err = |source| LeaseError::Chown {
-        path: path.to_path_buf(),
-        uid,
-        source,
-    };
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
-    // SAFETY: open with a NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        // ELOOP: the workdir's last component is a symlink. Nothing is handed over through a
-        // link; whether such a workdir may be granted at all is the filesystem policy's call.
-        return match crate::sandbox::errno() {
-            libc::ELOOP => Ok(false),
-            e => Err(err(std::io::Error::from_raw_os_error(e))),
-        };
-    }
-    // SAFETY: fd was just opened and is ours.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let st = fstat(fd.as_raw_fd()).map_err(err)?;
-    if !owners.contains(st.st_uid) {
-        return Ok(false);
-    }
-    // SAFETY: fchown on our fd.
-    if unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) } != 0 {
-        return Err(err(std::io::Error::last_os_error()));
-    }
-    hand_over_below(fd, uid, gid, owners, 0).map_err(err)?;
-    Ok(true)
-}
-
-fn fstat(fd: i32) -> std::io::Result<libc::stat> {
-    // SAFETY: fstat into a zeroed stack struct.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(st)
-    }
-}
-
-/// Deeper than this, a tree is not a workdir but an attack on our stack.
-const MAX_DEPTH: u32 = 256;
-
-fn hand_over_below(
-    dir: std::os::fd::OwnedFd,
-    uid: u32,
-    gid: u32,
-    owners: &SandboxOwners,
-    depth: u32,
-) -> std::io::Result<()> {
-    use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
-    if depth > MAX_DEPTH {
-        return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
-    }
-    // SAFETY: fdopendir takes ownership of the fd; closedir below releases both.
-    let dp = unsafe { libc::fdopendir(dir.into_raw_fd()) };
-    if dp.is_null() {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: dp is an open directory stream.
-    let dfd = unsafe { libc::dirfd(dp) };
-    let mut result = Ok(());
-    loop {
-        // SAFETY: readdir on our open stream; the entry is valid until the next readdir.
-        let ent = unsafe { libc::readdir(dp) };
-        if ent.is_null() {
-            break;
-        }
-        // SAFETY: d_name is NUL-terminated within the entry.
-        let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
-        if name == c"." || name == c".." {
-            continue;
-        }
-        // SAFETY: fstatat relative to the directory's fd, not following a final symlink.
-        let st = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstatat(dfd, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) != 0 {
-                continue; // gone meanwhile
-            }
-            st
-        };
-        if !owners.contains(st.st_uid) {
-            continue;
-        }
-        let kind = st.st_mode & libc::S_IFMT;
-        if kind == libc::S_IFREG && st.st_nlink > 1 {
-            continue;
-        }
-        let ours = st.st_uid == uid && st.st_gid == gid;
-        let rc = if ours {
-            0
-        } else {
-            // SAFETY: fchownat relative to the directory's fd, never following a symlink.
-            unsafe { libc::fchownat(dfd, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }
-        };
-        if rc != 0 {
-            result = Err(std::io::Error::last_os_error());
-            break;
-        }
-        if kind == libc::S_IFDIR {
-            // SAFETY: openat relative to the directory's fd; O_NOFOLLOW refuses an entry
-            // swapped for a symlink since the fstatat.
-            let sub = unsafe {
-                libc::openat(
-                    dfd,
-                    name.as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if sub < 0 {
-                continue;
-            }
-            // SAFETY: sub was just opened and is ours.
-            let sub = unsafe { OwnedFd::from_raw_fd(sub) };
-            if let Err(e) = hand_over_below(sub, uid, gid, owners, depth + 1) {
-                result = Err(e);
-                break;
-            }
-        }
-    }
-    // SAFETY: closing the stream we opened (and its fd).
-    unsafe { libc::closedir(dp) };
-    result
 }

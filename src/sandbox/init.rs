@@ -15,10 +15,13 @@
 //!    is), unshare a child mount namespace and mount a fresh /proc for the new PID namespace;
 //!    then fork the command;
 //! 2. the command: stdio, cwd, then the layers in the order of [`super::enforce_in_child`],
-//!    then execve;
+//!    then execve of each candidate of the program in turn (the PATH search happens here, in
+//!    the view); when none starts, the error on the pipe, then the command's own examination
+//!    of why (`diagnose.rs`), as the sandbox identity inside the view;
 //! 3. init: close every descriptor but its status pipe (it must hold no pipe, socket or tty of
-//!    the supervisor or of the exec), forward SIGTERM, SIGINT and SIGHUP to every process of
-//!    the namespace, reap every orphan, and when the command exits, write its wait status on
+//!    the supervisor or of the exec), relay signals ([`FORWARDED`]: the supervisor's own to
+//!    every process of the namespace, those `run` forwards for its caller to the command's
+//!    process group), reap every orphan, and when the command exits, write its wait status on
 //!    the status pipe and exit. The kernel then kills whatever else is left in the namespace
 //!    before our waitid sees the init exit, so a reaped init means an empty exec.
 //!
@@ -29,15 +32,28 @@ use std::ffi::{CString, NulError, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 
 use super::cgroup::ExecCgroup;
+use super::diagnose::{self, Diagnosis, RECORD_MAX};
 use super::namespaces::{ExecView, ProcMount, mount_proc};
 use super::{ChildError, Prepared, Step, errno};
 
+/// How long the supervisor waits for the command's account of a failed execve (the
+/// examination in `diagnose.rs`, a handful of lookups) before it kills the exec and reports the
+/// bare errno: a lookup on a hung network filesystem must not hold the spawn.
+const DIAGNOSIS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long `check`'s examination of one program may take in all.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One command, as C data ready for execve.
 pub struct ExecPlan {
-    program: CString,
+    /// Where the program may be, in the order tried: argv[0] itself when it names a path, else
+    /// each PATH entry joined with it. The search happens in the child, inside the view (as
+    /// execvp does), so that it finds what the view holds, and tells nothing of the host's
+    /// paths outside it.
+    candidates: Vec<CString>,
+    /// Only examine the program, never exec it (`check`).
+    probe: bool,
     _argv: Vec<CString>,
     argv: Vec<*const libc::c_char>,
     _envp: Vec<CString>,
@@ -46,7 +62,7 @@ pub struct ExecPlan {
     /// The child's ends of stdin, stdout, stderr.
     stdio: [OwnedFd; 3],
     controlling_tty: bool,
-    /// Exec this open file (execveat, AT_EMPTY_PATH) instead of `program`: our own binary for
+    /// Exec this open file (execveat, AT_EMPTY_PATH) instead of a candidate: our own binary for
     /// the sftp-server mode, which the sandbox may not open by name.
     program_fd: Option<std::sync::Arc<OwnedFd>>,
 }
@@ -56,11 +72,13 @@ pub struct ExecPlan {
 unsafe impl Send for ExecPlan {}
 
 impl ExecPlan {
+    /// `candidates`: see [`ExecPlan`]; the caller refuses more than
+    /// [`diagnose::MAX_CANDIDATES`] (so that each has an index on the error pipe).
     pub fn new(
-        program: &Path,
+        candidates: &[std::path::PathBuf],
         argv: &[OsString],
         env: &[(OsString, OsString)],
-        cwd: &Path,
+        cwd: &std::path::Path,
         stdio: [OwnedFd; 3],
         controlling_tty: bool,
         program_fd: Option<std::sync::Arc<OwnedFd>>,
@@ -84,8 +102,14 @@ impl ExecPlan {
                 .chain(std::iter::once(std::ptr::null()))
                 .collect()
         };
+        let candidates = candidates
+            .iter()
+            .take(diagnose::MAX_CANDIDATES)
+            .map(|c| CString::new(c.as_os_str().as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(ExecPlan {
-            program: CString::new(program.as_os_str().as_bytes())?,
+            candidates,
+            probe: false,
             argv: ptrs(&owned_argv),
             envp: ptrs(&owned_envp),
             _argv: owned_argv,
@@ -95,6 +119,12 @@ impl ExecPlan {
             controlling_tty,
             program_fd,
         })
+    }
+
+    /// Make this a plan for [`probe`]: the child examines the program and exits.
+    pub fn probe_only(mut self) -> ExecPlan {
+        self.probe = true;
+        self
     }
 }
 
@@ -117,6 +147,12 @@ pub enum SpawnError {
     Clone(io::Error),
     #[error("{0}")]
     Child(ChildError),
+    /// execve failed; the command's examination of why, when it came in time.
+    #[error("{error}")]
+    Exec {
+        error: ChildError,
+        diagnosis: Option<Box<Diagnosis>>,
+    },
 }
 
 fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
@@ -138,6 +174,133 @@ pub fn fork_exec(
     cg: Option<&ExecCgroup>,
     supervisor_pidfd: RawFd,
 ) -> Result<Spawned, SpawnError> {
+    let c = clone_exec(p, plan, cg, supervisor_pidfd)?;
+    let mut buf = [0u8; ChildError::WIRE];
+    let n = loop {
+        // SAFETY: reading into a stack buffer. Our write end is closed; the init closes its
+        // copy after forking the command, whose copy is close-on-exec: EOF means exec worked.
+        let n = unsafe { libc::read(c.err_r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        break n;
+    };
+    if n == buf.len() as isize {
+        let e = ChildError::decode(&buf).unwrap_or(ChildError::new(Step::Exec, libc::EIO));
+        // After a failed execve the command examines why, then exits.
+        let diagnosis = (e.step == Step::Exec).then(|| {
+            let rec = read_until_eof(&c.err_r, DIAGNOSIS_WAIT, &c.pidfd);
+            Diagnosis::decode(&rec).map(Box::new)
+        });
+        // The child (and, with an init, the whole namespace) exits at once: reap it here, so
+        // the manager's bookkeeping never sees this pid.
+        reap(&c.pidfd);
+        return Err(match diagnosis {
+            Some(diagnosis) => SpawnError::Exec {
+                error: e,
+                diagnosis,
+            },
+            None => SpawnError::Child(e),
+        });
+    }
+    Ok(Spawned {
+        pid: c.pid,
+        pidfd: c.pidfd,
+        status: c.status,
+        init: c.init,
+    })
+}
+
+/// Examine, inside the view and as the sandbox identity, whether `plan`'s program could start
+/// (`check`): the exec's own children, up to where the command would exec. `None` when the
+/// examination did not end in time.
+pub fn probe(p: &Prepared, plan: &ExecPlan) -> Result<Option<Box<Diagnosis>>, SpawnError> {
+    let c = clone_exec(p, plan, None, -1)?;
+    let out = read_until_eof(&c.err_r, PROBE_WAIT, &c.pidfd);
+    reap(&c.pidfd);
+    // A step before the examination failed: its ChildError is all the pipe holds.
+    if let Ok(b) = <&[u8; ChildError::WIRE]>::try_from(out.as_slice())
+        && let Some(e) = ChildError::decode(b)
+    {
+        return Err(SpawnError::Child(e));
+    }
+    Ok(Diagnosis::decode(&out).map(Box::new))
+}
+
+/// Read `r` until EOF, at most [`RECORD_MAX`] bytes and at most `limit` long; past it, kill
+/// the exec behind `pidfd` (its end closes the pipe) and return what came.
+fn read_until_eof(r: &OwnedFd, limit: std::time::Duration, pidfd: &OwnedFd) -> Vec<u8> {
+    let deadline = std::time::Instant::now() + limit;
+    let mut out = vec![0u8; RECORD_MAX];
+    let mut n = 0;
+    while n < out.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: r.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one descriptor we own.
+        let ready = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(60_000) as i32) };
+        if ready < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if ready <= 0 {
+            // SAFETY: a signal through our own pidfd of the child.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0u32,
+                )
+            };
+            break;
+        }
+        // SAFETY: reading into our buffer, after its first `n` bytes.
+        let got = unsafe { libc::read(r.as_raw_fd(), out[n..].as_mut_ptr().cast(), out.len() - n) };
+        if got < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if got <= 0 {
+            break;
+        }
+        n += got as usize;
+    }
+    out.truncate(n);
+    out
+}
+
+/// Wait for the child behind `pidfd` to exit.
+fn reap(pidfd: &OwnedFd) {
+    // SAFETY: siginfo is plain data; waiting on our own pidfd.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED,
+        );
+    }
+}
+
+/// The children of one exec, just cloned.
+struct Cloned {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    err_r: OwnedFd,
+    status: Option<OwnedFd>,
+    init: bool,
+}
+
+fn clone_exec(
+    p: &Prepared,
+    plan: &ExecPlan,
+    cg: Option<&ExecCgroup>,
+    supervisor_pidfd: RawFd,
+) -> Result<Cloned, SpawnError> {
     let view = p.view.exec_view();
     let init = view.pid;
     let (err_r, err_w) = cloexec_pipe()?;
@@ -196,40 +359,14 @@ pub fn fork_exec(
             }
         }
     }
-    let pid = pid as libc::pid_t;
     // SAFETY: CLONE_PIDFD stored a new descriptor that nobody else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     drop(err_w);
     drop(st_w);
-    let mut buf = [0u8; ChildError::WIRE];
-    let n = loop {
-        // SAFETY: reading into a stack buffer. Our write end is closed; the init closes its
-        // copy after forking the command, whose copy is close-on-exec: EOF means exec worked.
-        let n = unsafe { libc::read(err_r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 && errno() == libc::EINTR {
-            continue;
-        }
-        break n;
-    };
-    if n == buf.len() as isize {
-        // The child (and, with an init, the whole namespace) exits at once: reap it here, so
-        // the manager's bookkeeping never sees this pid.
-        // SAFETY: siginfo is plain data; waiting on our own pidfd.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PIDFD,
-                pidfd.as_raw_fd() as libc::id_t,
-                &mut info,
-                libc::WEXITED,
-            );
-        }
-        let e = ChildError::decode(&buf).unwrap_or(ChildError::new(Step::Exec, libc::EIO));
-        return Err(SpawnError::Child(e));
-    }
-    Ok(Spawned {
-        pid,
+    Ok(Cloned {
+        pid: pid as libc::pid_t,
         pidfd,
+        err_r,
         status: st_r,
         init,
     })
@@ -321,15 +458,95 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
     Ok(())
 }
 
-/// The init's forwarding handler: the signal goes to every process of the namespace (kill(-1)
-/// from PID 1 reaches all of them but the init itself), as SIGTERM reached the whole tree
-/// before there was an init.
-extern "C" fn forward(sig: libc::c_int) {
-    // SAFETY: kill and the errno location are async-signal-safe; errno is restored so the
-    // interrupted wait4 sees its own.
+/// The signals the init relays. The supervisor's own SIGTERM (a timeout, a shutdown) must
+/// reach the whole tree; the rest are what `run` forwards for its caller (docker's
+/// `--sig-proxy` set, less SIGWINCH, which a pty's resize delivers itself).
+pub const FORWARDED: [libc::c_int; 6] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// The value that marks a signal as one forwarded for `run`'s caller (sent with SI_QUEUE by
+/// [`forward_to_job`]): the init hands it to the command's process group, as a terminal's
+/// Ctrl-C reaches its foreground job. An unmarked one (the supervisor's own, or kill(1) from
+/// the host) goes to every process of the namespace.
+const TO_JOB: u64 = 0x6f73_625f_6a6f_6221;
+
+/// The command's pid in the namespace, which is its process group too (it is a session
+/// leader, and a session leader cannot change its group). Set by the init before it unblocks
+/// [`FORWARDED`]; 0 before.
+static COMMAND: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// siginfo as the kernel lays it out for SI_QUEUE on 64-bit Linux (`_sifields._rt`): signo,
+/// errno, code, padding to the 8-byte aligned union, then pid, uid and the value. libc keeps
+/// the union private, so the two ends of [`TO_JOB`] read and write it through this.
+#[repr(C)]
+struct QueuedInfo {
+    signo: i32,
+    errno: i32,
+    code: i32,
+    _pad: i32,
+    pid: i32,
+    uid: u32,
+    value: u64,
+    _rest: [u64; 12],
+}
+const _: () = assert!(std::mem::size_of::<QueuedInfo>() == std::mem::size_of::<libc::siginfo_t>());
+
+/// Send `sig` through the init held by `pidfd` to its command's process group (see
+/// [`TO_JOB`]). pidfd_send_signal takes a caller's siginfo only with a negative si_code
+/// (SI_QUEUE); the kernel zeroes si_pid, which the init cannot see from its namespace, and
+/// keeps the value.
+pub fn forward_to_job(pidfd: std::os::fd::BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
+    let info = QueuedInfo {
+        signo: sig,
+        errno: 0,
+        code: libc::SI_QUEUE,
+        _pad: 0,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+        value: TO_JOB,
+        _rest: [0; 12],
+    };
+    // SAFETY: pidfd_send_signal with a pidfd we hold and a siginfo-sized struct on our stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            &info as *const QueuedInfo,
+            0u32,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The init's relaying handler: a signal marked [`TO_JOB`] goes to the command's process
+/// group; any other to every process of the namespace (kill(-1) from PID 1 reaches all of them
+/// but the init itself), as SIGTERM reached the whole tree before there was an init.
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler, laid out as
+    // QueuedInfo for SI_QUEUE; kill, an atomic load and the errno location are
+    // async-signal-safe; errno is restored so the interrupted wait4 sees its own.
     unsafe {
         let saved = errno();
-        libc::kill(-1, sig);
+        let q = &*(info as *const QueuedInfo);
+        let job = COMMAND.load(std::sync::atomic::Ordering::Relaxed);
+        if q.code == libc::SI_QUEUE && q.value == TO_JOB && job > 0 {
+            libc::kill(-job, sig);
+        } else {
+            libc::kill(-1, sig);
+        }
         *libc::__errno_location() = saved;
     }
 }
@@ -342,8 +559,6 @@ struct InitArgs<'a> {
     supervisor_pidfd: RawFd,
     stack: &'a [u8],
 }
-
-const FORWARDED: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// # Safety
 /// Only in the child forked by [`fork_exec`] into a new PID namespace.
@@ -397,7 +612,7 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         for s in FORWARDED {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = forward as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
+            sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
             if libc::sigaction(s, &sa, std::ptr::null_mut()) != 0 {
                 fail(ChildError::last(Step::InitSignals), err_w);
             }
@@ -417,6 +632,7 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         if cmd < 0 {
             fail(ChildError::last(Step::ForkCommand), err_w);
         }
+        COMMAND.store(cmd, std::sync::atomic::Ordering::Relaxed);
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
         libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);
@@ -519,14 +735,50 @@ unsafe fn command_main(
                     libc::AT_EMPTY_PATH,
                 );
             }
+            None if plan.probe => {
+                diagnose::diagnose(&plan.candidates, None, 0, plan.cwd.as_bytes(), err_w);
+                libc::_exit(0);
+            }
             None => {
-                libc::execve(
-                    plan.program.as_ptr(),
-                    plan.argv.as_ptr(),
-                    plan.envp.as_ptr(),
-                );
+                let (decided, e) = exec_candidates(plan);
+                let error = ChildError {
+                    step: Step::Exec,
+                    detail: decided.map_or(u8::MAX, |i| i as u8),
+                    errno: e,
+                };
+                // The error first, so that the supervisor knows at once; then the account of
+                // why, which it waits for only so long.
+                error.send(err_w);
+                diagnose::diagnose(&plan.candidates, decided, e, plan.cwd.as_bytes(), err_w);
+                libc::_exit(125);
             }
         }
         fail(ChildError::last(Step::Exec), err_w)
+    }
+}
+
+/// execve each candidate in turn, as execvp searches PATH: past one that is not there (ENOENT,
+/// which is also what a missing interpreter gives) or may not be executed (EACCES, kept for the
+/// end), stopping at any other error. The candidate that decided the failure, and its errno;
+/// `None` when every one was not there.
+///
+/// # Safety
+/// In the command child only, its layers applied.
+unsafe fn exec_candidates(plan: &ExecPlan) -> (Option<usize>, i32) {
+    let mut denied = None;
+    for (i, c) in plan.candidates.iter().enumerate() {
+        // SAFETY: prepared NUL-terminated strings and pointer arrays.
+        unsafe { libc::execve(c.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr()) };
+        match errno() {
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            libc::EACCES => {
+                denied.get_or_insert(i);
+            }
+            e => return (Some(i), e),
+        }
+    }
+    match denied {
+        Some(i) => (Some(i), libc::EACCES),
+        None => (None, libc::ENOENT),
     }
 }

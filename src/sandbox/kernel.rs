@@ -3,8 +3,10 @@
 //! particular kernel). The real-binary tests stay for what only the kernel can show.
 
 use super::cgroup;
+use super::idmap::IdSwap;
 use super::landlock::{self, Support};
 use super::namespaces::{self, Probe, UserNs, ViewError, ViewPlan};
+use super::rlimits::{self, CoreDumps};
 
 pub trait Kernel {
     /// The supervisor's effective uid (in its own user namespace).
@@ -18,6 +20,11 @@ pub trait Kernel {
     fn user_ns(&self) -> UserNs;
     /// Build the view, or say per kind why not.
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError>;
+    /// Make every later child dump no memory ([`rlimits::limit_core_contents`]), and say how
+    /// the host handles core dumps.
+    fn core_dumps(&self) -> CoreDumps;
+    /// A user namespace carrying `swap`, for an idmapped bind (see idmap.rs).
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs>;
 }
 
 /// The running kernel.
@@ -52,6 +59,15 @@ impl Kernel for Real {
         namespaces::user_ns()
     }
 
+    fn core_dumps(&self) -> CoreDumps {
+        let filtered = rlimits::limit_core_contents().is_ok();
+        // CAP_SYS_RESOURCE counts only in the initial user namespace: root there, with the
+        // identity map over every uid.
+        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        let initial = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+        rlimits::core_dumps(self.euid() == 0 && initial, filtered)
+    }
+
     fn make_view(&self, plan: &ViewPlan) -> Result<Probe, ViewError> {
         #[allow(unused_mut)]
         let mut probe = namespaces::make_view(plan)?;
@@ -68,5 +84,9 @@ impl Kernel for Real {
                 Outcome::Failed(super::ChildError::new(super::Step::UnshareNet, libc::EPERM));
         }
         Ok(probe)
+    }
+
+    fn idmap_userns(&self, swap: &IdSwap) -> std::io::Result<super::idmap::UserNs> {
+        super::idmap::userns(swap)
     }
 }

@@ -29,16 +29,21 @@
 
 pub mod cgroup;
 pub mod cgroup_remount;
+pub mod devnull;
+pub mod diagnose;
 pub mod identity;
+pub mod idmap;
 pub mod init;
 pub mod kernel;
 pub mod landlock;
 pub mod namespaces;
+pub mod ownership;
 pub mod process;
 pub mod rlimits;
 pub mod seccomp;
 mod step;
 pub use step::{ChildError, Step};
+mod view_links;
 pub mod view_root;
 
 use seccompiler::BpfProgram;
@@ -51,9 +56,10 @@ pub fn errno() -> i32 {
     unsafe { *libc::__errno_location() }
 }
 
-/// Whether one layer is fully in force.
+/// Whether one layer is fully in force. Spelt as [`Enforcement::as_str`] everywhere: the
+/// report JSON, `check`, the log and the docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Enforcement {
     /// Exactly what the policy asked for.
     Enforced,
@@ -61,6 +67,17 @@ pub enum Enforcement {
     Degraded,
     /// Not requested by the policy (e.g. Landlock TCP rules with `--network all`).
     NotRequested,
+}
+
+impl Enforcement {
+    /// `enforced`, `degraded` or `not_requested`, as the report JSON has it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Enforced => "enforced",
+            Enforcement::Degraded => "degraded",
+            Enforcement::NotRequested => "not_requested",
+        }
+    }
 }
 
 /// One row of the report: a layer and what was enforced.
@@ -95,6 +112,9 @@ pub struct Prepared {
     pub cgroups: Option<cgroup::Root>,
     /// The namespaces every exec joins (empty when none could be made).
     pub view: namespaces::View,
+    /// Whose ids the writes to the workdir and the `--rw` grants carry, and whether `run` hands
+    /// the workdir over (ownership.rs).
+    pub ownership: ownership::Ownership,
     /// The policy grants read on /proc (so on the exec's fresh /proc too).
     pub proc_rule: bool,
     pub layers: Vec<LayerStatus>,
@@ -169,7 +189,7 @@ fn prepare_inner(
     // the mount tree and again after (policy::absent_root_only_denies says why both).
     let absent_before = crate::policy::absent_root_only_denies(&policy.fs);
     // Namespaces first: the view's private tmpfs roots get Landlock rules below.
-    let view = prepare_namespaces(k, policy, &mut layers)?;
+    let (view, ownership) = prepare_namespaces(k, policy, &mut layers)?;
     // With the view's mount namespace (private propagation), a secret mounted at a missing
     // deny path later never appears in it: nothing there to split a grant around, and /etc
     // stays one rule instead of one per entry. Without it (degraded), keep every split.
@@ -338,6 +358,8 @@ fn prepare_inner(
         }
     }
 
+    layers.push(ownership.row());
+
     // cgroup (pids, memory, tree kill).
     // (description, why there is no memory controller, CPU support) of what is, or would be,
     // in force.
@@ -480,15 +502,24 @@ fn prepare_inner(
         // all the others from starting.
         rl.retain(|l| l.resource != libc::RLIMIT_NPROC);
     }
-    layers.push(LayerStatus {
-        layer: "rlimits",
-        status: Enforcement::Enforced,
-        detail: rl
-            .iter()
-            .map(|l| format!("{}={}", l.name, l.hard))
-            .collect::<Vec<_>>()
-            .join(" "),
-    });
+    let mut detail = rl
+        .iter()
+        .map(|l| format!("{}={}", l.name, l.hard))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // A crash must not hand the command's memory to the host's core dump handler (rlimits.rs
+    // says what each core_pattern takes).
+    match k.core_dumps().gap() {
+        None => layers.push(LayerStatus {
+            layer: "rlimits",
+            status: Enforcement::Enforced,
+            detail,
+        }),
+        Some(gap) => {
+            detail.push_str(&format!("; core dumps: {gap}"));
+            degrade("rlimits", detail, &mut layers)?;
+        }
+    }
 
     Ok(Prepared {
         landlock,
@@ -497,6 +528,7 @@ fn prepare_inner(
         identity,
         cgroups,
         view,
+        ownership,
         proc_rule: policy.fs.proc_read,
         layers,
         landlock_abi,
@@ -546,6 +578,12 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
             dir: r.meta.is_dir(),
             dev: r.meta.dev,
             ino: r.meta.ino,
+            owner: crate::policy::Identity {
+                uid: r.meta.uid,
+                gid: r.meta.gid,
+            },
+            mode: r.meta.mode,
+            idmap: None,
         })
     };
     let written: Vec<(&std::path::PathBuf, bool)> = std::iter::once(&fs.workdir)
@@ -556,10 +594,14 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
         .collect();
     let mut grants = Vec::new();
     let mut links = Vec::new();
+    let mut workdir = None;
     for (p, read_only) in written {
         let Some(g) = resolve(p, read_only) else {
             continue;
         };
+        if std::ptr::eq(p, &fs.workdir) {
+            workdir = Some(grants.len());
+        }
         // The links met on the way, as the walk followed them (it trusted each one): the
         // first one below `/` is recreated in the view; what it leads to is a grant itself.
         if g.path != *p {
@@ -579,20 +621,40 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
         grants.push(pts);
     }
     let proc = resolve(std::path::Path::new("/proc"), false);
+    let denied: Vec<std::path::PathBuf> = fs
+        .deny
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    // The links of the host's root (and of each directory made on the way to a grant) whose
+    // target the view holds (view_links.rs). The private tmpfs mounts are where
+    // `ViewPlan::new` puts them: /tmp and /dev/shm, unless a grant covers them.
+    let tmpfs: Vec<std::path::PathBuf> = ["/tmp", "/dev/shm"]
+        .iter()
+        .filter_map(|t| std::path::Path::new(t).canonicalize().ok())
+        .filter(|t| !grants.iter().any(|g| t.starts_with(&g.path)))
+        .collect();
+    for l in view_links::reproduced(&walker, &grants, &denied, &tmpfs) {
+        if !links.contains(&l) {
+            links.push(l);
+        }
+    }
     namespaces::ViewRequest {
         private_net: policy.network == NetworkMode::None,
         hostname: policy.namespaces.hostname.clone(),
         tmp_size: policy.namespaces.tmp_size,
         shm_size: policy.namespaces.shm_size,
         grants,
-        denied: fs
-            .deny
-            .iter()
-            .filter_map(|p| p.canonicalize().ok())
-            .collect(),
+        denied,
         proc,
         proc_read: fs.proc_read,
         links,
+        workdir,
+        // SAFETY: sysconf has no preconditions.
+        ipc: crate::policy::IpcLimits::for_budget(policy.namespaces.shm_size, unsafe {
+            libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64
+        }),
+        ipc_userns: None,
     }
 }
 
@@ -601,7 +663,7 @@ fn prepare_namespaces(
     k: &dyn kernel::Kernel,
     policy: &Policy,
     layers: &mut Vec<LayerStatus>,
-) -> Result<namespaces::View, PrepareError> {
+) -> Result<(namespaces::View, ownership::Ownership), PrepareError> {
     use namespaces::{Kind, Outcome, ProcMount, UserNs};
     let usable = match k.user_ns() {
         UserNs::Root => {
@@ -663,15 +725,62 @@ fn prepare_namespaces(
                 layers,
             )?;
         }
-        return Ok(namespaces::View::default());
+        let req = view_request(policy);
+        let ownership = ownership::Ownership::decide(
+            policy,
+            k.euid(),
+            &req.grants,
+            req.workdir,
+            &[],
+            None,
+            &[],
+        );
+        return Ok((namespaces::View::default(), ownership));
     }
-    let req = view_request(policy);
+    let mut req = view_request(policy);
+    // The user namespaces of the idmapped binds, one per mapping, held until the helper (which
+    // inherits them) has built the view.
+    let sandbox = policy.identity.filter(|_| k.euid() == 0);
+    let mut userns: Vec<(idmap::IdSwap, std::io::Result<idmap::UserNs>)> = Vec::new();
+    if let (Some(sb), crate::policy::WriteAs::Owner { .. }) = (sandbox, &policy.fs.write_as) {
+        let wanted = ownership::wanted(&req.grants, sb);
+        for (g, w) in req.grants.iter_mut().zip(wanted) {
+            let Some(swap) = w else { continue };
+            if !userns.iter().any(|(s, _)| *s == swap) {
+                userns.push((swap, k.idmap_userns(&swap)));
+            }
+            if let Some((_, Ok(ns))) = userns.iter().find(|(s, _)| *s == swap) {
+                use std::os::fd::AsRawFd;
+                g.idmap = Some(namespaces::Idmap {
+                    swap,
+                    userns: ns.fd.as_raw_fd(),
+                });
+            }
+        }
+    }
+    if k.user_ns() == UserNs::Entered {
+        // SAFETY: getegid has no preconditions.
+        req.ipc_userns = Some((k.euid(), unsafe { libc::getegid() }));
+    }
     let plan = namespaces::ViewPlan::new(&req);
     // Race tests hold the supervisor here: the walk has decided each grant's inode, the
     // helper has not bound them yet.
     crate::pause::point("view-plan");
     let probe = k.make_view(&plan)?;
     let view = probe.view;
+    let failed: Vec<(idmap::IdSwap, std::io::Error)> = userns
+        .into_iter()
+        .filter_map(|(s, r)| r.err().map(|e| (s, e)))
+        .collect();
+    let ownership = ownership::Ownership::decide(
+        policy,
+        k.euid(),
+        &req.grants,
+        req.workdir,
+        &failed,
+        plan.root().filter(|_| view.root),
+        &view.idmap,
+    );
     for kind in kinds {
         let outcome = probe.outcomes[kind as usize];
         let enforced = match kind {
@@ -716,12 +825,26 @@ fn prepare_namespaces(
                     skipped.concat()
                 )
             }
-            Kind::Ipc => "private SysV IPC and POSIX message queues".to_string(),
+            Kind::Ipc => format!(
+                "private SysV IPC and POSIX message queues; {}",
+                req.ipc.describe()
+            ),
             Kind::Uts => format!("hostname {}", req.hostname),
             Kind::Net => "a network namespace with only lo, up".to_string(),
             Kind::User => unreachable!("not in `kinds`"),
         };
         match outcome {
+            Outcome::Made if kind == Kind::Ipc && probe.ipc_limits.is_some() => {
+                let e = probe.ipc_limits.expect("checked");
+                degrade_row(
+                    policy,
+                    kind.layer(),
+                    format!(
+                        "private SysV IPC and POSIX message queues, but its limits could not be set ({e}): what an exec leaves there (shared memory segments, message queues, semaphores) is bounded only by the kernel's defaults"
+                    ),
+                    layers,
+                )?
+            }
             Outcome::Made => row(layers, kind.layer(), Enforcement::Enforced, enforced),
             Outcome::NotRequested if kind == Kind::Net => row(
                 layers,
@@ -761,7 +884,7 @@ fn prepare_namespaces(
             Outcome::Failed(e) => degrade_row(policy, kind.layer(), e.to_string(), layers)?,
         }
     }
-    Ok(view)
+    Ok((view, ownership))
 }
 
 /// Apply every layer to the calling (forked, single-threaded) command process, in the

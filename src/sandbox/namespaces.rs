@@ -15,7 +15,13 @@
 //!   that makes the new tmpfs writable covers every mount below it (see SECURITY.md). When
 //!   the new root cannot be built, the tmpfs mounts are made in place on the supervisor's
 //!   root, and the mount layer is reported degraded;
-//! - IPC: private SysV IPC and POSIX message queues, destroyed with the view;
+//! - IPC: private SysV IPC and POSIX message queues, destroyed with the view, with limits from
+//!   the `--shm-size` budget (`policy::IpcLimits`) written into its `/proc/sys/kernel`: a
+//!   new IPC namespace starts with the kernel's defaults, which bound nothing, and in serve
+//!   mode what one exec leaves there stays for the sandbox's life. A non-root supervisor may
+//!   not write them (they belong to the root of the IPC namespace's user namespace, unmapped
+//!   in ours), so its IPC namespace is made in a user namespace of its own that maps root to
+//!   our uid;
 //! - UTS: hostname `--hostname` (default `sandbox`);
 //! - network (`--network none` only): a namespace whose only interface is `lo`, up.
 //!
@@ -199,6 +205,19 @@ pub struct Grant {
     /// Device and inode of what the walk decided on: the helper binds that inode or nothing.
     pub dev: u64,
     pub ino: u64,
+    /// Its owner and mode, as the walk saw them.
+    pub owner: crate::policy::Identity,
+    pub mode: u32,
+    /// Bind it as an idmapped mount (see idmap.rs).
+    pub idmap: Option<Idmap>,
+}
+
+/// An idmapped bind: the mapping, and the user namespace that carries it (a descriptor the
+/// helper inherits; it stays open until the view is built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Idmap {
+    pub swap: crate::sandbox::idmap::IdSwap,
+    pub userns: RawFd,
 }
 
 /// What the view should hold, as plain data (the policy's part).
@@ -216,8 +235,15 @@ pub struct ViewRequest {
     pub proc: Option<Grant>,
     /// The policy grants read on /proc.
     pub proc_read: bool,
-    /// System symlinks on the way to a grant: (link, its target as written).
+    /// Symlinks of the host the view reproduces (view_links.rs): (link, its target as written).
     pub links: Vec<(PathBuf, PathBuf)>,
+    /// Which of `grants` is the workdir.
+    pub workdir: Option<usize>,
+    /// The IPC namespace's limits.
+    pub ipc: crate::policy::IpcLimits,
+    /// A non-root supervisor's uid and gid: the IPC namespace is made in a user namespace that
+    /// maps root to them (see the module docs). `None` as root.
+    pub ipc_userns: Option<(u32, u32)>,
 }
 
 /// One private tmpfs, prepared for the helper: every string and list built before fork.
@@ -250,6 +276,11 @@ pub struct ViewPlan {
     tmpfs: Vec<TmpfsPlan>,
     /// The new root of granted paths only (None when the policy grants `/`).
     root: Option<RootPlan>,
+    /// The IPC limits to write: (`/proc/sys/kernel/NAME`, value), in `IpcLimits::FILES` order.
+    ipc_limits: Vec<(CString, CString)>,
+    /// `uid_map` and `gid_map` of the user namespace that owns the IPC namespace ("0 ID 1"),
+    /// for a non-root supervisor.
+    ipc_userns: Option<[CString; 2]>,
 }
 
 fn cstr(p: &Path) -> CString {
@@ -317,6 +348,13 @@ impl ViewPlan {
             });
         }
         let targets: Vec<PathBuf> = tmpfs.iter().map(|t| t.target.clone()).collect();
+        // Test builds only: `OSB_TEST_DENY_IDMAP=1` makes every idmapped bind fail as on a
+        // filesystem without idmapped mounts (EINVAL), so the tests reach the hand-over on a
+        // filesystem that has them. Read here, before the fork.
+        #[cfg(feature = "test-pause-points")]
+        let deny_idmap = std::env::var_os("OSB_TEST_DENY_IDMAP").is_some_and(|v| v == "1");
+        #[cfg(not(feature = "test-pause-points"))]
+        let deny_idmap = false;
         let root = RootPlan::new(
             &RootRequest {
                 grants: req.grants.clone(),
@@ -324,14 +362,34 @@ impl ViewPlan {
                 proc_read: req.proc_read,
                 links: req.links.clone(),
                 denied: req.denied.clone(),
+                deny_idmap,
             },
             &targets,
         );
+        let values = req.ipc.values();
+        let ipc_limits = crate::policy::IpcLimits::FILES
+            .iter()
+            .zip(values)
+            .map(|(f, v)| {
+                (
+                    CString::new(format!("/proc/sys/kernel/{f}")).unwrap_or_default(),
+                    CString::new(v).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let ipc_userns = req.ipc_userns.map(|(uid, gid)| {
+            [
+                CString::new(format!("0 {uid} 1")).unwrap_or_default(),
+                CString::new(format!("0 {gid} 1")).unwrap_or_default(),
+            ]
+        });
         ViewPlan {
             private_net: req.private_net,
             hostname: CString::new(req.hostname.as_bytes()).unwrap_or_default(),
             tmpfs,
             root,
+            ipc_limits,
+            ipc_userns,
         }
     }
 
@@ -393,6 +451,9 @@ pub struct View {
     /// namespace itself instead of in a child mount namespace of its own, which would copy the
     /// view's mount tree and tear it down again for nobody else's sake.
     pub one_exec: std::sync::atomic::AtomicBool,
+    /// Per idmapped bind of the root's plan (`RootPlan::idmap_slot`): 0 idmapped, an errno
+    /// where the kernel refused (the bind was made without the mapping), -1 never bound.
+    pub idmap: Vec<i32>,
 }
 
 /// What the helper reports, per kind and overall.
@@ -400,6 +461,8 @@ pub struct View {
 pub struct Probe {
     pub outcomes: [Outcome; 6],
     pub view: View,
+    /// Why the IPC namespace's limits could not be set, when it was made but they were not.
+    pub ipc_limits: Option<ChildError>,
 }
 
 impl Probe {
@@ -481,18 +544,34 @@ struct HelperReport {
     mnt_usable: i32,
     /// 1 when the helper pivoted into the new root, 2 when it chrooted into it.
     root: i32,
+    /// Per idmapped bind: see [`View::idmap`].
+    idmap: [i32; crate::sandbox::view_root::MAX_IDMAP],
+    /// The IPC limits: [step, errno] as per kind (step 0: written, -1: not tried).
+    ipc_limits: [i32; 2],
 }
 
 impl HelperReport {
     fn set(&mut self, k: Kind, r: Result<(), ChildError>) {
-        // The step in the low byte, its detail (which entry of the view's root) above it.
-        self.kinds[k.index()] = match r {
+        self.kinds[k.index()] = Self::encode(r);
+    }
+
+    /// The step in the low byte, its detail (which entry of the view's root, which IPC limit)
+    /// above it; and the errno.
+    fn encode(r: Result<(), ChildError>) -> [i32; 2] {
+        match r {
             Ok(()) => [0, 0],
             Err(e) => [
                 i32::from(e.step as u8) | (i32::from(e.detail) << 8),
                 e.errno,
             ],
-        };
+        }
+    }
+
+    fn decode([step, e]: [i32; 2]) -> Option<ChildError> {
+        (step > 0).then(|| ChildError {
+            detail: (step >> 8) as u8,
+            ..ChildError::new(Step::from_u8(step as u8).unwrap_or(Step::UnshareIpc), e)
+        })
     }
 }
 
@@ -633,6 +712,10 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
             }),
         };
     }
+    let ipc_limits = match rep.ipc_limits {
+        [NOT_TRIED, _] => Some(ChildError::new(Step::SetIpcLimit, libc::ENOSYS)),
+        r => HelperReport::decode(r),
+    };
     let mut net_fd = None;
     match net {
         Some(Ok(fd)) => {
@@ -685,12 +768,15 @@ pub fn make_view(plan: &ViewPlan) -> Result<Probe, ViewError> {
             2 => ProcMount::SubsetPid,
             _ => ProcMount::None,
         };
+        let slots = plan.root.as_ref().map_or(0, RootPlan::idmap_slots);
+        view.idmap = rep.idmap[..slots].to_vec();
         Ok(view)
     })();
     finish(hold_w);
     Ok(Probe {
         outcomes,
         view: result?,
+        ipc_limits,
     })
 }
 
@@ -719,6 +805,9 @@ mod tests {
             dir: true,
             dev: 0,
             ino: 0,
+            owner: crate::policy::Identity { uid: 0, gid: 0 },
+            mode: libc::S_IFDIR | 0o755,
+            idmap: None,
         }
     }
 
@@ -747,8 +836,26 @@ mod tests {
             proc: None,
             proc_read: true,
             links: Vec::new(),
+            workdir: None,
+            ipc: crate::policy::IpcLimits::for_budget(1 << 20, 4096),
+            ipc_userns: Some((1000, 1001)),
         };
         let plan = ViewPlan::new(&req);
+        // The IPC limits, each file with its value, and the id maps of their user namespace.
+        let ipc: Vec<(&str, &str)> = plan
+            .ipc_limits
+            .iter()
+            .map(|(f, v)| (f.to_str().unwrap(), v.to_str().unwrap()))
+            .collect();
+        assert_eq!(ipc[0], ("/proc/sys/kernel/shmmax", "1048576"));
+        assert_eq!(ipc[1], ("/proc/sys/kernel/shmall", "256"));
+        assert_eq!(ipc[6].0, "/proc/sys/kernel/sem");
+        assert_eq!(
+            plan.ipc_userns
+                .as_ref()
+                .map(|[u, g]| (u.to_str().unwrap(), g.to_str().unwrap())),
+            Some(("0 1000 1", "0 1001 1"))
+        );
         let tmp = plan
             .tmpfs
             .iter()

@@ -4,6 +4,7 @@
 use super::kernel::Kernel;
 use super::landlock::Support;
 use super::namespaces::{Kind, Outcome, Probe, ProcMount, UserNs, View, ViewError, ViewPlan};
+use super::rlimits::{CoreDumps, CorePattern};
 use super::{ChildError, Enforcement, PrepareError, Step, cgroup, prepare_with};
 use crate::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
 
@@ -15,6 +16,9 @@ struct Fake {
     /// Per kind, in `Kind::ALL` order.
     view: [Outcome; 6],
     proc: ProcMount,
+    core: CoreDumps,
+    /// Why the IPC limits could not be set, if they could not.
+    ipc_limits: Option<ChildError>,
 }
 
 impl Default for Fake {
@@ -33,6 +37,13 @@ impl Default for Fake {
                 Outcome::Made,
             ],
             proc: ProcMount::Full,
+            core: CoreDumps {
+                hard_limit: u64::MAX,
+                can_raise: true,
+                pattern: CorePattern::Pipe,
+                contents_filtered: true,
+            },
+            ipc_limits: None,
         }
     }
 }
@@ -62,6 +73,15 @@ impl Kernel for Fake {
     fn user_ns(&self) -> UserNs {
         self.user_ns
     }
+    fn core_dumps(&self) -> CoreDumps {
+        self.core
+    }
+    fn idmap_userns(
+        &self,
+        _swap: &crate::sandbox::idmap::IdSwap,
+    ) -> std::io::Result<crate::sandbox::idmap::UserNs> {
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
     fn make_view(&self, _plan: &ViewPlan) -> Result<Probe, ViewError> {
         let pid = self.view[Kind::Pid as usize];
         Ok(Probe {
@@ -72,6 +92,7 @@ impl Kernel for Fake {
                 proc: self.proc,
                 ..View::default()
             },
+            ipc_limits: self.ipc_limits,
         })
     }
 }
@@ -153,6 +174,35 @@ fn a_mount_refused_by_apparmor_is_refused_then_degraded_with_its_reason() {
     assert_eq!(status(&p, "namespace-mount").0, Enforcement::Degraded);
     // The other kinds are unaffected.
     assert_eq!(status(&p, "namespace-ipc").0, Enforcement::Enforced);
+}
+
+/// The IPC namespace is made, but its limits could not be written (a read-only /proc/sys):
+/// what an exec leaves there is unbounded, so the layer is refused, then degraded with the
+/// file and errno; made and limited, its detail names the limits.
+#[test]
+fn ipc_limits_that_cannot_be_set_degrade_the_ipc_namespace() {
+    let mut k = Fake::default();
+    let (pol, _wd) = policy(false, NetworkMode::None, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    let (st, detail) = status(&p, "namespace-ipc");
+    assert_eq!(st, Enforcement::Enforced);
+    assert!(
+        detail.contains("SysV limits from --shm-size 64 MiB: shared memory 64 MiB in all"),
+        "{detail}"
+    );
+    k.ipc_limits = Some(ChildError {
+        detail: 1,
+        ..ChildError::new(Step::SetIpcLimit, libc::EROFS)
+    });
+    let (layer, reason) = refused(&k, NetworkMode::None, true);
+    assert_eq!(layer, "namespace-ipc");
+    assert!(
+        reason.contains("its limits could not be set (write /proc/sys/kernel/shmall: Read-only file system (os error 30))"),
+        "{reason}"
+    );
+    let (pol, _wd) = policy(true, NetworkMode::None, true);
+    let p = prepare_with(&k, &pol).unwrap();
+    assert_eq!(status(&p, "namespace-ipc").0, Enforcement::Degraded);
 }
 
 #[test]
@@ -238,4 +288,82 @@ fn the_other_layers_still_fail_closed() {
         Err(PrepareError::NotEnforceable { layer, .. }) => assert_eq!(layer, "cgroup"),
         other => panic!("{:?}", other.map(|p| p.layers)),
     }
+}
+
+/// RLIMIT_CORE 1 stops a pipe helper and a core file; a socket takes the dump whatever the
+/// limit, so there only coredump_filter 0 keeps the memory out. A supervisor whose hard limit
+/// is 0 and that cannot raise it leaves the pipe helper running: degraded, refused without
+/// --allow-degraded.
+#[test]
+fn core_dumps_that_could_reach_a_host_helper_are_degraded() {
+    let core = |hard_limit, can_raise, pattern, contents_filtered| Fake {
+        core: CoreDumps {
+            hard_limit,
+            can_raise,
+            pattern,
+            contents_filtered,
+        },
+        ..Fake::default()
+    };
+    for (k, why) in [
+        (
+            core(0, false, CorePattern::Pipe, true),
+            "hard RLIMIT_CORE is 0",
+        ),
+        (core(0, false, CorePattern::Pipe, false), "memory and all"),
+        (
+            core(u64::MAX, true, CorePattern::Socket, false),
+            "coredump_filter",
+        ),
+    ] {
+        let (layer, reason) = refused(&k, NetworkMode::None, true);
+        assert_eq!(layer, "rlimits");
+        assert!(reason.contains(why), "{reason}");
+        let (pol, _wd) = policy(true, NetworkMode::None, true);
+        let p = prepare_with(&k, &pol).unwrap();
+        assert_eq!(status(&p, "rlimits").0, Enforcement::Degraded);
+    }
+    for k in [
+        core(0, true, CorePattern::Pipe, true),
+        core(1, false, CorePattern::Pipe, false),
+        core(0, false, CorePattern::File, false),
+        core(0, false, CorePattern::Socket, true),
+    ] {
+        let (pol, _wd) = policy(false, NetworkMode::None, true);
+        let p = prepare_with(&k, &pol).unwrap();
+        let (st, detail) = status(&p, "rlimits");
+        assert_eq!(st, Enforcement::Enforced, "{:?}: {detail}", k.core);
+        assert!(detail.contains("core=1"), "{detail}");
+    }
+}
+
+#[test]
+fn core_pattern_kinds() {
+    assert_eq!(CorePattern::of("core"), CorePattern::File);
+    assert_eq!(CorePattern::of("/var/crash/%e.%p"), CorePattern::File);
+    assert_eq!(
+        CorePattern::of("|/usr/lib/systemd/systemd-coredump %P"),
+        CorePattern::Pipe
+    );
+    assert_eq!(
+        CorePattern::of("@/run/coredump.socket"),
+        CorePattern::Socket
+    );
+    assert_eq!(
+        CorePattern::of("@@/run/coredump.socket"),
+        CorePattern::Socket
+    );
+}
+
+/// The report JSON, `check` and the log spell a layer's state the same way.
+#[test]
+fn layer_states_have_one_spelling() {
+    for e in [
+        Enforcement::Enforced,
+        Enforcement::Degraded,
+        Enforcement::NotRequested,
+    ] {
+        assert_eq!(serde_json::to_value(e).unwrap(), e.as_str());
+    }
+    assert_eq!(Enforcement::NotRequested.as_str(), "not_requested");
 }

@@ -58,14 +58,14 @@ pub fn enforce_fds() -> Result<(), ChildError> {
 }
 
 /// Child side, just before seccomp: the dispositions and mask a fresh program expects. The
-/// Rust runtime ignores SIGPIPE (ignored dispositions survive execve), the init's forwarding
+/// Rust runtime ignores SIGPIPE (ignored dispositions survive execve), the init's relaying
 /// handlers are inherited until exec, and the forking thread may block signals. Unblocking
 /// last delivers a SIGTERM that arrived during the spawn to the command, which then dies of
 /// it, as it would have once running.
 pub fn reset_signals() -> Result<(), ChildError> {
     // SAFETY: sigaction/sigprocmask on stack values; async-signal-safe.
     unsafe {
-        for sig in [libc::SIGPIPE, libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        for sig in std::iter::once(libc::SIGPIPE).chain(super::init::FORWARDED) {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = libc::SIG_DFL;
             if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {

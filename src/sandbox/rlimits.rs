@@ -17,9 +17,107 @@
 //!   killing them (a child may restore the signal). It does not bound the total written across
 //!   files.
 //! - RLIMIT_NOFILE: the highest fd number + 1 the process may open.
-//! - RLIMIT_CORE = 0: no core dumps, which could leak memory contents into the workdir.
+//! - RLIMIT_CORE = 1, soft and hard: no core dump leaves the sandbox with its memory. A core
+//!   file needs at least a page (1 byte is below every format's minimum), and 1 is the value
+//!   the kernel skips a `|helper` core_pattern for (its guard against a crashing helper
+//!   recursing). 0 would not do: pipe helpers (systemd-coredump, apport) ignore the limit
+//!   otherwise, so a crash sent the child's memory to a root process on the host. The hard
+//!   limit is 1 too, so the command cannot raise it. A `@socket` core_pattern (Linux 6.16)
+//!   ignores the limit altogether: for it, the supervisor's coredump_filter is 0 (see
+//!   [`limit_core_contents`]), inherited by every child, and the command's read-only /proc
+//!   keeps it from raising its own: such a dump holds registers and notes, no memory.
 
 use crate::policy::Limits;
+
+/// How the host handles core dumps, and what the supervisor could do about them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreDumps {
+    /// The supervisor's hard RLIMIT_CORE: the child's can only be raised to 1 above it with
+    /// CAP_SYS_RESOURCE.
+    pub hard_limit: u64,
+    /// The supervisor may raise a hard limit (root in the initial user namespace).
+    pub can_raise: bool,
+    pub pattern: CorePattern,
+    /// The supervisor's coredump_filter is 0 (see [`limit_core_contents`]).
+    pub contents_filtered: bool,
+}
+
+/// The kind of `kernel.core_pattern`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CorePattern {
+    /// A file name (relative ones land in the crashing process's cwd).
+    File,
+    /// `|helper`: a program run as root in the initial namespaces, the dump on its stdin.
+    Pipe,
+    /// `@path` or `@@path`: a unix socket in the initial mount namespace.
+    Socket,
+}
+
+impl CorePattern {
+    pub fn of(pattern: &str) -> CorePattern {
+        match pattern.trim_start().as_bytes().first() {
+            Some(b'|') => CorePattern::Pipe,
+            Some(b'@') => CorePattern::Socket,
+            _ => CorePattern::File,
+        }
+    }
+}
+
+impl CoreDumps {
+    /// Why a sandboxed crash could still hand memory or a dump to the host, if it can.
+    pub fn gap(&self) -> Option<String> {
+        let one = self.hard_limit >= 1 || self.can_raise;
+        match self.pattern {
+            CorePattern::Pipe if !one => Some(format!(
+                "the supervisor's hard RLIMIT_CORE is 0 and it cannot raise it to 1, so a crash \
+                 still starts the core_pattern helper{}",
+                if self.contents_filtered {
+                    " (with a dump of registers and notes only: coredump_filter 0)"
+                } else {
+                    ", memory and all"
+                }
+            )),
+            CorePattern::Socket if !self.contents_filtered => Some(
+                "the core_pattern socket ignores RLIMIT_CORE and the supervisor could not set \
+                 its coredump_filter to 0: a crash sends its memory to the socket"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// Set this process's coredump_filter to 0: from now on every process it forks, and what
+/// those exec, dumps no memory segment at all (the filter is inherited on fork and kept across
+/// execve), only registers and notes. That is what a `@socket` core_pattern gets from a
+/// sandboxed crash, which RLIMIT_CORE does not stop. (The supervisor itself dumps nothing: it
+/// is not dumpable, see `process::harden_supervisor`.) Idempotent: once the filter is 0 it is
+/// only read, since a non-dumpable process may no longer write its own /proc files.
+pub fn limit_core_contents() -> std::io::Result<()> {
+    const FILTER: &str = "/proc/self/coredump_filter";
+    let now = std::fs::read_to_string(FILTER)?;
+    if u64::from_str_radix(now.trim(), 16) == Ok(0) {
+        return Ok(());
+    }
+    std::fs::write(FILTER, "0")
+}
+
+/// The host's core dump setup as the supervisor sees it.
+pub fn core_dumps(can_raise: bool, contents_filtered: bool) -> CoreDumps {
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into our stack struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_CORE, &mut cur) };
+    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    CoreDumps {
+        hard_limit: cur.rlim_max,
+        can_raise,
+        pattern: CorePattern::of(&pattern),
+        contents_filtered,
+    }
+}
 
 /// One prepared limit.
 #[derive(Debug, Clone, Copy)]
@@ -35,8 +133,8 @@ pub fn prepare(limits: &Limits) -> Vec<Rlimit> {
     let mut v = vec![
         Rlimit {
             resource: libc::RLIMIT_CORE,
-            soft: 0,
-            hard: 0,
+            soft: 1,
+            hard: 1,
             name: "core",
         },
         Rlimit {
@@ -83,7 +181,8 @@ pub fn prepare(limits: &Limits) -> Vec<Rlimit> {
 
 /// Apply prepared limits. Async-signal-safe. Lowering a limit needs no privilege; raising a
 /// hard limit above the current one needs CAP_SYS_RESOURCE, so when we are not root and our
-/// own hard limit is lower, we keep ours (the child can never exceed it either).
+/// own hard limit is lower, we keep ours (the child can never exceed it either; for
+/// RLIMIT_CORE, `CoreDumps::gap` says what a hard limit of 0 leaves open).
 pub fn apply(limits: &[Rlimit]) -> Result<(), crate::sandbox::ChildError> {
     for l in limits {
         if l.resource == libc::RLIMIT_FSIZE {

@@ -29,6 +29,8 @@ pub enum Step {
     RemountRootReadOnly,
     EnterViewRoot,
     UnshareIpc,
+    IpcUserNamespace,
+    SetIpcLimit,
     UnshareUts,
     SetHostname,
     UnshareNet,
@@ -92,6 +94,8 @@ impl Step {
         Step::RemountRootReadOnly,
         Step::EnterViewRoot,
         Step::UnshareIpc,
+        Step::IpcUserNamespace,
+        Step::SetIpcLimit,
         Step::UnshareUts,
         Step::SetHostname,
         Step::UnshareNet,
@@ -149,7 +153,7 @@ impl Step {
             Step::MountTmpfs => "mount a private tmpfs",
             Step::MakeMountpoint => "create a mount point in the view",
             Step::BindGrant => "bind-mount a granted path into the view",
-            Step::RemountGrantReadOnly => "remount a read-only grant read-only",
+            Step::RemountGrantReadOnly => "set a grant's mount flags (nosuid, nodev, read-only)",
             Step::HideDenied => "hide a denied path",
             Step::MountRoot => "mount the tmpfs of the view's new root",
             Step::MakeViewLink => "recreate a system symlink in the view's root",
@@ -158,6 +162,10 @@ impl Step {
             Step::RemountRootReadOnly => "remount the view's root read-only",
             Step::EnterViewRoot => "chroot into the view's root",
             Step::UnshareIpc => "unshare the IPC namespace",
+            Step::IpcUserNamespace => {
+                "make the user namespace that owns the IPC namespace (not root: one that maps root to our uid, so we may set its limits)"
+            }
+            Step::SetIpcLimit => "write an IPC limit in /proc/sys/kernel",
             Step::UnshareUts => "unshare the UTS namespace",
             Step::SetHostname => "set the hostname",
             Step::UnshareNet => "unshare the network namespace",
@@ -253,6 +261,13 @@ impl std::fmt::Display for ChildError {
         match self.step {
             Step::Rlimit => write!(f, "setrlimit({})", rlimits::name_of(self.detail))?,
             Step::DropBounding => write!(f, "drop bounding capability {}", self.detail)?,
+            Step::SetIpcLimit => write!(
+                f,
+                "write /proc/sys/kernel/{}",
+                crate::policy::IpcLimits::FILES
+                    .get(usize::from(self.detail))
+                    .unwrap_or(&"?")
+            )?,
             s => f.write_str(s.name())?,
         }
         write!(f, ": {}", std::io::Error::from_raw_os_error(self.errno))

@@ -4,14 +4,19 @@
 //! or fanotify marks, and a read-only mount stops none of them. So a path outside the grants
 //! must not exist in the view at all. The helper that builds the view (namespaces.rs) makes a
 //! small root-owned tmpfs, mode 0755, and fills it:
-//! - every granted path bind-mounted (recursively) at its own path, read-only grants made
-//!   read-only on the detached tree before it is attached (`mount_setattr`, which only sets
-//!   flags: nosuid, nodev and the rest stay as the source had them, as a user namespace also
-//!   requires);
-//! - a grant below another grant of the same kind is already visible through it: not bound
-//!   again;
-//! - the system symlinks on the way to a grant (`/lib -> usr/lib`, `/var/run -> /run`) as
-//!   symlinks with the same target;
+//! - every granted path bind-mounted (recursively) at its own path, its flags set on the
+//!   detached tree before it is attached (`mount_setattr`, which only adds flags: what the
+//!   source had stays, as a user namespace also requires): nosuid always; nodev unless the
+//!   grant is a character device itself; read-only for read-only grants, for devices (a
+//!   write to a device works on a read-only mount, a chmod or utimes of its node does not)
+//!   and for the supervisor's /proc; and a grant of someone other than the sandbox identity
+//!   idmapped to its owner on that detached tree too (idmap.rs; where the kernel refuses, the
+//!   bind is made without the mapping and the refusal reported for the hand-over);
+//! - a grant below another grant of the same kind and mapping is already visible through it:
+//!   not bound again;
+//! - the host's symlinks that lead into the view (`/lib64 -> usr/lib64` once `/usr` is
+//!   granted, `/var/run -> /run` once `/run` is; chosen in view_links.rs) as symlinks with the
+//!   same target;
 //! - /tmp and /dev/shm as the view's private tmpfs, /dev holding only the granted devices,
 //!   an empty /proc for each exec's fresh one (or the supervisor's /proc bound there when no
 //!   fresh /proc can be mounted and the policy grants /proc);
@@ -34,6 +39,7 @@
 
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::namespaces::{Grant, fd_path};
@@ -44,8 +50,12 @@ pub(super) const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 pub(super) const MOUNT_ATTR_RDONLY: u64 = 0x01;
+pub(super) const MOUNT_ATTR_NOSUID: u64 = 0x02;
+const MOUNT_ATTR_NODEV: u64 = 0x04;
 /// More binds than this fail the view with E2BIG (their sources are held open at once).
 const MAX_BINDS: usize = 128;
+/// Idmapped binds past this many are made without the mapping (reported as E2BIG).
+pub(super) const MAX_IDMAP: usize = 16;
 
 /// `struct mount_attr` of mount_setattr(2).
 #[repr(C)]
@@ -88,6 +98,10 @@ struct Bind {
     ino: u64,
     /// The supervisor's /proc: bound only where [`RootPlan::bind_proc`] says.
     proc_fallback: bool,
+    /// Idmapped with this user namespace (-1: not), reported in this slot of the helper's
+    /// report.
+    userns: RawFd,
+    slot: usize,
 }
 
 /// The new root, as the helper is to build it.
@@ -98,6 +112,10 @@ pub struct RootPlan {
     proc_read: bool,
     /// The supervisor is in a non-initial user namespace.
     in_userns: bool,
+    /// Test builds: every idmapped bind is refused as by a filesystem without them.
+    deny_idmap: bool,
+    /// How many binds are idmapped (slots of the report).
+    idmap_slots: usize,
 }
 
 /// What the view's root holds, as plain data.
@@ -109,10 +127,12 @@ pub struct RootRequest {
     pub proc: Option<Grant>,
     /// The policy grants read on /proc.
     pub proc_read: bool,
-    /// System symlinks on the way to a grant: (link, its target as written).
+    /// Symlinks of the host the view reproduces (view_links.rs): (link, its target as written).
     pub links: Vec<(PathBuf, PathBuf)>,
     /// Denied paths (canonical).
     pub denied: Vec<PathBuf>,
+    /// Test builds: refuse every idmapped bind (EINVAL).
+    pub deny_idmap: bool,
 }
 
 /// Whether this process is in a non-initial user namespace (its uid map is not the identity
@@ -139,23 +159,25 @@ impl RootPlan {
             return None;
         }
         // One bind per path; read-write wins where a path is granted both ways (Landlock still
-        // decides what may be written).
+        // decides what may be written), with the read-write grant's mapping.
         let mut grants: Vec<Grant> = Vec::new();
         for g in &req.grants {
             match grants.iter_mut().find(|x| x.path == g.path) {
-                Some(x) => x.read_only &= g.read_only,
+                Some(x) if x.read_only && !g.read_only => *x = g.clone(),
+                Some(_) => {}
                 None => grants.push(g.clone()),
             }
         }
         grants.sort_by_key(|g| g.path.components().count());
-        // A grant below another of the same kind shows through it already.
+        // A grant below another of the same kind and mapping shows through it already.
+        let swap = |g: &Grant| g.idmap.map(|m| m.swap);
         let mut kept: Vec<Grant> = Vec::new();
         for g in grants {
             let covered = kept
                 .iter()
                 .filter(|k| g.path.starts_with(&k.path))
                 .max_by_key(|k| k.path.components().count())
-                .is_some_and(|k| k.read_only == g.read_only);
+                .is_some_and(|k| k.read_only == g.read_only && swap(k) == swap(&g));
             if !covered {
                 kept.push(g);
             }
@@ -175,7 +197,15 @@ impl RootPlan {
         };
         let mut entries: Vec<(PathBuf, What)> = Vec::new();
         let mut binds = Vec::new();
+        let mut idmap_slots = 0;
         for g in &kept {
+            let userns = g.idmap.map_or(-1, |m| m.userns);
+            let slot = if userns >= 0 {
+                idmap_slots += 1;
+                idmap_slots - 1
+            } else {
+                0
+            };
             binds.push(Bind {
                 src: CString::new(g.path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
                 dir: g.dir,
@@ -183,6 +213,8 @@ impl RootPlan {
                 dev: g.dev,
                 ino: g.ino,
                 proc_fallback: false,
+                userns,
+                slot,
             });
             entries.push((g.path.clone(), What::Bind(binds.len() - 1)));
         }
@@ -194,10 +226,14 @@ impl RootPlan {
             binds.push(Bind {
                 src: CString::new(p.path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
                 dir: true,
-                read_only: false,
+                // procfs keeps a chmod of a kernel-wide entry in the entry itself, for every
+                // later /proc on the machine: read-only, as each exec's own /proc is.
+                read_only: true,
                 dev: p.dev,
                 ino: p.ino,
                 proc_fallback: true,
+                userns: -1,
+                slot: 0,
             });
             entries.push((p.path.clone(), What::Bind(binds.len() - 1)));
         }
@@ -255,7 +291,26 @@ impl RootPlan {
             binds,
             proc_read: req.proc_read,
             in_userns: in_user_namespace(),
+            deny_idmap: req.deny_idmap,
+            idmap_slots: idmap_slots.min(MAX_IDMAP),
         })
+    }
+
+    /// How many slots of the helper's report the idmapped binds use.
+    pub fn idmap_slots(&self) -> usize {
+        self.idmap_slots
+    }
+
+    /// The report slot of the bind through which `path` is seen (the innermost bind at or
+    /// above it), when that bind is idmapped.
+    pub fn idmap_slot(&self, path: &Path) -> Option<usize> {
+        self.binds
+            .iter()
+            .filter(|b| !b.proc_fallback)
+            .filter(|b| path.starts_with(Path::new(std::ffi::OsStr::from_bytes(b.src.as_bytes()))))
+            .max_by_key(|b| b.src.as_bytes().len())
+            .filter(|b| b.userns >= 0 && b.slot < MAX_IDMAP)
+            .map(|b| b.slot)
     }
 
     /// Whether the supervisor's /proc is bound at /proc, under each exec's fresh one:
@@ -410,8 +465,11 @@ unsafe fn mount_point(
     }
 }
 
-/// Open every bind source (before the staging tmpfs can hide one) and check it is the inode
-/// the supervisor's walk decided on.
+/// Open every bind source and check it is the inode the supervisor's walk decided on, then
+/// clone its tree (`open_tree(OPEN_TREE_CLONE)`), all before the staging tmpfs is mounted on
+/// /tmp: a clone made later of a grant of /tmp itself (or of a parent) would carry the
+/// staging mount along, stacked on the grant, and the view's /tmp would be that empty
+/// root-owned tmpfs (writes EACCES). `fds` then holds the detached trees.
 ///
 /// # Safety
 /// In the helper only.
@@ -455,46 +513,104 @@ unsafe fn open_sources(
                 ..ChildError::new(Step::OpenGrant, libc::ESTALE)
             });
         }
+        // SAFETY: open_tree on the descriptor just checked; the O_PATH one is closed after.
+        let tree = unsafe {
+            libc::syscall(
+                libc::SYS_open_tree,
+                fd,
+                c"".as_ptr(),
+                OPEN_TREE_CLONE
+                    | libc::O_CLOEXEC as libc::c_uint
+                    | libc::AT_EMPTY_PATH as libc::c_uint
+                    | libc::AT_RECURSIVE as libc::c_uint,
+            ) as RawFd
+        };
+        let e = errno();
+        // SAFETY: closing the O_PATH descriptor opened above.
+        unsafe { libc::close(fd) };
+        fds[i] = tree;
+        if tree < 0 {
+            return Err(ChildError {
+                detail: at,
+                ..ChildError::new(Step::BindGrant, e)
+            });
+        }
     }
     Ok(())
 }
 
-/// Bind `src` (an O_PATH descriptor) recursively onto `target`, read-only if asked.
+/// `mount_setattr` on the whole detached tree `tree`. Returns 0 or the errno.
 ///
 /// # Safety
 /// In the helper only.
-unsafe fn bind(src: RawFd, target: RawFd, read_only: bool) -> Result<(), ChildError> {
-    // SAFETY: raw mount API syscalls on descriptors we own.
-    unsafe {
-        let tree = Fd(libc::syscall(
-            libc::SYS_open_tree,
-            src,
+unsafe fn set_attr(tree: RawFd, attr_set: u64, userns: RawFd) -> i32 {
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.max(0) as u64,
+    };
+    // SAFETY: mount_setattr on our descriptor with a struct of the size passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree,
             c"".as_ptr(),
-            OPEN_TREE_CLONE
-                | libc::O_CLOEXEC as libc::c_uint
-                | libc::AT_EMPTY_PATH as libc::c_uint
-                | libc::AT_RECURSIVE as libc::c_uint,
-        ) as RawFd);
-        if tree.0 < 0 {
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc == 0 { 0 } else { errno() }
+}
+
+/// Attach the detached tree `tree` (from `open_sources`) onto `target`: nosuid, nodev unless
+/// the tree is a character device, read-only if asked or a device (`--uid 0` owns the host's
+/// nodes: a chmod or utimes would change them for everyone), idmapped with `userns` if it is
+/// a namespace (`idmap` gets 0, or the errno of a refusal: the tree is then attached without
+/// the mapping, for the supervisor to fall back). nosuid does not change a file for the host,
+/// which sees it through its own mounts: no set-id bit is seccomp's job.
+///
+/// # Safety
+/// In the helper only; `tree` is consumed.
+unsafe fn bind(
+    tree: RawFd,
+    target: RawFd,
+    read_only: bool,
+    userns: RawFd,
+    deny_idmap: bool,
+    idmap: Option<&mut i32>,
+) -> Result<(), ChildError> {
+    let tree = Fd(tree);
+    // SAFETY: raw mount API syscalls on descriptors we own; fstat into a zeroed struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(tree.0, &mut st) != 0 {
             return Err(fail(Step::BindGrant));
         }
-        if read_only {
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
+        let device = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+        let mut attr_set = MOUNT_ATTR_NOSUID;
+        if !device {
+            attr_set |= MOUNT_ATTR_NODEV;
+        }
+        if read_only || device {
+            attr_set |= MOUNT_ATTR_RDONLY;
+        }
+        let mut flags_set = false;
+        if let Some(out) = idmap {
+            // One call with the mapping and the flags: it changes nothing when it fails.
+            let e = if deny_idmap {
+                libc::EINVAL
+            } else {
+                set_attr(tree.0, attr_set | super::idmap::MOUNT_ATTR_IDMAP, userns)
             };
-            if libc::syscall(
-                libc::SYS_mount_setattr,
-                tree.0,
-                c"".as_ptr(),
-                (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            ) != 0
-            {
-                return Err(fail(Step::RemountGrantReadOnly));
+            *out = e;
+            flags_set = e == 0;
+        }
+        if !flags_set {
+            let e = set_attr(tree.0, attr_set, -1);
+            if e != 0 {
+                return Err(ChildError::new(Step::RemountGrantReadOnly, e));
             }
         }
         if libc::syscall(
@@ -522,9 +638,10 @@ unsafe fn fill(
     plan: &RootPlan,
     tmpfs: &[(&CStr, &CStr)],
     root: RawFd,
-    fds: &[RawFd; MAX_BINDS],
+    fds: &mut [RawFd; MAX_BINDS],
     fresh_proc: bool,
     tmpfs_made: &mut i32,
+    idmap: &mut [i32; MAX_IDMAP],
 ) -> Result<(), ChildError> {
     let mut hidden = Fd(-1);
     let mut a = [0u8; 32];
@@ -566,7 +683,9 @@ unsafe fn fill(
                             return Ok(());
                         }
                         let t = mount_point(parent.0, name, bd.dir, e.create)?;
-                        bind(fds[*i], t.0, bd.read_only)?;
+                        let tree = std::mem::replace(&mut fds[*i], -1);
+                        let slot = (bd.userns >= 0).then(|| idmap.get_mut(bd.slot)).flatten();
+                        bind(tree, t.0, bd.read_only, bd.userns, plan.deny_idmap, slot)?;
                     }
                     What::Tmpfs(i) => {
                         let t = mount_point(parent.0, name, true, e.create)?;
@@ -685,6 +804,7 @@ pub(super) unsafe fn build(
     tmpfs: &[(&CStr, &CStr)],
     fresh_proc: bool,
     tmpfs_made: &mut i32,
+    idmap: &mut [i32; MAX_IDMAP],
 ) -> Built {
     let mut fds = [-1; MAX_BINDS];
     let close_all = |fds: &[RawFd; MAX_BINDS]| {
@@ -718,7 +838,7 @@ pub(super) unsafe fn build(
             Err(fail(Step::MountRoot))
         } else {
             let mut made = 0;
-            let r = fill(plan, tmpfs, root.0, &fds, fresh_proc, &mut made);
+            let r = fill(plan, tmpfs, root.0, &mut fds, fresh_proc, &mut made, idmap);
             if r.is_ok() {
                 *tmpfs_made = made;
             }
@@ -726,6 +846,8 @@ pub(super) unsafe fn build(
         };
         close_all(&fds);
         if let Err(e) = filled {
+            // Nothing of the root is left: no bind was made, idmapped or not.
+            idmap.fill(-1);
             drop(root);
             // Detaching the staging mount takes every bind and tmpfs made in it along.
             libc::umount2(STAGING.as_ptr(), libc::MNT_DETACH);
@@ -737,6 +859,7 @@ pub(super) unsafe fn build(
             let e = fail(Step::PivotRoot);
             libc::umount2(STAGING.as_ptr(), libc::MNT_DETACH);
             *tmpfs_made = 0;
+            idmap.fill(-1);
             return Built::RolledBack(e);
         }
         let built = if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) == 0 {
@@ -759,6 +882,7 @@ pub(super) unsafe fn build(
                 drop(root);
                 libc::umount2(STAGING.as_ptr(), libc::MNT_DETACH);
                 *tmpfs_made = 0;
+                idmap.fill(-1);
                 return Built::RolledBack(refused);
             }
             if libc::chroot(c".".as_ptr()) != 0 {

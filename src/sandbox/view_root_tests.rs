@@ -9,6 +9,9 @@ fn g(path: &str, read_only: bool, dir: bool) -> Grant {
         dir,
         dev: 1,
         ino: 2,
+        owner: crate::policy::Identity { uid: 0, gid: 0 },
+        mode: if dir { libc::S_IFDIR } else { libc::S_IFREG } | 0o755,
+        idmap: None,
     }
 }
 
@@ -53,6 +56,7 @@ fn the_root_binds_each_grant_once_links_links_and_hides_denied_paths_inside_bind
             ("/usr/lib64".into(), "lib".into()),
         ],
         denied: vec!["/nonexistent-osb/secret".into(), "/etc/shadow".into()],
+        deny_idmap: false,
     };
     // A denied path below another is not covered again (the outer cover hides it).
     let tmp = std::env::temp_dir().join(format!("osb-view-root-{}", std::process::id()));
@@ -100,4 +104,55 @@ fn the_root_binds_each_grant_once_links_links_and_hides_denied_paths_inside_bind
         )
         .is_none()
     );
+}
+
+#[test]
+fn a_grant_inside_an_idmapped_one_is_bound_again_only_with_another_mapping() {
+    use crate::policy::Identity;
+    use crate::sandbox::idmap::IdSwap;
+    use crate::sandbox::namespaces::Idmap;
+    let sb = Identity { uid: 7, gid: 7 };
+    let map = |uid: u32, userns| {
+        Some(Idmap {
+            swap: IdSwap {
+                owner: Identity { uid, gid: uid },
+                sandbox: sb,
+            },
+            userns,
+        })
+    };
+    let with = |path: &str, read_only, idmap| Grant {
+        idmap,
+        ..g(path, read_only, true)
+    };
+    let req = RootRequest {
+        grants: vec![
+            with("/w", false, map(65534, 10)),
+            with("/w/same", false, map(65534, 10)),
+            with("/w/other", false, map(4242, 11)),
+            with("/w/own", false, None),
+            with("/w/ro", true, map(65534, 10)),
+        ],
+        ..RootRequest::default()
+    };
+    let p = RootPlan::new(&req, &[]).unwrap();
+    let binds: Vec<_> = p
+        .binds
+        .iter()
+        .map(|b| (b.src.to_str().unwrap().to_owned(), b.userns, b.slot))
+        .collect();
+    assert_eq!(
+        binds,
+        vec![
+            ("/w".to_owned(), 10, 0),
+            ("/w/other".to_owned(), 11, 1),
+            ("/w/own".to_owned(), -1, 0),
+            ("/w/ro".to_owned(), 10, 2),
+        ]
+    );
+    assert_eq!(p.idmap_slots(), 3);
+    assert_eq!(p.idmap_slot(Path::new("/w/same/x")), Some(0));
+    assert_eq!(p.idmap_slot(Path::new("/w/other")), Some(1));
+    assert_eq!(p.idmap_slot(Path::new("/w/own/deeper")), None);
+    assert_eq!(p.idmap_slot(Path::new("/elsewhere")), None);
 }

@@ -271,6 +271,9 @@ pub fn expected(name: &str, ctx: &Ctx) -> Expect {
             Expect::Errno(EACCES)
         }
         "rename_denied_dir" if ctx.view_root => Expect::Errno(EROFS),
+        // Each exec's fresh /proc, and the supervisor's bound into the view's root, are
+        // read-only mounts: the write is refused before file modes or Landlock are asked.
+        "write_proc_sys" if ctx.pid_namespace || ctx.view_root => Expect::Errno(EROFS),
         // Its handle is taken of a file outside the grants, which the view does not hold.
         "open_by_handle" if ctx.view_root => Expect::OutOfView,
         // Absent on some kernels (no CONFIG_MAGIC_SYSRQ, cgroup v2 only ...): ENOENT is all

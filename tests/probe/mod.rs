@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod expect;
+pub mod machine;
 pub mod outside;
 
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -59,10 +60,12 @@ pub fn require_root_and_cc() -> bool {
     )
 }
 
-/// The probe and the setuid helper, compiled once per test binary.
+/// The probe, the setuid helper and the crasher, compiled once per test binary.
 pub struct Built {
     pub probe: PathBuf,
     pub setuid_helper: PathBuf,
+    /// tests/probe/crasher.c, named so that its comm says what it is.
+    pub crasher: PathBuf,
 }
 
 pub fn built() -> &'static Built {
@@ -97,13 +100,17 @@ pub fn built() -> &'static Built {
                 "bombs.c",
                 "sched.c",
                 "witness.c",
+                "host.c",
             ],
         );
         let setuid_helper = out.join("setuid-helper");
         cc(&setuid_helper, &["setuid_helper.c"]);
+        let crasher = out.join("osb-crasher");
+        cc(&crasher, &["crasher.c"]);
         Built {
             probe,
             setuid_helper,
+            crasher,
         }
     })
 }

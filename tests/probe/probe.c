@@ -18,8 +18,8 @@
  * Usage: probe MODE [key=value ...]
  *   all       every attempt of the ATTEMPTS table (each takes milliseconds)
  *   NAME      one attempt of ATTEMPTS or BOMBS by name; the bombs need their own limits, so
- *             they only run this way (as do the attempts of SCHED_BY_NAME); several names may
- *             be given, separated by commas
+ *             they only run this way (as do the attempts of SCHED_BY_NAME and HOST_BY_NAME);
+ *             several names may be given, separated by commas
  *   witness   not a probe: a process outside the sandbox that counts the signals it receives
  *   killuid   not a probe: the test's cleanup, SIGKILL to every process of the calling uid
  */
@@ -233,12 +233,14 @@ int main(int argc, char **argv)
     if (strcmp(mode, "killuid") == 0)
         return killuid_main();
     const struct attempt *tables[] = {FS_ATTEMPTS,   PROC_ATTEMPTS,  NET_ATTEMPTS, KERNEL_ATTEMPTS,
-                                      PRIV_ATTEMPTS, SCHED_ATTEMPTS, BOMBS,        SCHED_BY_NAME};
+                                      PRIV_ATTEMPTS, SCHED_ATTEMPTS, BOMBS,        SCHED_BY_NAME,
+                                      HOST_BY_NAME};
     int all = strcmp(mode, "all") == 0;
     int ran = 0;
     for (unsigned t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         for (const struct attempt *a = tables[t]; a->name; a++) {
-            int by_name_only = tables[t] == BOMBS || tables[t] == SCHED_BY_NAME;
+            int by_name_only =
+                tables[t] == BOMBS || tables[t] == SCHED_BY_NAME || tables[t] == HOST_BY_NAME;
             if ((all && !by_name_only) || name_listed(mode, a->name)) {
                 run_attempt(a);
                 ran++;

@@ -52,6 +52,8 @@ extern const struct attempt PRIV_ATTEMPTS[];    /* priv.c: privilege, syscall AB
 extern const struct attempt SCHED_ATTEMPTS[];   /* sched.c: other processes' priority, limits */
 /* Attempts on every process of the uid or group (sched.c): run only by name. */
 extern const struct attempt SCHED_BY_NAME[];
+/* Attempts on state the host keeps after the run (host.c): run only by name. */
+extern const struct attempt HOST_BY_NAME[];
 /* Containment attempts (bombs.c): run only by name, each with its own limits. */
 extern const struct attempt BOMBS[];
 

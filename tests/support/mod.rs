@@ -258,14 +258,11 @@ impl Supervisor {
                 .env("OPENSHELL_TLS_KEY", &gw.client.key);
         }
         if gw.state.auth == AuthMode::Jwt {
+            // Over http:// too: the endpoint is loopback, which needs no opt-in.
             cmd.env(
                 "OPENSHELL_SANDBOX_TOKEN",
                 gw.state.jwt.mint(SANDBOX_ID, 3600),
             );
-            if gw.transport == Transport::Plaintext {
-                // A token over http:// is refused unless allowed; these tests allow it.
-                cmd.env("OPENSHELL_ALLOW_PLAINTEXT_TOKEN", "1");
-            }
         }
         if !is_root() {
             eprintln!(

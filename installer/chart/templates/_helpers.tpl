@@ -30,5 +30,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* Whether the runtime's endpoint uses TLS, so it needs the client certificate. */}}
+{{- define "stack.gatewayTLS" -}}
+{{- hasPrefix "https://" (include "stack.gatewayEndpoint" .) -}}
+{{- end -}}
+
 {{- define "stack.sandboxNamespace" -}}{{ .Subcharts.openshell.Values.sandboxNamespace }}{{- end -}}
 {{- define "stack.gatewayName" -}}{{ include "openshell.fullname" .Subcharts.openshell }}{{- end -}}

@@ -39,13 +39,24 @@ pub(super) fn resolve(serve: &mut ServeArgs) -> (Result<GatewayConfig, Step>, Ea
                     "token",
                     "plaintext-token",
                     format!(
-                        "serve refuses to send the bearer token ({var}) over the plaintext endpoint {ep}"
+                        "serve refuses to send the bearer token ({var}) over the plaintext endpoint {ep}, which is not loopback: whoever can see the traffic can copy the token and act as this sandbox's supervisor"
                     ),
                     format!(
-                        "use an https:// endpoint with the client TLS Secret mounted; only in a test setup set {ALLOW_PLAINTEXT_TOKEN}=1"
+                        "use an https:// endpoint with the client TLS Secret mounted, or a loopback endpoint; on a network you trust, accept the risk with {ALLOW_PLAINTEXT_TOKEN}=1"
                     ),
                 ));
-                serve.allow_plaintext_token = Some("1".into());
+                serve.allow_plaintext_token = true;
+            }
+            Err(e @ ConfigError::LoopbackTokenSharedNetwork(..)) => {
+                early.token = Some(Step::failed(
+                    "token",
+                    "plaintext-token-shared-network",
+                    e.to_string(),
+                    format!(
+                        "use https://, or run without --network all; or accept the risk with {ALLOW_PLAINTEXT_TOKEN}=1"
+                    ),
+                ));
+                serve.allow_plaintext_token = true;
             }
             Err(ConfigError::EmptyToken) => {
                 early.token = Some(Step::failed(

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use super::{main_session, pty, sftp};
 use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
-use crate::gateway::exec::{Ended, ExecContext, parse_command, stopped};
+use crate::gateway::exec::{Ended, ExecContext, parse_command, stop_child, stopped};
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
 const CHUNK: usize = 64 * 1024;
@@ -461,7 +461,15 @@ async fn run_piped(
         wr,
         stuck: &stuck,
     };
-    let o = drive(ctx, &mut child, io, &mut in_tx, outputs, |_, _| {}).await;
+    let o = drive(
+        ctx,
+        &mut child,
+        io,
+        &mut in_tx,
+        outputs,
+        None::<fn(u32, u32)>,
+    )
+    .await;
     audit_end(ctx, &child, &o, &bytes);
     o
 }
@@ -526,11 +534,11 @@ async fn run_tty(
         io,
         &mut in_tx,
         outputs,
-        move |cols, rows| {
+        Some(move |cols, rows| {
             if let Err(e) = master.resize(cols, rows) {
                 tracing::debug!("resizing the pty: {e}");
             }
-        },
+        }),
     )
     .await;
     audit_end(ctx, &child, &o, &bytes);
@@ -545,14 +553,14 @@ struct ChannelIo<'a> {
 }
 
 /// Run until the child has exited and its output is fully sent, serving channel messages
-/// meanwhile.
+/// meanwhile. `resize` is the pty's, for a child on a terminal.
 async fn drive<O>(
     ctx: &ExecContext,
     child: &mut Child,
     io: ChannelIo<'_>,
     in_tx: &mut Option<StdinQueue>,
     outputs: O,
-    mut resize: impl FnMut(u32, u32),
+    mut resize: Option<impl FnMut(u32, u32)>,
 ) -> Outcome
 where
     O: std::future::Future<Output = ()>,
@@ -596,7 +604,11 @@ where
                     }
                 }
                 Some(ChannelMsg::Eof) => *in_tx = None,
-                Some(ChannelMsg::WindowChange { col_width, row_height, .. }) => resize(col_width, row_height),
+                Some(ChannelMsg::WindowChange { col_width, row_height, .. }) => {
+                    if let Some(r) = resize.as_mut() {
+                        r(col_width, row_height);
+                    }
+                }
                 Some(_) => {}
             },
             info = child.wait(), if exit.is_none() => {
@@ -612,7 +624,7 @@ where
             // An Err means the supervisor itself is being torn down: stop the child too.
             _ = stopped(&mut shutdown), if exit.is_none() => {
                 tracing::info!(pid = child.pid(), "shutting down: terminating exec");
-                exit = Some(child.terminate_tree(ctx.grace).await);
+                exit = Some(stop_child(child, resize.is_some(), ctx.grace).await);
             }
         }
     }

@@ -27,7 +27,9 @@ pub fn from_yaml(text: &str) -> Result<SandboxPolicy, YamlError> {
     // YAML 1.1 also reads `yes`, `on`, `y` as booleans; OpenShell's parser does not, and a
     // string that silently became `true` (include_workdir: "on") is the kind of surprise a
     // policy must not have.
-    let options = serde_saphyr::options! { strict_booleans: true };
+    // No snippet: its header names a source (`<input>`) that is not the file, and repeats the
+    // message under a caret; the caller names the file once, the message names the line.
+    let options = serde_saphyr::options! { strict_booleans: true, with_snippet: false };
     let policy: SandboxPolicy = serde_saphyr::from_str_with_options(text, options)
         .map_err(|e| YamlError::Parse(Box::new(e)))?;
     for (key, rule) in &policy.network_policies {

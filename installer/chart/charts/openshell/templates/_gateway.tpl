@@ -9,6 +9,9 @@ Call it with the subchart context: include "openshell.gateway" .Subcharts.opensh
 {{- end -}}
 {{- if and (eq .Values.supervisorDelivery "initContainer") (not .Values.clusterImage) -}}
 {{- fail "openshell.supervisorDelivery=initContainer needs openshell.clusterImage: the image whose copy-self puts the supervisor into each sandbox pod" -}}
+{{- end -}}
+{{- if and (not .Values.tls.enabled) (eq .Values.supervisorDelivery "initContainer") (not .Values.tls.sandboxImageAllowsPlaintextToken) -}}
+{{- fail "openshell.tls.enabled=false with supervisorDelivery=initContainer: this gateway gives every sandbox a token, and the supervisor will not send it in cleartext over the pod network (anyone who sees it can act as that sandbox) unless its container has OPENSHELL_ALLOW_PLAINTEXT_TOKEN=1. The gateway builds sandbox pods, so this chart cannot set it: add `ENV OPENSHELL_ALLOW_PLAINTEXT_TOKEN=1` to openshell.sandboxImage and set openshell.tls.sandboxImageAllowsPlaintextToken=true, or keep openshell.tls.enabled=true" -}}
 {{- end }}
 apiVersion: v1
 kind: ServiceAccount
@@ -30,7 +33,8 @@ spec:
   selector:
     {{- include "openshell.selectorLabels" . | nindent 4 }}
   ports:
-    # gRPC and HTTP share one TLS port (ALPN h2 and http/1.1).
+    # gRPC and HTTP share one port: TLS (ALPN h2 and http/1.1), or plaintext h2c with
+    # tls.enabled=false.
     - name: grpc
       port: 8080
       targetPort: grpc
@@ -104,6 +108,7 @@ spec:
                 secretKeyRef:
                   name: {{ .Values.sshHandshakeSecret }}
                   key: secret
+            {{- if .Values.tls.enabled }}
             - name: OPENSHELL_TLS_CERT
               value: /etc/openshell-tls/server/tls.crt
             - name: OPENSHELL_TLS_KEY
@@ -112,6 +117,11 @@ spec:
               value: /etc/openshell-tls/client-ca/ca.crt
             - name: OPENSHELL_CLIENT_TLS_SECRET_NAME
               value: {{ .Values.tls.clientSecret | quote }}
+            {{- else }}
+            # Plaintext h2c on 8080; sandbox pods get no client Secret and dial http://.
+            - name: OPENSHELL_DISABLE_TLS
+              value: "true"
+            {{- end }}
             {{- if eq .Values.supervisorDelivery "initContainer" }}
             # Newer gateways: each sandbox pod gets an init container that runs
             # `/openshell-sandbox copy-self` from this image into an emptyDir.
@@ -155,16 +165,19 @@ spec:
           volumeMounts:
             - name: data
               mountPath: /var/openshell
+            {{- if .Values.tls.enabled }}
             - name: server-tls
               mountPath: /etc/openshell-tls/server
               readOnly: true
             - name: client-ca
               mountPath: /etc/openshell-tls/client-ca
               readOnly: true
+            {{- end }}
             # A writable /tmp, since the root file system is read-only.
             - name: tmp
               mountPath: /tmp
       volumes:
+        {{- if .Values.tls.enabled }}
         - name: server-tls
           secret:
             secretName: {{ .Values.tls.serverSecret }}
@@ -173,6 +186,7 @@ spec:
           secret:
             secretName: {{ .Values.tls.clientCaSecret }}
             defaultMode: 0444
+        {{- end }}
         - name: tmp
           emptyDir: {}
       {{- with .Values.nodeSelector }}

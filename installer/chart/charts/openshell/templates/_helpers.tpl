@@ -20,11 +20,12 @@ app.kubernetes.io/name: openshell-gateway
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The URL sandboxes dial: the Service's fully qualified cluster name, TLS on 8080. */}}
+{{/* The URL sandboxes dial: the Service's fully qualified cluster name on 8080, with TLS
+unless tls.enabled is false. */}}
 {{- define "openshell.grpcEndpoint" -}}
 {{- if .Values.grpcEndpoint -}}
 {{- .Values.grpcEndpoint -}}
 {{- else -}}
-{{- printf "https://%s.%s.svc.cluster.local:8080" (include "openshell.fullname" .) .Release.Namespace -}}
+{{- printf "%s://%s.%s.svc.cluster.local:8080" (ternary "https" "http" .Values.tls.enabled) (include "openshell.fullname" .) .Release.Namespace -}}
 {{- end -}}
 {{- end -}}
