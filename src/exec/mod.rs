@@ -1,5 +1,6 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
+pub mod egress;
 pub mod explain;
 pub mod manager;
 pub mod reaper;
@@ -118,6 +119,8 @@ pub enum RunError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("{0}")]
+    Egress(#[from] egress::EgressError),
     #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
     #[error("{0}")]
