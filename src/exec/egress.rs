@@ -31,8 +31,13 @@ pub const ALLOW_NET_DEFAULT_BINARY: &str = "/**";
 pub enum EgressError {
     #[error("--allow-net {arg}: {why}")]
     AllowNet { arg: String, why: String },
-    #[error("network_policies: {0}")]
+    #[error("{0}")]
     Rules(NetworkPolicyError),
+    #[error("--policy {}: {source}", path.display())]
+    RulesInFile {
+        path: std::path::PathBuf,
+        source: NetworkPolicyError,
+    },
     #[error(
         "the policy has network rules, but the sandbox has no network namespace of its own to put the proxy in (the network layer is degraded); they cannot be enforced"
     )]
@@ -177,6 +182,19 @@ pub fn rules_for(
         return Err(EgressError::NetworkAll);
     }
     Ok(rules)
+}
+
+impl EgressError {
+    /// Name the policy file a rule of it was refused in.
+    pub fn in_file(self, path: &Path) -> EgressError {
+        match self {
+            EgressError::Rules(source) => EgressError::RulesInFile {
+                path: path.to_path_buf(),
+                source,
+            },
+            e => e,
+        }
+    }
 }
 
 /// Where the proxy resolves names: the sandbox's `/etc/hosts` (the view shows the

@@ -80,7 +80,8 @@ pub fn load_policy(
         },
     )?;
     let file_rules = flags.network.is_none().then_some(&model.network_policies);
-    let network = super::egress::rules_for(&resolved.policy, file_rules, allow_net)?;
+    let network = super::egress::rules_for(&resolved.policy, file_rules, allow_net)
+        .map_err(|e| e.in_file(path))?;
     let (policy, warnings) = (resolved.policy, resolved.warnings);
     let names = |v: &str| {
         (!v.is_empty() && v != "sandbox") || (v == "sandbox" && host.sandbox_user.is_some())
