@@ -150,3 +150,81 @@ impl PlaneEgress {
 pub fn has_proxy(sandbox: &Sandbox) -> bool {
     sandbox.attached::<SandboxProxy>().is_some()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress::{Caller, ExecKey, Via};
+
+    fn event(outcome: Outcome, via: Via) -> NetEvent {
+        NetEvent {
+            outcome,
+            via,
+            dest: "pub.test:8080".into(),
+            rule: if outcome == Outcome::Allowed {
+                "pub_http".into()
+            } else {
+                "-".into()
+            },
+            reason: (outcome != Outcome::Allowed)
+                .then(|| "endpoint pub.test:8080 is not allowed by any policy".into()),
+            caller: Some(Caller {
+                pid: 42,
+                exe: "/usr/bin/curl".into(),
+                ancestors: Vec::new(),
+                cmdline_paths: Vec::new(),
+                exec: ExecKey(1),
+            }),
+            src: "10.200.0.1:5000".parse().unwrap(),
+            generation: 3,
+        }
+    }
+
+    #[test]
+    fn decisions_become_ocsf_network_and_http_activity() {
+        let e = ocsf_event(&event(Outcome::Allowed, Via::Connect));
+        assert_eq!((e.class.uid, e.type_uid()), (4001, 400101));
+        assert_eq!(
+            e.shorthand(),
+            "NET:OPEN [INFO] ALLOWED /usr/bin/curl(42) -> pub.test:8080 [policy:pub_http engine:opa] [message:\"CONNECT allowed pub.test:8080\"]"
+        );
+        let d = ocsf_event(&event(
+            Outcome::Denied,
+            Via::Forward {
+                method: "GET".into(),
+                path: "/x".into(),
+            },
+        ));
+        assert_eq!((d.class.uid, d.type_uid()), (4002, 400299));
+        assert!(
+            d.shorthand().starts_with(
+                "HTTP:GET [MED] DENIED /usr/bin/curl(42) -> pub.test:8080 [policy:- engine:opa]"
+            ),
+            "{}",
+            d.shorthand()
+        );
+        assert!(
+            d.shorthand()
+                .contains("reason:\"endpoint pub.test:8080 is not allowed by any policy\"")
+        );
+        let odd = ocsf_event(&event(
+            Outcome::Denied,
+            Via::Forward {
+                method: "BREW".into(),
+                path: "/".into(),
+            },
+        ));
+        assert!(
+            odd.shorthand().starts_with("HTTP:OTHER "),
+            "{}",
+            odd.shorthand()
+        );
+        let c = ocsf_event(&event(Outcome::ClosedByReload, Via::Connect));
+        assert_eq!(c.type_uid(), 400102);
+        assert!(
+            c.shorthand().starts_with("NET:CLOSE [MED] DENIED "),
+            "{}",
+            c.shorthand()
+        );
+    }
+}
