@@ -231,7 +231,7 @@ fn check_takes_the_policy_flags_and_the_policy_file() {
     let pol = policy_file(
         wd.path(),
         &[],
-        "network_policies:\n  pypi:\n    endpoints:\n      - host: pypi.org\n        port: 443\n",
+        "network_policies:\n  pypi:\n    endpoints:\n      - host: \"*.org\"\n        port: 443\n",
     );
     let out = bin()
         .args(["check", "--policy", pol.to_str().unwrap(), "--workdir"])
