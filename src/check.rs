@@ -53,6 +53,9 @@ struct Report {
     /// With `--explain`: every seccomp rule, as `syscall: condition: action`.
     #[serde(skip_serializing_if = "Option::is_none")]
     seccomp_rules: Option<Vec<String>>,
+    /// With `--explain`: the network rules the egress proxy keeps, one line each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network_rules: Option<Vec<String>>,
     /// Whether programs would start in the sandbox: the command given after `--`, or the
     /// system's shell, env and dynamic loader where the policy grants them.
     programs: Vec<ProgramCheck>,
@@ -186,8 +189,19 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // so that a bare `check` speaks about the kernel: the temp directory itself is the view's
     // private tmpfs, refused as a workdir.
     let bare = BareWorkdir::new(args.flags.workdir.is_none());
-    let policy = match run::load_policy(&args.flags, args.policy_file.as_deref(), &bare.path) {
+    let mut network_rules = None;
+    let loaded = run::load_policy(
+        &args.flags,
+        args.policy_file.as_deref(),
+        &bare.path,
+        &args.allow_net,
+    );
+    if let Some(target) = &args.egress {
+        return crate::exec::egress::check_main(loaded, target, args.binary.as_deref(), args.json);
+    }
+    let policy = match loaded {
         Ok(loaded) => {
+            network_rules = loaded.network.as_ref().map(crate::exec::egress::describe);
             run::log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
             warnings = loaded.warnings.iter().map(|w| w.to_string()).collect();
             let mut policy = loaded.policy;
@@ -337,6 +351,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         fully_enforced: fully,
         landlock_rules,
         seccomp_rules,
+        network_rules: args.explain.then(|| network_rules.unwrap_or_default()),
         programs,
         programs_start,
     };
@@ -503,6 +518,19 @@ fn print_human(report: &Report, source: &str) {
         println!("seccomp rules (syscall: condition: action; everything else is allowed):");
         for r in rules {
             println!("  {r}");
+        }
+    }
+    if let Some(rules) = &report.network_rules {
+        if rules.is_empty() {
+            println!("network rules: none (no egress proxy)");
+        } else {
+            println!(
+                "network rules (key: host:ports <- binaries), kept by the egress proxy at {}:",
+                crate::egress::netns::PROXY_ADDR
+            );
+            for r in rules {
+                println!("  {r}");
+            }
         }
     }
     if !report.programs.is_empty() {

@@ -72,6 +72,13 @@ pub struct RunArgs {
     #[arg(long = "policy", value_name = "FILE", help_heading = ISOLATION)]
     pub policy_file: Option<PathBuf>,
 
+    /// Let the command reach HOST on PORT (default 443) through the sandbox's egress proxy
+    /// (repeatable): a network rule added to the policy's, for BINARY only (an absolute path
+    /// or glob; default `/**`, every program of the sandbox). The host may be a glob
+    /// (`*.example.com`). Children get HTTP_PROXY and friends; docs/egress.md.
+    #[arg(long = "allow-net", value_name = "HOST[:PORT][,BINARY]", help_heading = ISOLATION)]
+    pub allow_net: Vec<String>,
+
     /// Make a fresh, empty read-write scratch directory, export it as TMPDIR, remove it afterwards.
     #[arg(long, help_heading = ISOLATION)]
     pub scratch: bool,
@@ -387,6 +394,21 @@ pub struct CheckArgs {
     /// OpenShell sandbox-policy YAML, as for `run --policy`.
     #[arg(long = "policy", value_name = "FILE", help_heading = ISOLATION)]
     pub policy_file: Option<PathBuf>,
+
+    /// A network rule, as for `run --allow-net` (repeatable).
+    #[arg(long = "allow-net", value_name = "HOST[:PORT][,BINARY]", help_heading = ISOLATION)]
+    pub allow_net: Vec<String>,
+
+    /// Answer whether the egress proxy would let a connection to HOST:PORT through, and why
+    /// (exit 0 allowed, 1 denied), from the policy's network rules, without a run. The
+    /// addresses the name resolves to are checked only at connect time.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub egress: Option<String>,
+
+    /// With --egress: the calling program's absolute path (matched as the proxy matches the
+    /// executable). Without it: the binaries of the rule whose endpoint matches.
+    #[arg(long, value_name = "PATH", requires = "egress")]
+    pub binary: Option<String>,
 
     /// As for `run`: when we are root and no --uid is given, a run takes its uid from here.
     #[arg(long, value_name = "START-END", default_value = DEFAULT_UID_RANGE, value_parser = parse_uid_range, help_heading = IDENTITY)]

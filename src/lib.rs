@@ -6,11 +6,13 @@
 //! - `exec`: the parent side: spawn, stream, time out, kill the tree, build the exit report.
 //! - `gateway`: the mTLS dial-back to the OpenShell gateway and the SSH exec server behind it.
 //! - `install`: copy-to-hostPath for the node-installer DaemonSet.
+//! - `egress`: the per-sandbox egress proxy that enforces `network_policies`.
 //! - `manual`: the whole command tree, for shell completions and man pages.
 
 pub mod certs;
 pub mod check;
 pub mod cli;
+pub mod egress;
 pub mod exec;
 pub mod gateway;
 pub mod install;

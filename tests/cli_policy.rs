@@ -108,11 +108,12 @@ fn run_policy_file_grants_and_ro_adds_to_its_list() {
     }
 }
 
-/// `network_policies` cannot be enforced yet: refused naming the key, exit 125. The default of
-/// `--network` (none) is no explicit flag and must not replace the file's network section;
-/// an explicit `--network all` does.
+/// `network_policies` run behind the sandbox's egress proxy: the children get its address. The
+/// default of `--network` (none) is no explicit flag and must not replace the file's network
+/// section; an explicit `--network all` does (no proxy). A rule the proxy could not keep is
+/// refused naming its key, exit 125.
 #[test]
-fn run_policy_file_network_rules_are_refused_unless_network_is_given() {
+fn run_policy_file_network_rules_run_behind_the_proxy_unless_network_is_given() {
     let wd = Workdir::new();
     let pol = policy_file(
         wd.path(),
@@ -120,13 +121,35 @@ fn run_policy_file_network_rules_are_refused_unless_network_is_given() {
         "network_policies:\n  pypi:\n    endpoints:\n      - host: pypi.org\n        port: 443\n",
     );
     let p = pol.to_str().unwrap();
-    let out = run_in(&wd, &["--policy", p], &["/bin/true"]);
+    let out = run_in(&wd, &["--policy", p], &["/usr/bin/env"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("HTTPS_PROXY=http://10.200.0.1:3128\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run_in(&wd, &["--policy", p, "--network", "all"], &["/usr/bin/env"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stdout).contains("PROXY"),
+        "{}",
+        text(&out.stdout)
+    );
+    let bad = policy_file(
+        wd.path(),
+        &[],
+        "network_policies:\n  pypi:\n    endpoints:\n      - host: \"*.com\"\n        port: 443\n",
+    );
+    let out = run_in(&wd, &["--policy", bad.to_str().unwrap()], &["/bin/true"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.contains("network_policies"), "{err}");
-    assert!(err.contains("pypi"), "{err}");
-    let out = run_in(&wd, &["--policy", p, "--network", "all"], &["/bin/true"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        err.contains(&format!(
+            "--policy {}: network_policies.pypi.endpoints[0].host: ",
+            bad.display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]
@@ -208,7 +231,7 @@ fn check_takes_the_policy_flags_and_the_policy_file() {
     let pol = policy_file(
         wd.path(),
         &[],
-        "network_policies:\n  pypi:\n    endpoints:\n      - host: pypi.org\n        port: 443\n",
+        "network_policies:\n  pypi:\n    endpoints:\n      - host: \"*.org\"\n        port: 443\n",
     );
     let out = bin()
         .args(["check", "--policy", pol.to_str().unwrap(), "--workdir"])

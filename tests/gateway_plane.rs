@@ -293,7 +293,7 @@ async fn fail_closed_refuses_execs_until_a_valid_revision_arrives() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn network_rules_are_reported_failed_and_egress_stays_denied() {
+async fn network_rules_are_loaded_and_nothing_else_leaves() {
     if !need_root() {
         return;
     }
@@ -322,13 +322,10 @@ async fn network_rules_are_reported_failed_and_egress_stays_denied() {
     let v = gw.state.current_revision().unwrap().version;
     assert_eq!(v, v1 + 1);
     let rep = wait_report(&gw, v, &sup).await;
-    assert_eq!(rep.status, PolicyStatus::Failed as i32, "{rep:?}");
-    assert!(
-        rep.load_error.contains("github_api, pypi") && rep.load_error.contains("egress"),
-        "{rep:?}"
-    );
-    // It runs, with all egress denied: network mode none, whose seccomp filter refuses an
-    // AF_INET socket with EPERM (Landlock would refuse the connect too).
+    assert_eq!(rep.status, PolicyStatus::Loaded as i32, "{rep:?}");
+    assert!(rep.load_error.is_empty(), "{rep:?}");
+    // The rules are the egress proxy's (tests/egress_serve.rs); a direct connect reaches only
+    // the sandbox's own loopback.
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let r = gw

@@ -1,5 +1,6 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
+pub mod egress;
 pub mod explain;
 pub mod manager;
 pub mod reaper;
@@ -118,6 +119,8 @@ pub enum RunError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("{0}")]
+    Egress(#[from] egress::EgressError),
     #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
     #[error("{0}")]
@@ -177,6 +180,8 @@ struct Inner {
     /// The claim on the read-write grants, and `run`'s hand-over: given back only once the
     /// last exec, which holds this, is gone.
     _held: workdir::Held,
+    /// What lives exactly as long as the sandbox (its egress proxy): see [`Sandbox::attach`].
+    attached: std::sync::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// How one stdio stream of the child is connected.
@@ -270,6 +275,7 @@ impl Sandbox {
                 policy,
                 prepared,
                 _held: held,
+                attached: Default::default(),
             }),
         })
     }
@@ -292,6 +298,7 @@ impl Sandbox {
                 policy,
                 prepared,
                 _held: workdir::Held::default(),
+                attached: Default::default(),
             }),
         }
     }
@@ -307,6 +314,26 @@ impl Sandbox {
             .view
             .one_exec
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Keep `obj` until the sandbox's last clone (the last exec of an old revision included)
+    /// is gone: a service of this sandbox such as its egress proxy.
+    pub fn attach(&self, obj: Arc<dyn std::any::Any + Send + Sync>) {
+        self.inner
+            .attached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(obj);
+    }
+
+    /// The attached object of type `T`, if any.
+    pub fn attached<T: std::any::Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        let v = self
+            .inner
+            .attached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        v.iter().find_map(|o| o.clone().downcast::<T>().ok())
     }
 
     /// What each layer enforces.

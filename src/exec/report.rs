@@ -84,6 +84,9 @@ pub struct ExitReport {
     pub started_at: String,
     /// The host's cgroup hierarchy: `v2`, `v1` (or hybrid), `null` with none mounted.
     pub cgroup_version: Option<&'static str>,
+    /// Connections through the sandbox's egress proxy, when it has one (network rules).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<super::egress::EgressCounts>,
 }
 
 /// Every limit of one run: the policy's (per exec) and the run's own.

@@ -40,6 +40,9 @@ pub struct LoadedPolicy {
     /// The policy file names the identity itself (a numeric `run_as_user`/`run_as_group`, or
     /// `sandbox` where the image has such a user): a per-run uid must not replace it.
     pub file_sets_identity: bool,
+    /// The network rules (the file's `network_policies` and `--allow-net`): the sandbox's
+    /// egress proxy keeps them. `None`: no rules, no proxy.
+    pub network: Option<crate::policy::network::NetworkRules>,
 }
 
 /// The policy of `run` and `check`: the flags alone, or `--policy FILE` with the explicitly
@@ -49,10 +52,13 @@ pub fn load_policy(
     flags: &PolicyFlags,
     file: Option<&Path>,
     default_workdir: &Path,
+    allow_net: &[String],
 ) -> Result<LoadedPolicy, RunError> {
     let Some(path) = file else {
+        let policy = Policy::from_args(flags.clone(), default_workdir, Vec::new())?;
         return Ok(LoadedPolicy {
-            policy: Policy::from_args(flags.clone(), default_workdir, Vec::new())?,
+            network: super::egress::rules_for(&policy, None, allow_net)?,
+            policy,
             warnings: Vec::new(),
             file_sets_identity: false,
         });
@@ -65,12 +71,18 @@ pub fn load_policy(
         std::fs::read_to_string(path).map_err(|e| file_err(openshell::YamlError::Read(e)))?;
     let model = openshell::from_yaml(&text).map_err(file_err)?;
     let host = openshell::Host::current();
-    let (policy, warnings) = openshell::resolve(&model, flags, default_workdir, Vec::new(), &host)
-        .and_then(|r| r.into_enforceable())
-        .map_err(|source| RunError::PolicyMap {
+    // Network rules are the egress proxy's: the mapped policy keeps the sandbox's own network
+    // namespace for them (an explicit --network replaces the file's network section).
+    let resolved = openshell::resolve(&model, flags, default_workdir, Vec::new(), &host).map_err(
+        |source| RunError::PolicyMap {
             path: path.to_path_buf(),
             source,
-        })?;
+        },
+    )?;
+    let file_rules = flags.network.is_none().then_some(&model.network_policies);
+    let network = super::egress::rules_for(&resolved.policy, file_rules, allow_net)
+        .map_err(|e| e.in_file(path))?;
+    let (policy, warnings) = (resolved.policy, resolved.warnings);
     let names = |v: &str| {
         (!v.is_empty() && v != "sandbox") || (v == "sandbox" && host.sandbox_user.is_some())
     };
@@ -82,6 +94,7 @@ pub fn load_policy(
         policy,
         warnings,
         file_sets_identity,
+        network,
     })
 }
 
@@ -319,7 +332,12 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         what: "reading the current directory",
         source,
     })?;
-    let loaded = load_policy(&args.flags, args.policy_file.as_deref(), &cwd)?;
+    let loaded = load_policy(
+        &args.flags,
+        args.policy_file.as_deref(),
+        &cwd,
+        &args.allow_net,
+    )?;
     log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
     let mut policy = loaded.policy;
     tl.stamp("policy");
@@ -371,11 +389,14 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     if let Some(s) = &scratch {
         policy.fs.read_write.push(s.path.clone());
     }
-    let env = child_env(
+    let mut env = child_env(
         &args,
         &policy.fs.workdir,
         scratch.as_ref().map(|s| s.path.as_path()),
     )?;
+    if loaded.network.is_some() {
+        super::egress::add_child_env(&mut env);
+    }
     let limits = policy.limits.clone();
     // Who the child runs as: the switched identity when we are root, else our own.
     let (child_uid, child_gid) = match policy.identity {
@@ -387,6 +408,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // One run, one exec: no cgroup is made ahead for a next exec.
     let sandbox = Sandbox::new(policy)?;
     sandbox.one_exec_only();
+    // The proxy listens in the sandbox's network namespace before anything runs there.
+    let egress = match loaded.network {
+        Some(rules) => Some(super::egress::RunEgress::start(&sandbox, rules)?),
+        None => None,
+    };
     tl.stamp("sandbox-new");
     // Every write of a run in a workdir it cannot write fails, while the report would say
     // "all layers enforced": asked as whom the kernel checks the command there (its owner
@@ -461,6 +487,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         },
         started_at: crate::logging::rfc3339(started_at),
         cgroup_version: report::host_cgroup_version(),
+        egress: egress.as_ref().map(|e| e.counts().into()),
     };
     // A command that could not be started ends a run that got this far: it still has its
     // report. (Its child is already reaped: nothing of the run is left.)
@@ -775,6 +802,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     tl.stamp("report");
     crate::pause::point("scratch-remove");
     drop(scratch);
+    drop(egress);
     // The cgroup root (and the group made ahead for a next exec) is removed here.
     drop(sandbox);
     drop(lease);

@@ -24,6 +24,7 @@ pub mod backoff;
 pub mod channel;
 pub mod config;
 pub mod doctor;
+pub mod egress;
 pub mod exec;
 pub mod identity;
 pub mod logpush;

@@ -226,6 +226,8 @@ pub struct Plane {
     /// The plane's own channel, made on first use; tonic reconnects it after a failure.
     channel: tokio::sync::Mutex<Option<Channel>>,
     slot: Arc<PolicySlot>,
+    /// The revision every sandbox's egress proxy keeps.
+    egress: super::egress::PlaneEgress,
     reports: mpsc::UnboundedSender<Report>,
     tracked: tokio::sync::Mutex<Tracked>,
 }
@@ -246,6 +248,7 @@ impl Plane {
             slot: PolicySlot::with(Active::Quarantined(
                 "no policy could be fetched from the gateway yet".into(),
             )),
+            egress: Default::default(),
             reports: tx,
             tracked: tokio::sync::Mutex::new(Tracked::default()),
             cfg,
@@ -469,31 +472,31 @@ impl Plane {
         )
         .map_err(|e| e.to_string())
         .and_then(|r| {
-            let network = r.network.clone();
+            // The rules go to the egress proxy (an explicit --network replaced them).
+            let rules = match &r.network {
+                NetworkOutcome::EgressDenied { .. } => {
+                    super::egress::PlaneEgress::compile(&policy.network_policies)?
+                }
+                NetworkOutcome::Enforced => Default::default(),
+            };
             for w in &r.warnings {
                 tracing::warn!(version, "policy: {w}");
             }
-            tokio::task::block_in_place(|| Sandbox::new(r.policy))
-                .map(|s| (s, network))
-                .map_err(|e| e.to_string())
+            let sandbox = tokio::task::block_in_place(|| Sandbox::new(r.policy))
+                .map_err(|e| e.to_string())?;
+            self.egress
+                .adopt(&sandbox, rules)
+                .map_err(|e| e.to_string())?;
+            Ok(sandbox)
         });
         match built {
-            Ok((sandbox, network)) => {
+            Ok(sandbox) => {
                 self.slot.set(Active::Ready(sandbox));
-                let (status, err) = match network {
-                    NetworkOutcome::Enforced => (PolicyStatus::Loaded, String::new()),
-                    NetworkOutcome::EgressDenied { rule_keys } => (
-                        PolicyStatus::Failed,
-                        openshell::MapError::NetworkRules(rule_keys).to_string(),
-                    ),
-                };
+                let (status, err) = (PolicyStatus::Loaded, String::new());
                 ocsf::Event::config(ocsf::Severity::Informational, "LOADED")
                     .subject(format!("policy version {version}"))
                     .detail("applies", "at the next exec".into())
                     .emit();
-                if status == PolicyStatus::Failed {
-                    tracing::warn!(version, "policy applied with all egress denied: {err}");
-                }
                 if reportable {
                     self.report(version, status, err);
                 }
@@ -518,6 +521,7 @@ impl Plane {
             .emit();
         tracing::warn!(version, "policy cannot be applied: {reason}");
         if !keep {
+            self.egress.quarantine(version, &reason);
             self.slot.set(Active::Quarantined(format!(
                 "policy version {version}: {reason}"
             )));

@@ -120,6 +120,10 @@ impl PolicySlot {
                 return Err(SpawnError::Quarantined(reason));
             }
         };
+        let mut spec = spec;
+        if super::egress::has_proxy(&sandbox) {
+            crate::exec::egress::add_child_env(&mut spec.env);
+        }
         let child = match sandbox.spawn(spec).await {
             Ok(c) => c,
             Err(e) => {

@@ -5,6 +5,7 @@
 mod flags;
 mod fs;
 mod ipc;
+pub mod network;
 pub mod openshell;
 mod size;
 

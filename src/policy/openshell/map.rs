@@ -2,10 +2,10 @@
 //!
 //! The file's filesystem lists are the whole grant set (our built-in system list is not
 //! added); flags override the file only where they were given; what we cannot enforce as
-//! written is an error that names the key. The one exception is a non-empty
-//! `network_policies`: it comes back as [`NetworkOutcome::EgressDenied`] with all egress denied,
-//! so the gateway can run the sandbox and report FAILED, while `run` turns it into an error
-//! ([`Resolved::into_enforceable`]).
+//! written is an error that names the key. A non-empty `network_policies` comes back as
+//! [`NetworkOutcome::EgressDenied`]: the mapped policy keeps the sandbox's own network
+//! namespace with nothing reachable, and the caller hands the rules to the egress proxy it
+//! starts there (`exec::egress`, `gateway::egress`; docs/egress.md).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -57,9 +57,9 @@ impl std::fmt::Display for MapWarning {
 pub enum NetworkOutcome {
     /// Enforced as asked: no rules (all egress denied), or an explicit `--network` flag.
     Enforced,
-    /// `network_policies` asks for egress allow-lists, which we cannot enforce until egress
-    /// rules exist. The returned policy denies all egress; the caller reports FAILED (gateway)
-    /// or refuses (`run`), naming these rule keys.
+    /// `network_policies` asks for egress allow-lists. The returned policy denies all direct
+    /// egress (`--network none`); the rules are the egress proxy's, which the caller starts
+    /// in the sandbox's namespace.
     EgressDenied { rule_keys: Vec<String> },
 }
 
@@ -172,8 +172,8 @@ pub struct Resolved {
 }
 
 impl Resolved {
-    /// For `run` and `check`: a policy that cannot be enforced as written is an error, so
-    /// pending egress rules are refused. Warnings (best_effort skips) are kept.
+    /// For a caller with no egress proxy: a policy whose network rules nobody would keep is
+    /// an error. Warnings (best_effort skips) are kept.
     pub fn into_enforceable(self) -> Result<(Policy, Vec<MapWarning>), MapError> {
         match self.network {
             NetworkOutcome::Enforced => Ok((self.policy, self.warnings)),

@@ -58,8 +58,9 @@ pub struct SandboxPolicy {
     pub landlock: Option<LandlockPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessPolicy>,
-    /// Rule key -> egress allow rule. We have no egress rules yet, so a non-empty map is never
-    /// enforced as written: [`resolve`] reports it as [`NetworkOutcome::EgressDenied`].
+    /// Rule key -> egress allow rule. [`crate::policy::network::NetworkRules::compile`]
+    /// validates them; until the egress proxy is wired into `run` and `serve`, [`resolve`]
+    /// still reports a non-empty map as [`NetworkOutcome::EgressDenied`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub network_policies: BTreeMap<String, NetworkPolicyRule>,
     /// HEAD-only middleware configs (proto field 6). Ignorable per §11.3; present only to
@@ -121,9 +122,11 @@ pub struct NetworkBinary {
     pub path: String,
 }
 
-/// Proto `NetworkEndpoint`. The L4 keys are modelled; the L7 and credential keys are accepted
-/// (so a valid OpenShell file parses) but opaque: a rule is never enforced anyway, see
-/// [`NetworkOutcome`]. `port` 0 means unset; `port` and `ports` are exclusive in YAML.
+/// Proto `NetworkEndpoint`. The L4 keys and the L7 keys that a rule is made of (`protocol`,
+/// `tls`, `enforcement`, `access`, `rules`, `deny_rules`, `path`, `allow_encoded_slash`) are
+/// modelled; the GraphQL, JSON-RPC and credential extras are accepted (so a valid OpenShell
+/// file parses) but opaque. `port` 0 means unset; `port` and `ports` are exclusive in YAML.
+/// [`crate::policy::network::NetworkRules::compile`] validates all of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkEndpoint {
@@ -143,15 +146,23 @@ pub struct NetworkEndpoint {
     pub access: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_ips: Vec<String>,
-    // The L7 and credential keys (proto fields 7, 10 and 11-26): accepted, never looked at.
-    #[serde(default, skip_serializing)]
-    pub path: Option<Opaque>,
-    #[serde(default, skip_serializing)]
-    pub rules: Option<Opaque>,
-    #[serde(default, skip_serializing)]
-    pub deny_rules: Option<Opaque>,
-    #[serde(default, skip_serializing)]
-    pub allow_encoded_slash: Option<Opaque>,
+    /// `None`: absent. YAML can say `rules: []`, which is refused at compile time; the proto
+    /// cannot tell an empty list from an absent one, so it decodes as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<L7Rule>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny_rules: Option<Vec<L7DenyRule>>,
+    /// Proto 15: the HTTP path glob that scopes an L7 endpoint; empty = every path.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    /// Proto 11.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_encoded_slash: bool,
+    /// Proto 18: written by the policy advisor, never trusted as an exact declared host.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub advisor_proposed: bool,
+    // The GraphQL, JSON-RPC, MCP and credential extras (proto fields 12-14, 16, 17 and 19-26):
+    // accepted, never looked at.
     #[serde(default, skip_serializing)]
     pub persisted_queries: Option<Opaque>,
     #[serde(default, skip_serializing)]
@@ -162,8 +173,6 @@ pub struct NetworkEndpoint {
     pub websocket_credential_rewrite: Option<Opaque>,
     #[serde(default, skip_serializing)]
     pub request_body_credential_rewrite: Option<Opaque>,
-    #[serde(default, skip_serializing)]
-    pub advisor_proposed: Option<Opaque>,
     #[serde(default, skip_serializing)]
     pub credential_signing: Option<Opaque>,
     #[serde(default, skip_serializing)]
@@ -178,6 +187,100 @@ pub struct NetworkEndpoint {
     pub allow_uninspected_credentials: Option<Opaque>,
     #[serde(default, skip_serializing)]
     pub provider_credentialed: Option<Opaque>,
+}
+
+/// Proto `L7Rule`: one allow clause.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct L7Rule {
+    pub allow: L7Match,
+}
+
+/// Proto `L7DenyRule`: the fields of an allow clause, without the `allow:` wrapper.
+pub type L7DenyRule = L7Match;
+
+/// Proto `L7Allow` and `L7DenyRule` (the same field numbers): what one L7 request must look
+/// like. The REST and SQL keys are modelled; the GraphQL and MCP keys are accepted and opaque.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct L7Match {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub method: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub command: String,
+    /// Decoded query parameter name -> matcher.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query: BTreeMap<String, QueryMatcher>,
+    #[serde(default, skip_serializing)]
+    pub operation_type: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub operation_name: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub fields: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub tool: Option<Opaque>,
+    #[serde(default, skip_serializing)]
+    pub params: Option<Opaque>,
+}
+
+/// Proto `L7QueryMatcher`. YAML writes it as one glob string or as `{any: [globs]}`; the
+/// proto also has `glob`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryMatcher {
+    pub glob: String,
+    pub any: Vec<String>,
+}
+
+impl Serialize for QueryMatcher {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        if self.any.is_empty() {
+            return s.serialize_str(&self.glob);
+        }
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry("any", &self.any)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for QueryMatcher {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Any {
+            any: Vec<String>,
+        }
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = QueryMatcher;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a glob string or a map `{any: [globs]}`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<QueryMatcher, E> {
+                Ok(QueryMatcher {
+                    glob: v.to_string(),
+                    any: Vec::new(),
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<QueryMatcher, A::Error> {
+                let a = Any::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Ok(QueryMatcher {
+                    glob: String::new(),
+                    any: a.any,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 /// A value that was present and deliberately not looked at.

@@ -71,8 +71,14 @@ pub(super) fn full_model() -> SandboxPolicy {
                     enforcement: "enforce".into(),
                     access: "read-only".into(),
                     allowed_ips: vec!["10.0.0.0/8".into()],
-                    path: Some(Opaque),
-                    rules: Some(Opaque),
+                    path: "/repos/**".into(),
+                    rules: Some(vec![L7Rule {
+                        allow: L7Match {
+                            method: "GET".into(),
+                            path: "/**".into(),
+                            ..Default::default()
+                        },
+                    }]),
                     ..Default::default()
                 },
                 NetworkEndpoint {
@@ -202,12 +208,25 @@ fn response(policy: Option<&[u8]>, extra: &[u8]) -> Vec<u8> {
 #[test]
 fn proto_round_trips_the_model() {
     let mut m = full_model();
-    // Neither the opaque keys nor the middlewares have a value in the model to encode.
+    // The middlewares have no value in the model to encode; the L7 rules and the endpoint
+    // path do, and come back the same.
     m.network_middlewares = None;
-    for e in &mut m.network_policies.get_mut("github").unwrap().endpoints {
-        e.path = None;
-        e.rules = None;
-    }
+    let deny = L7Match {
+        method: "POST".into(),
+        path: "/admin/**".into(),
+        query: [(
+            "tag".to_string(),
+            QueryMatcher {
+                any: vec!["a-*".into(), "b-*".into()],
+                ..Default::default()
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let e = &mut m.network_policies.get_mut("github").unwrap().endpoints[0];
+    e.deny_rules = Some(vec![deny]);
+    e.allow_encoded_slash = true;
     assert_eq!(decode_policy(&encode_policy(&m)).unwrap(), m);
 }
 
@@ -321,19 +340,25 @@ fn proto_every_unknown_field_is_reported_with_its_wire_type_skipped() {
 
 #[test]
 fn proto_known_but_opaque_fields_are_accepted() {
-    // Endpoint 7 (L7 rules), 10, 11-26; policy field 6 (middlewares); response field 9.
+    // Endpoint 12-14, 16, 17, 19-26 (GraphQL and credential extras), L7Allow 5-7 and 9;
+    // policy field 6 (middlewares); response field 9.
     let mut ep = ld(1, b"h");
-    for n in [7, 10, 15, 26] {
+    for n in [12, 16, 26] {
         ep.extend(ld(n, b"\x0a\x01x"));
     }
     ep.extend(varint_field(11, 1));
+    let allow = [ld(1, b"GET"), ld(5, b"query"), ld(7, b"f")].concat();
+    ep.extend(ld(7, &ld(1, &allow)));
     let policy = [
         ld(5, &[ld(1, b"r"), ld(2, &ld(2, &ep))].concat()),
         ld(6, &[ld(1, b"m"), ld(2, b"")].concat()),
     ]
     .concat();
     let p = decode_policy(&policy).unwrap();
-    assert_eq!(p.network_policies["r"].endpoints[0].host, "h");
+    let e = &p.network_policies["r"].endpoints[0];
+    assert_eq!(e.host, "h");
+    assert!(e.allow_encoded_slash);
+    assert_eq!(e.rules.as_ref().unwrap()[0].allow.method, "GET");
     assert_eq!(p.network_middlewares, Some(Opaque));
     let r = decode_config_response(&response(Some(&policy), &ld(9, b"\x0a\x01s"))).unwrap();
     assert!(r.policy.unwrap().is_some());

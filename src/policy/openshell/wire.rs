@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use prost::Message;
 
 use super::{
-    FilesystemPolicy, LandlockPolicy, NetworkBinary, NetworkEndpoint, NetworkPolicyRule, Opaque,
-    ProcessPolicy, SandboxPolicy,
+    FilesystemPolicy, L7Match, L7Rule, LandlockPolicy, NetworkBinary, NetworkEndpoint,
+    NetworkPolicyRule, Opaque, ProcessPolicy, QueryMatcher, SandboxPolicy,
 };
 use crate::proto::sandbox::v1 as pb;
 
@@ -248,6 +248,23 @@ fn to_proto(p: &SandboxPolicy) -> pb::SandboxPolicy {
                             access: e.access.clone(),
                             allowed_ips: e.allowed_ips.clone(),
                             ports: e.ports.iter().map(|p| u32::from(*p)).collect(),
+                            rules: e
+                                .rules
+                                .iter()
+                                .flatten()
+                                .map(|r| pb::L7Rule {
+                                    allow: Some(l7_allow_to_proto(&r.allow)),
+                                })
+                                .collect(),
+                            deny_rules: e
+                                .deny_rules
+                                .iter()
+                                .flatten()
+                                .map(l7_deny_to_proto)
+                                .collect(),
+                            allow_encoded_slash: e.allow_encoded_slash,
+                            path: e.path.clone(),
+                            advisor_proposed: e.advisor_proposed,
                         })
                         .collect(),
                     binaries: r
@@ -263,6 +280,57 @@ fn to_proto(p: &SandboxPolicy) -> pb::SandboxPolicy {
             })
             .collect(),
     }
+}
+
+fn query_to_proto(
+    q: &std::collections::BTreeMap<String, QueryMatcher>,
+) -> HashMap<String, pb::L7QueryMatcher> {
+    q.iter()
+        .map(|(k, m)| {
+            (
+                k.clone(),
+                pb::L7QueryMatcher {
+                    glob: m.glob.clone(),
+                    any: m.any.clone(),
+                },
+            )
+        })
+        .collect()
+}
+
+fn l7_allow_to_proto(m: &L7Match) -> pb::L7Allow {
+    pb::L7Allow {
+        method: m.method.clone(),
+        path: m.path.clone(),
+        command: m.command.clone(),
+        query: query_to_proto(&m.query),
+    }
+}
+
+fn l7_deny_to_proto(m: &L7Match) -> pb::L7DenyRule {
+    pb::L7DenyRule {
+        method: m.method.clone(),
+        path: m.path.clone(),
+        command: m.command.clone(),
+        query: query_to_proto(&m.query),
+    }
+}
+
+/// A proto map has no order; the model's is by key.
+fn query_from_proto(
+    q: HashMap<String, pb::L7QueryMatcher>,
+) -> std::collections::BTreeMap<String, QueryMatcher> {
+    q.into_iter()
+        .map(|(k, m)| {
+            (
+                k,
+                QueryMatcher {
+                    glob: m.glob,
+                    any: m.any,
+                },
+            )
+        })
+        .collect()
 }
 
 fn port(key: impl FnOnce() -> String, value: u32) -> Result<u16, ProtoError> {
@@ -296,6 +364,39 @@ fn from_proto(p: pb::SandboxPolicy) -> Result<SandboxPolicy, ProtoError> {
                 enforcement: e.enforcement,
                 access: e.access,
                 allowed_ips: e.allowed_ips,
+                // An empty repeated field and an absent one are the same bytes.
+                rules: (!e.rules.is_empty()).then(|| {
+                    e.rules
+                        .into_iter()
+                        .map(|r| {
+                            let a = r.allow.unwrap_or_default();
+                            L7Rule {
+                                allow: L7Match {
+                                    method: a.method,
+                                    path: a.path,
+                                    command: a.command,
+                                    query: query_from_proto(a.query),
+                                    ..Default::default()
+                                },
+                            }
+                        })
+                        .collect()
+                }),
+                deny_rules: (!e.deny_rules.is_empty()).then(|| {
+                    e.deny_rules
+                        .into_iter()
+                        .map(|d| L7Match {
+                            method: d.method,
+                            path: d.path,
+                            command: d.command,
+                            query: query_from_proto(d.query),
+                            ..Default::default()
+                        })
+                        .collect()
+                }),
+                path: e.path,
+                allow_encoded_slash: e.allow_encoded_slash,
+                advisor_proposed: e.advisor_proposed,
                 ..Default::default()
             });
         }
@@ -385,8 +486,39 @@ static BINARY: Schema = Schema {
     name: "NetworkBinary",
     fields: &[(1, "path", Bytes), (2, "harness", Varint)],
 };
-/// NetworkEndpoint: 1-10 as §11.3 names them; 7 and 10 (L7 rule lists) and 11-26 (L7 and
-/// credential extras) are known but opaque.
+static QUERY_MATCHER: Schema = Schema {
+    name: "L7QueryMatcher",
+    fields: &[(1, "glob", Bytes), (2, "any", Bytes)],
+};
+static QUERY_ENTRY: Schema = Schema {
+    name: "L7Allow.QueryEntry",
+    fields: &[(1, "key", Bytes), (2, "value", Msg(&QUERY_MATCHER))],
+};
+/// L7Allow and L7DenyRule: method, path, command and query are modelled; 5-7 and 9 (GraphQL
+/// and MCP matchers) are known but opaque; 8 is reserved, so unknown.
+static L7_MATCH: Schema = Schema {
+    name: "L7Allow",
+    fields: &[
+        (1, "method", Bytes),
+        (2, "path", Bytes),
+        (3, "command", Bytes),
+        (4, "query", Msg(&QUERY_ENTRY)),
+        (5, "extra", Opq),
+        (6, "extra", Opq),
+        (7, "extra", Opq),
+        (9, "extra", Opq),
+    ],
+};
+static L7_DENY: Schema = Schema {
+    name: "L7DenyRule",
+    fields: L7_MATCH.fields,
+};
+static L7_RULE: Schema = Schema {
+    name: "L7Rule",
+    fields: &[(1, "allow", Msg(&L7_MATCH))],
+};
+/// NetworkEndpoint: 1-10 as §11.3 names them, plus 11, 15 and 18; the other L7 and
+/// credential extras up to 26 are known but opaque.
 static ENDPOINT: Schema = Schema {
     name: "NetworkEndpoint",
     fields: &[
@@ -396,18 +528,18 @@ static ENDPOINT: Schema = Schema {
         (4, "tls", Bytes),
         (5, "enforcement", Bytes),
         (6, "access", Bytes),
-        (7, "rules", Opq),
+        (7, "rules", Msg(&L7_RULE)),
         (8, "allowed_ips", Bytes),
         (9, "ports", RepeatedVarint),
-        (10, "deny_rules", Opq),
-        (11, "extra", Opq),
+        (10, "deny_rules", Msg(&L7_DENY)),
+        (11, "allow_encoded_slash", Varint),
         (12, "extra", Opq),
         (13, "extra", Opq),
         (14, "extra", Opq),
-        (15, "extra", Opq),
+        (15, "path", Bytes),
         (16, "extra", Opq),
         (17, "extra", Opq),
-        (18, "extra", Opq),
+        (18, "advisor_proposed", Varint),
         (19, "extra", Opq),
         (20, "extra", Opq),
         (21, "extra", Opq),

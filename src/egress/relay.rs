@@ -1,0 +1,179 @@
+//! Carrying an admitted connection: the raw tunnel, the guard that ends it when the policy
+//! generation moves on, and the seam where an inspecting relay plugs in.
+//!
+//! An idle tunnel holds no buffer: each direction waits for readability and only then takes a
+//! buffer, gives it back once the socket has nothing more to read, so a thousand idle tunnels
+//! cost their sockets and two small futures each.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::decide::Settings;
+use super::identity::Caller;
+use super::request::HostPort;
+use super::revision::Revision;
+
+/// Bytes read per step while data flows.
+const CHUNK: usize = 64 * 1024;
+
+/// Why a relay ended.
+#[derive(Debug)]
+pub enum End {
+    /// Both directions finished.
+    Done,
+    /// The policy moved to this generation.
+    Stale(u64),
+    Idle,
+    /// The proxy is shutting down.
+    Shutdown,
+    Error(io::Error),
+}
+
+/// Held by every admitted connection: the generation it was admitted under.
+pub struct Guard {
+    rx: watch::Receiver<Arc<Revision>>,
+    generation: u64,
+    cancel: CancellationToken,
+}
+
+impl Guard {
+    pub(super) fn new(
+        rx: watch::Receiver<Arc<Revision>>,
+        generation: u64,
+        cancel: CancellationToken,
+    ) -> Guard {
+        Guard {
+            rx,
+            generation,
+            cancel,
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The current generation, if it is no longer the pinned one.
+    pub fn moved(&self) -> Option<u64> {
+        let g = self.rx.borrow().generation;
+        (g != self.generation).then_some(g)
+    }
+
+    /// Resolves when the connection must end: the generation moved, or the proxy stops.
+    pub async fn ended(&mut self) -> End {
+        loop {
+            if let Some(g) = self.moved() {
+                return End::Stale(g);
+            }
+            tokio::select! {
+                r = self.rx.changed() => if r.is_err() {
+                    return End::Shutdown;
+                },
+                _ = self.cancel.cancelled() => return End::Shutdown,
+            }
+        }
+    }
+}
+
+/// An admitted CONNECT whose endpoint asks for L7 inspection, handed to the inspecting
+/// relay: the client after its `200`, the bytes it sent early, the upstream already dialed to
+/// a checked address, and the guard to watch.
+pub struct InspectedTunnel {
+    pub client: TcpStream,
+    pub early: Vec<u8>,
+    pub upstream: TcpStream,
+    pub dest: HostPort,
+    pub caller: Caller,
+    pub settings: Settings,
+    pub guard: Guard,
+}
+
+/// The seam for HTTP rules, TLS termination and credential placeholders. Without one, the
+/// proxy refuses connections whose endpoint asks for inspection.
+pub trait Inspector: Send + Sync + 'static {
+    fn run(&self, t: InspectedTunnel) -> Pin<Box<dyn Future<Output = End> + Send>>;
+}
+
+/// Copy both ways until both directions end, the guard fires, or nothing moved for `idle`.
+/// `early` goes upstream first (bytes the client sent right behind its CONNECT).
+pub async fn tunnel(
+    client: TcpStream,
+    upstream: TcpStream,
+    early: &[u8],
+    guard: &mut Guard,
+    idle: Option<Duration>,
+) -> End {
+    let (cr, cw) = client.into_split();
+    let (ur, mut uw) = upstream.into_split();
+    if !early.is_empty()
+        && let Err(e) = uw.write_all(early).await
+    {
+        return End::Error(e);
+    }
+    let start = Instant::now();
+    let last = AtomicU64::new(0);
+    let both = async {
+        let (a, b) = tokio::join!(pump(cr, uw, &last, start), pump(ur, cw, &last, start));
+        a.and(b)
+    };
+    let idle_watch = async {
+        let Some(limit) = idle else {
+            return std::future::pending::<()>().await;
+        };
+        loop {
+            let seen = Duration::from_millis(last.load(Ordering::Relaxed));
+            let quiet = start.elapsed().saturating_sub(seen);
+            if quiet >= limit {
+                return;
+            }
+            tokio::time::sleep(limit - quiet).await;
+        }
+    };
+    tokio::select! {
+        r = both => match r {
+            Ok(()) => End::Done,
+            Err(e) => End::Error(e),
+        },
+        e = guard.ended() => e,
+        _ = idle_watch => End::Idle,
+    }
+}
+
+/// One direction. At EOF the write side is shut down, so the peer sees the half-close.
+async fn pump(
+    r: OwnedReadHalf,
+    mut w: OwnedWriteHalf,
+    last: &AtomicU64,
+    start: Instant,
+) -> io::Result<()> {
+    loop {
+        r.readable().await?;
+        // Taken only now that there is something to read, and not zeroed.
+        let mut buf = Vec::with_capacity(CHUNK);
+        loop {
+            buf.clear();
+            match r.try_read_buf(&mut buf) {
+                Ok(0) => {
+                    let _ = w.shutdown().await;
+                    return Ok(());
+                }
+                Ok(_) => {
+                    last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    w.write_all(&buf).await?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

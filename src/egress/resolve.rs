@@ -1,0 +1,153 @@
+//! Name resolution for allowed connections, in OpenShell's order: an IP literal is itself;
+//! then every matching line of the sandbox's `/etc/hosts`; then the supervisor's own resolver
+//! (getaddrinfo). The proxy calls [`Resolve::resolve`] exactly once per request and dials only
+//! the addresses it returned and the address checks passed.
+//!
+//! The sandbox's hosts file is the sandbox's to write, and the supervisor reads it: it is
+//! opened without following a final symlink, non-blocking (a FIFO planted there must not hang
+//! the proxy), must be a regular file, and at most [`MAX_HOSTS_BYTES`] are read.
+
+use std::future::Future;
+use std::io::Read;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::pin::Pin;
+
+/// The part of a hosts file that is read.
+pub const MAX_HOSTS_BYTES: u64 = 1 << 20;
+
+/// Why a name did not resolve.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("no address for {0}")]
+    NoAddress(String),
+    #[error("{0}")]
+    Lookup(#[source] std::io::Error),
+}
+
+/// The boxed future of [`Resolve::resolve`].
+pub type ResolveFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, ResolveError>> + Send + 'a>>;
+
+/// Turns a host into addresses. Called once per request.
+pub trait Resolve: Send + Sync + 'static {
+    fn resolve<'a>(&'a self, host: &'a str, port: u16) -> ResolveFuture<'a>;
+}
+
+/// The production resolver.
+pub struct SandboxResolver {
+    /// The sandbox's hosts file (e.g. `/proc/<pid>/root/etc/hosts`, or the file the view
+    /// shows as `/etc/hosts`); `None` skips that step.
+    pub hosts: Option<PathBuf>,
+    /// Fall back to getaddrinfo in the supervisor's network namespace.
+    pub system: bool,
+}
+
+impl Resolve for SandboxResolver {
+    fn resolve<'a>(&'a self, host: &'a str, port: u16) -> ResolveFuture<'a> {
+        Box::pin(async move {
+            if let Ok(ip) = host.parse::<IpAddr>() {
+                return Ok(vec![ip]);
+            }
+            if let Some(path) = &self.hosts {
+                let path = path.clone();
+                let name = host.to_string();
+                let found = tokio::task::spawn_blocking(move || {
+                    read_hosts(&path).map(|t| hosts_lookup(&t, &name))
+                })
+                .await
+                .map_err(|e| ResolveError::Lookup(std::io::Error::other(e)))?;
+                // An unreadable hosts file is skipped, as a missing one is.
+                if let Ok(found) = found
+                    && !found.is_empty()
+                {
+                    return Ok(found);
+                }
+            }
+            if !self.system {
+                return Err(ResolveError::NoAddress(host.to_string()));
+            }
+            let mut out: Vec<IpAddr> = Vec::new();
+            for a in tokio::net::lookup_host((host, port))
+                .await
+                .map_err(ResolveError::Lookup)?
+            {
+                if !out.contains(&a.ip()) {
+                    out.push(a.ip());
+                }
+            }
+            if out.is_empty() {
+                return Err(ResolveError::NoAddress(host.to_string()));
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Read a hosts file the sandbox may control (see the module doc).
+pub fn read_hosts(path: &std::path::Path) -> std::io::Result<String> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut buf = Vec::new();
+    f.take(MAX_HOSTS_BYTES).read_to_end(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Every address of every line of hosts(5) text that names `host` (case-insensitive), in
+/// file order, without repeats.
+pub fn hosts_lookup(text: &str, host: &str) -> Vec<IpAddr> {
+    let want = host.trim_end_matches('.');
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
+            continue;
+        };
+        if words.any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(want)) && !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_lines() {
+        let t = "# c\n192.88.99.10  pub.test a.wild.test\n10.77.0.10 db.corp.test mixed.wild.test\n192.88.99.10 mixed.wild.test # again\n  \nbad line\n::1 localhost ip6-localhost\n";
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(hosts_lookup(t, "PUB.test"), [ip("192.88.99.10")]);
+        assert_eq!(
+            hosts_lookup(t, "mixed.wild.test"),
+            [ip("10.77.0.10"), ip("192.88.99.10")]
+        );
+        assert_eq!(hosts_lookup(t, "localhost"), [ip("::1")]);
+        assert!(hosts_lookup(t, "nx.wild.test").is_empty());
+        assert!(hosts_lookup(t, "line").is_empty());
+    }
+
+    #[test]
+    fn a_fifo_or_a_link_is_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo on a path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(read_hosts(&fifo).is_err());
+        let real = d.path().join("real");
+        std::fs::write(&real, "1.2.3.4 x\n").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(read_hosts(&link).is_err());
+        assert_eq!(read_hosts(&real).unwrap(), "1.2.3.4 x\n");
+    }
+}
