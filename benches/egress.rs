@@ -41,14 +41,27 @@ fn dial(proxied: bool, port: u16) -> TcpStream {
     }
     let mut s = TcpStream::connect("10.200.0.1:3128").unwrap();
     s.set_nodelay(true).unwrap();
-    write!(s, "CONNECT up.test:{port} HTTP/1.1\r\nHost: up.test:{port}\r\n\r\n").unwrap();
+    write!(
+        s,
+        "CONNECT up.test:{port} HTTP/1.1\r\nHost: up.test:{port}\r\n\r\n"
+    )
+    .unwrap();
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "proxy closed: {}", String::from_utf8_lossy(&head));
+        assert_eq!(
+            s.read(&mut b).unwrap(),
+            1,
+            "proxy closed: {}",
+            String::from_utf8_lossy(&head)
+        );
         head.push(b[0]);
     }
-    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
     s
 }
 
@@ -96,7 +109,11 @@ fn client(args: &[String]) {
 
 fn ns_ino(path: &str) -> u64 {
     let l = std::fs::read_link(path).unwrap();
-    l.to_string_lossy().trim_start_matches("net:[").trim_end_matches(']').parse().unwrap()
+    l.to_string_lossy()
+        .trim_start_matches("net:[")
+        .trim_end_matches(']')
+        .parse()
+        .unwrap()
 }
 
 fn client_cmd(inner: Option<&OwnedFd>, args: &[&str]) -> Command {
@@ -118,7 +135,10 @@ fn client_cmd(inner: Option<&OwnedFd>, args: &[&str]) -> Command {
 }
 
 fn run_client(inner: Option<&OwnedFd>, args: &[&str]) -> String {
-    let out = client_cmd(inner, args).stderr(Stdio::inherit()).output().unwrap();
+    let out = client_cmd(inner, args)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "client {args:?} failed");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -132,7 +152,12 @@ fn thread_cpu(name: &str) -> f64 {
             continue;
         }
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-        let f: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("").split_whitespace().collect();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
         ticks += f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
             + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     }
@@ -155,9 +180,15 @@ fn median(v: &mut [f64]) -> f64 {
 
 async fn upstream() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let echo = tokio::net::TcpListener::bind((UPSTREAM, ECHO)).await.unwrap();
-    let bulk = tokio::net::TcpListener::bind((UPSTREAM, BULK)).await.unwrap();
-    let idle = tokio::net::TcpListener::bind((UPSTREAM, IDLE)).await.unwrap();
+    let echo = tokio::net::TcpListener::bind((UPSTREAM, ECHO))
+        .await
+        .unwrap();
+    let bulk = tokio::net::TcpListener::bind((UPSTREAM, BULK))
+        .await
+        .unwrap();
+    let idle = tokio::net::TcpListener::bind((UPSTREAM, IDLE))
+        .await
+        .unwrap();
     tokio::spawn(async move {
         loop {
             let (mut s, _) = echo.accept().await.unwrap();
@@ -214,7 +245,11 @@ fn world(quick: bool) {
     egress::netns::loopback_up().unwrap();
     egress::netns::add_loopback_address(UPSTREAM).unwrap();
     let route = std::fs::read_to_string("/proc/thread-self/net/route").unwrap();
-    assert_eq!(route.lines().count(), 1, "a route out of the bench's namespace: {route}");
+    assert_eq!(
+        route.lines().count(),
+        1,
+        "a route out of the bench's namespace: {route}"
+    );
     let up_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("upstream")
@@ -247,15 +282,30 @@ fn world(quick: bool) {
     let rules = NetworkRules::compile(&from_yaml(&yaml).unwrap().network_policies).unwrap();
     let socks = egress::netns::open_in(inner.as_fd(), egress::netns::PROXY_ADDR).unwrap();
     let identity = Arc::new(egress::procfs::ProcIdentity::new(inner.as_fd(), socks.diag).unwrap());
-    let resolver = Arc::new(egress::SandboxResolver { hosts: Some(hosts), system: false });
+    let resolver = Arc::new(egress::SandboxResolver {
+        hosts: Some(hosts),
+        system: false,
+    });
     let proxy = {
         let _g = proxy_rt.enter();
         struct Quiet;
         impl egress::EventSink for Quiet {
             fn emit(&self, _: &egress::NetEvent) {}
         }
-        let cfg = ProxyConfig { max_connections: 4096, max_per_exec: 2048, ..ProxyConfig::default() };
-        egress::Proxy::start(socks.listener, PolicyHandle::new(rules), identity, resolver, Arc::new(Quiet), cfg).unwrap()
+        let cfg = ProxyConfig {
+            max_connections: 4096,
+            max_per_exec: 2048,
+            ..ProxyConfig::default()
+        };
+        egress::Proxy::start(
+            socks.listener,
+            PolicyHandle::new(rules),
+            identity,
+            resolver,
+            Arc::new(Quiet),
+            cfg,
+        )
+        .unwrap()
     };
     std::thread::sleep(Duration::from_millis(200));
 
@@ -271,7 +321,11 @@ fn world(quick: bool) {
         }
     }
     let (d50, p50) = (median(&mut direct), median(&mut proxied));
-    println!("connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs ({} samples each)", p50 - d50, direct.len());
+    println!(
+        "connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs ({} samples each)",
+        p50 - d50,
+        direct.len()
+    );
 
     // 256 MiB downloads, interleaved; the proxy's CPU read around its own runs.
     let runs = if quick { 2 } else { 5 };
@@ -308,7 +362,9 @@ fn world(quick: bool) {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     assert_eq!(line.trim(), format!("READY {n}"));
     std::thread::sleep(Duration::from_secs(1));
     let open = proxy.open_connections();

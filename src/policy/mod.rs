@@ -4,8 +4,8 @@
 
 mod flags;
 mod fs;
-pub mod network;
 mod ipc;
+pub mod network;
 pub mod openshell;
 mod size;
 pub mod walk;
