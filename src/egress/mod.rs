@@ -48,7 +48,7 @@ pub use credentials::{Binding, Credentials};
 pub use decide::{Allow, Decision, Deny, Mode, decide};
 pub use event::{Counters, Counts, EventSink, LogSink, NetEvent, Outcome, Via};
 pub use identity::{Caller, ExecKey, FixedCaller, Identify, IdentityError};
-pub use l7::Interceptor;
+pub use l7::{Interceptor, L7Decision, L7Event};
 pub use proxy::{Proxy, ProxyConfig, ProxyHandle};
 pub use relay::{End, ForwardCheck, Guard, InspectedTunnel, Inspector, Refusal};
 pub use resolve::{Resolve, ResolveError, ResolveFuture, SandboxResolver};

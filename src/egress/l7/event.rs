@@ -12,6 +12,8 @@ pub enum L7Decision {
     Deny,
     /// The request-target had no canonical form: the tunnel was closed without an answer.
     ParseRejected,
+    /// A request inside an intercepted tunnel to an L4 endpoint (no rules apply).
+    Passthrough,
 }
 
 impl L7Decision {
@@ -21,6 +23,7 @@ impl L7Decision {
             L7Decision::Audit => "audit",
             L7Decision::Deny => "deny",
             L7Decision::ParseRejected => "deny",
+            L7Decision::Passthrough => "passthrough",
         }
     }
 }
@@ -39,6 +42,8 @@ pub struct L7Event {
     pub reason: Option<String>,
     pub caller: Caller,
     pub generation: u64,
+    /// Whether placeholders of this request were replaced.
+    pub credentials_injected: bool,
 }
 
 impl L7Event {
@@ -50,7 +55,7 @@ impl L7Event {
     /// Action: 1 Allowed, 2 Denied.
     pub fn action_id(&self) -> u8 {
         match self.decision {
-            L7Decision::Allow | L7Decision::Audit => 1,
+            L7Decision::Allow | L7Decision::Audit | L7Decision::Passthrough => 1,
             L7Decision::Deny | L7Decision::ParseRejected => 2,
         }
     }
@@ -58,13 +63,19 @@ impl L7Event {
     /// Severity: 1 Informational, 3 Medium.
     pub fn severity_id(&self) -> u8 {
         match self.decision {
-            L7Decision::Allow | L7Decision::Audit => 1,
+            L7Decision::Allow | L7Decision::Audit | L7Decision::Passthrough => 1,
             L7Decision::Deny | L7Decision::ParseRejected => 3,
         }
     }
 
     /// `L7_REQUEST allow GET api.test:8080/x reason=…`.
     pub fn message(&self) -> String {
+        if self.decision == L7Decision::Passthrough {
+            return format!(
+                "HTTP_REQUEST {} {}{} credentials_injected={}",
+                self.method, self.dest, self.path, self.credentials_injected
+            );
+        }
         let mut m = format!(
             "L7_REQUEST {} {} {}{}",
             self.decision.as_str(),
@@ -81,7 +92,7 @@ impl L7Event {
     /// The local line: `HTTP:GET [INFO] ALLOWED /usr/bin/curl(42) -> GET http://h:p/x [policy:k engine:l7]`.
     pub fn shorthand(&self) -> String {
         let (sev, act) = match self.decision {
-            L7Decision::Allow | L7Decision::Audit => ("INFO", "ALLOWED"),
+            L7Decision::Allow | L7Decision::Audit | L7Decision::Passthrough => ("INFO", "ALLOWED"),
             L7Decision::Deny | L7Decision::ParseRejected => ("MED", "DENIED"),
         };
         let mut s = format!(

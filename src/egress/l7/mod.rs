@@ -235,6 +235,7 @@ impl Inspector for Interceptor {
                 reason,
                 caller: f.caller.clone(),
                 generation: f.revision.generation,
+                credentials_injected: false,
             })
         };
         match verdict {

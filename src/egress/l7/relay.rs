@@ -355,7 +355,19 @@ async fn handle(
         };
         return Ok(from_raw(&raw, &[]));
     }
-    let _ = injected;
+    if scope.is_empty() {
+        t.events.emit_l7(&L7Event {
+            decision: L7Decision::Passthrough,
+            method: method.clone(),
+            dest: dest.clone(),
+            path: credentials::redact(&canon.path),
+            rule: "-".into(),
+            reason: None,
+            caller: t.caller.clone(),
+            generation,
+            credentials_injected: injected,
+        });
+    }
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
     let mut headers = parts.headers;
@@ -460,6 +472,7 @@ impl Tunnel {
             reason,
             caller: self.caller.clone(),
             generation,
+            credentials_injected: false,
         });
     }
 }
