@@ -119,6 +119,10 @@ struct L7 {
 }
 
 fn start(w: &mut World, curl: &Path) -> L7 {
+    start_timed(w, curl, Duration::from_secs(10))
+}
+
+fn start_timed(w: &mut World, curl: &Path, head_timeout: Duration) -> L7 {
     let up = w.rt.block_on(L7Upstream::start());
     let ca = Arc::new(SandboxCa::generate().unwrap());
     let tls_dir = w.tmp.path().join("openshell-tls");
@@ -145,7 +149,8 @@ fn start(w: &mut World, curl: &Path) -> L7 {
     let creds_env = creds.child_env();
     let upstream = Arc::new(tls::Upstream::system_and_test_roots(&up.ca_pem).unwrap());
     let events: Arc<dyn openshell_sandbox::egress::EventSink> = w.events.clone();
-    let interceptor = Interceptor::new(ca.clone(), upstream, Arc::new(creds), events);
+    let mut interceptor = Interceptor::new(ca.clone(), upstream, Arc::new(creds), events);
+    interceptor.head_timeout = head_timeout;
     let config = ProxyConfig {
         inspector: Some(Arc::new(interceptor)),
         ..ProxyConfig::default()
@@ -744,5 +749,63 @@ fn a_new_revision_closes_an_inspected_tunnel() {
         w.events.wait_for("closed by reload", |e| {
             e.outcome == openshell_sandbox::egress::Outcome::ClosedByReload
         });
+    });
+}
+
+#[test]
+fn relay_limits_a_16_kib_header_block_and_an_idle_keep_alive() {
+    if !require() {
+        return;
+    }
+    let curl = real_path("curl").unwrap_or_else(|| PathBuf::from("/usr/bin/curl"));
+    World::run(move |w| {
+        let l = start_timed(w, &curl, Duration::from_secs(1));
+        let connect = "CONNECT api.test:8180 HTTP/1.1\\r\\nHost: api.test:8180\\r\\n\\r\\n";
+        let fits = format!(
+            "GET /a HTTP/1.1\\r\\nHost: api.test:8180\\r\\nX-Big: {}\\r\\n\\r\\n",
+            "a".repeat(12_000)
+        );
+        let out = w.probe("probe-a", &[connect, &fits]);
+        assert!(
+            out.contains("HTTP/1.1 200 OK"),
+            "12 KB of headers pass: {out:.200}"
+        );
+        let big = format!(
+            "GET /b HTTP/1.1\\r\\nHost: api.test:8180\\r\\nX-Big: {}\\r\\n\\r\\n",
+            "a".repeat(17_000)
+        );
+        let out = w.probe("probe-a", &[connect, &big]);
+        assert!(
+            out.contains("HTTP/1.1 431 Request Header Fields Too Large"),
+            "{out:.300}"
+        );
+        assert_eq!(l.up.requests(), ["GET /a HTTP/1.1"]);
+        // A keep-alive tunnel that goes quiet after a request is closed after the head
+        // timeout, not held for ever.
+        let start = std::time::Instant::now();
+        let out = w.probe(
+            "probe-a",
+            &[
+                "--hold",
+                connect,
+                "GET /c HTTP/1.1\\r\\nHost: api.test:8180\\r\\n\\r\\n",
+            ],
+        );
+        assert!(out.contains("HTTP/1.1 200 OK"), "{out}");
+        assert!(out.trim_end().ends_with("CLOSED eof"), "{out}");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{:?}",
+            start.elapsed()
+        );
+        // A tunnel that never sends its first byte is closed too.
+        let start = std::time::Instant::now();
+        let out = w.probe("probe-a", &["--hold", connect, ""]);
+        assert!(out.trim_end().ends_with("CLOSED eof"), "{out}");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "{:?}",
+            start.elapsed()
+        );
     });
 }
