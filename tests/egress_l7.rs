@@ -4,6 +4,9 @@
 //! inside the sandbox namespace (tests/egress_support). The sheet's P2 and P3 policies, on
 //! the hyper upstreams of `egress_support::l7_servers` (plain 8180, TLS 9443).
 
+// The upstream's test CA is trusted through a knob compiled into test builds only.
+#![cfg(feature = "test-pause-points")]
+
 mod egress_support;
 
 use std::path::{Path, PathBuf};
