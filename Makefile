@@ -57,7 +57,7 @@ test: test-deps static tools
 fuzz:
 	OSB_FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) $(CARGO) test --test fuzz_policy --test fuzz_seccomp \
 	  --test fuzz_grants --test fuzz_gateway --test fuzz_gateway_messages --test fuzz_openshell_policy \
-	  --test fuzz_egress_request
+	  --test fuzz_egress_request --test fuzz_egress_l7
 
 # The benches measure a copy of what `static` built: `cargo bench` rebuilds the binary at the
 # same path with the dev-dependencies' features unified in (a larger binary that starts slower).

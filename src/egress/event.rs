@@ -172,6 +172,16 @@ impl NetEvent {
 /// Where events go. The proxy calls it inline on its tasks: it must not block.
 pub trait EventSink: Send + Sync + 'static {
     fn emit(&self, event: &NetEvent);
+
+    /// One request inside an inspected tunnel; by default its shorthand on the log.
+    fn emit_l7(&self, event: &super::l7::L7Event) {
+        let line = event.shorthand();
+        if event.action_id() == 1 {
+            tracing::info!(target: "egress", "{line}");
+        } else {
+            tracing::warn!(target: "egress", "{line}");
+        }
+    }
 }
 
 /// The default sink: the shorthand on the `egress` tracing target (denials at WARN).

@@ -23,10 +23,12 @@
 //! Nothing here imports `gateway`, `exec` or `sandbox`.
 
 pub mod addr;
+pub mod credentials;
 pub mod decide;
 pub mod event;
 pub mod forward;
 pub mod identity;
+pub mod l7;
 pub mod netns;
 pub mod procfs;
 pub mod proxy;
@@ -35,17 +37,20 @@ pub mod request;
 pub mod resolve;
 pub mod response;
 pub mod revision;
+pub mod tls;
 
 #[cfg(test)]
 mod decide_tests;
 #[cfg(test)]
 mod request_tests;
 
+pub use credentials::{Binding, Credentials};
 pub use decide::{Allow, Decision, Deny, Mode, decide};
 pub use event::{Counters, Counts, EventSink, LogSink, NetEvent, Outcome, Via};
 pub use identity::{Caller, ExecKey, FixedCaller, Identify, IdentityError};
+pub use l7::{Interceptor, L7Decision, L7Event};
 pub use proxy::{Proxy, ProxyConfig, ProxyHandle};
-pub use relay::{End, Guard, InspectedTunnel, Inspector};
+pub use relay::{End, ForwardCheck, Guard, InspectedTunnel, Inspector, Refusal};
 pub use resolve::{Resolve, ResolveError, ResolveFuture, SandboxResolver};
 pub use revision::{PolicyHandle, PolicyState, Revision};
 

@@ -31,11 +31,12 @@ use super::decide::{Decision, Mode, decide};
 use super::event::{Counters, EventSink, NetEvent, Outcome, Via};
 use super::forward::{self, Forward};
 use super::identity::{Caller, ExecKey, Identify, IdentityError};
-use super::relay::{End, Guard, InspectedTunnel, Inspector, tunnel};
+use super::relay::{End, ForwardCheck, Guard, InspectedTunnel, Inspector, tunnel};
 use super::request::{HeadError, HostPort, MAX_HEAD, Target, head_end, parse_head};
 use super::resolve::Resolve;
 use super::response;
 use super::revision::PolicyHandle;
+use crate::policy::network::TlsMode;
 
 /// The proxy's limits.
 #[derive(Clone)]
@@ -509,16 +510,28 @@ impl Conn<'_> {
             }
             Decision::Allow(a) => a,
         };
+        let inspector = shared.config.inspector.as_ref();
+        let tls_skip = allow
+            .settings
+            .as_ref()
+            .is_some_and(|s| s.tls == TlsMode::Skip);
+        // CONNECT: `Some(settings)` goes to the inspector (`settings` is `None` for an L4
+        // endpoint whose TLS is intercepted); `None` is a raw tunnel.
         let inspect = match (&allow.mode, fwd.is_some()) {
-            (_, true) => allow
-                .forward_needs_inspection()
-                .then(|| allow.settings.clone())
-                .flatten(),
-            (Mode::Inspect(s), false) => Some(s.clone()),
-            (Mode::Tunnel, false) => None,
+            (_, true) => None,
+            (Mode::Inspect(s), false) => Some(Some(s.clone())),
+            (Mode::Tunnel, false) => inspector
+                .filter(|i| i.intercepts_l4() && !tls_skip)
+                .map(|_| None),
         };
-        if let Some(s) = &inspect
-            && (fwd.is_some() || shared.config.inspector.is_none())
+        let needs_inspection = match (&allow.mode, fwd.is_some()) {
+            (_, true) => allow.forward_needs_inspection(),
+            (Mode::Inspect(_), false) => true,
+            (Mode::Tunnel, false) => false,
+        };
+        if needs_inspection
+            && inspector.is_none()
+            && let Some(s) = &allow.settings
         {
             let reason = format!(
                 "endpoint {host}:{port} of policy '{}' requires L7 inspection (protocol: {}), which this supervisor does not provide yet",
@@ -528,6 +541,46 @@ impl Conn<'_> {
             return self
                 .deny(&mut stream, reason, Some(&caller), rev.generation)
                 .await;
+        }
+        let mut fwd = fwd;
+        if let Some(i) = inspector {
+            let refused = match (&fwd, &inspect) {
+                (Some((_, pq)), _) => {
+                    let method = match self.via {
+                        Via::Forward { method, .. } => method.as_str(),
+                        Via::Connect => "",
+                    };
+                    match i.forward(&ForwardCheck {
+                        dest: self.dest,
+                        method,
+                        path_and_query: pq,
+                        head: &head,
+                        caller: &caller,
+                        settings: allow.settings.as_ref(),
+                        revision: &rev,
+                    }) {
+                        Ok(target) => {
+                            if let Some((_, pq)) = fwd.as_mut() {
+                                *pq = target;
+                            }
+                            None
+                        }
+                        Err(r) => Some(r),
+                    }
+                }
+                (None, None) => i.refuse_raw(self.dest),
+                (None, Some(_)) => None,
+            };
+            if let Some(r) = refused {
+                let _ = stream.write_all(&r.response).await;
+                return self.event(
+                    Outcome::Denied,
+                    &allow.rule,
+                    Some(r.reason),
+                    Some(&caller),
+                    rev.generation,
+                );
+            }
         }
         // One resolution; the dial uses exactly the addresses checked here.
         let resolved = tokio::time::timeout(
@@ -629,6 +682,7 @@ impl Conn<'_> {
                             dest: self.dest.clone(),
                             caller: caller.clone(),
                             settings,
+                            revision: rev.clone(),
                             guard,
                         })
                         .await

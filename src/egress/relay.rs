@@ -63,6 +63,13 @@ impl Guard {
         self.generation
     }
 
+    /// A check of "has the generation moved on" for code that cannot hold the guard.
+    pub fn probe(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let rx = self.rx.clone();
+        let pinned = self.generation;
+        move || rx.borrow().generation != pinned
+    }
+
     /// The current generation, if it is no longer the pinned one.
     pub fn moved(&self) -> Option<u64> {
         let g = self.rx.borrow().generation;
@@ -85,23 +92,61 @@ impl Guard {
     }
 }
 
-/// An admitted CONNECT whose endpoint asks for L7 inspection, handed to the inspecting
-/// relay: the client after its `200`, the bytes it sent early, the upstream already dialed to
-/// a checked address, and the guard to watch.
+/// An admitted CONNECT handed to the inspecting relay: the client after its `200`, the bytes
+/// it sent early, the upstream already dialed to a checked address, the revision it was
+/// admitted under and the guard to watch.
 pub struct InspectedTunnel {
     pub client: TcpStream,
     pub early: Vec<u8>,
     pub upstream: TcpStream,
     pub dest: HostPort,
     pub caller: Caller,
-    pub settings: Settings,
+    /// The L7 endpoint's settings; `None` for an L4 endpoint whose TLS is intercepted.
+    pub settings: Option<Settings>,
+    pub revision: Arc<Revision>,
     pub guard: Guard,
+}
+
+/// A plain-HTTP forward, for the inspector to check before the dial.
+pub struct ForwardCheck<'a> {
+    pub dest: &'a HostPort,
+    pub method: &'a str,
+    pub path_and_query: &'a str,
+    /// The whole head as the client sent it.
+    pub head: &'a [u8],
+    pub caller: &'a Caller,
+    pub settings: Option<&'a Settings>,
+    pub revision: &'a Revision,
+}
+
+/// A refused forward: the response and the reason for the log.
+pub struct Refusal {
+    pub response: Vec<u8>,
+    pub reason: String,
 }
 
 /// The seam for HTTP rules, TLS termination and credential placeholders. Without one, the
 /// proxy refuses connections whose endpoint asks for inspection.
 pub trait Inspector: Send + Sync + 'static {
     fn run(&self, t: InspectedTunnel) -> Pin<Box<dyn Future<Output = End> + Send>>;
+
+    /// Whether CONNECTs to L4 endpoints (without `tls: skip`) come here too (TLS
+    /// interception: a CA exists).
+    fn intercepts_l4(&self) -> bool {
+        false
+    }
+
+    /// Before a raw tunnel's `200`: the refusal, if this destination must not get one (an
+    /// endpoint with credentials bound to it).
+    fn refuse_raw(&self, _dest: &HostPort) -> Option<Refusal> {
+        None
+    }
+
+    /// Before a forward's dial: the request-target to send upstream (canonical), or the
+    /// refusal.
+    fn forward(&self, f: &ForwardCheck<'_>) -> Result<String, Refusal> {
+        Ok(f.path_and_query.to_string())
+    }
 }
 
 /// Copy both ways until both directions end, the guard fires, or nothing moved for `idle`.

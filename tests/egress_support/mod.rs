@@ -13,6 +13,7 @@
 //!   resolver step is off here, because getaddrinfo may ask a daemon outside the namespace.
 #![allow(dead_code)]
 
+pub mod l7_servers;
 pub mod servers;
 
 use std::io;
@@ -40,6 +41,7 @@ pub const CGNAT: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 10);
 /// The sheet's names, plus a few for the tool tests.
 pub const HOSTS: &str = "\
 192.88.99.10  pub.test a.wild.test b.c.wild.test x.y.deep.test x.deep.test api.test pkgs.test git.test
+192.88.99.10  rules.test audit.test gitlab.test s.test secure.test secure-api.test raw.test cred.test rawcred.test
 10.77.0.10    db.corp.test k8s.corp.test priv.wild.test any1.test
 10.88.0.10    other.test
 100.64.0.10   cgnat.wild.test
@@ -118,13 +120,17 @@ fn probe_binary() -> &'static Path {
     })
 }
 
-/// Every event the proxy reported.
+/// Every event the proxy reported (connections, then requests inside inspected tunnels).
 #[derive(Default)]
-pub struct Recorder(pub Mutex<Vec<NetEvent>>);
+pub struct Recorder(pub Mutex<Vec<NetEvent>>, pub Mutex<Vec<egress::L7Event>>);
 
 impl EventSink for Recorder {
     fn emit(&self, e: &NetEvent) {
         self.0.lock().unwrap().push(e.clone());
+    }
+
+    fn emit_l7(&self, e: &egress::L7Event) {
+        self.1.lock().unwrap().push(e.clone());
     }
 }
 

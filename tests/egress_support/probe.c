@@ -4,7 +4,7 @@
  *   probe REQUEST [AFTER]     connect to 10.200.0.1:3128, send REQUEST (\r \n \\ escapes
  *                             decoded), print everything received; after a "200" answer, send
  *                             AFTER and print its echo too. Ends at EOF or after 3 s of quiet.
- *   probe --hold REQUEST      as above with AFTER "ping", then wait (up to 30 s) for the proxy to
+ *   probe --hold REQUEST [AFTER]  as above with AFTER (default "ping"), then wait (up to 30 s) for the proxy to
  *                             close: prints "CLOSED eof" or "CLOSED <errno>" or "TIMEOUT".
  *   probe --direct IP PORT    connect without the proxy: prints "connected" or the errno name.
  *   probe --flood N REQUEST   open N connections, send REQUEST on each, classify the answers
@@ -124,8 +124,9 @@ static int request(int argc, char **argv, int hold) {
     int r = read_head(fd, head, sizeof head, &got);
     int tunnel = r == 1 && strncmp(head, "HTTP/1.1 200 Connection Established", 35) == 0;
     if (tunnel && (hold || argc > 1)) {
-        const char *after = hold ? "ping" : argv[1];
-        send_all(fd, after, strlen(after));
+        static char after[1 << 16];
+        size_t an = argc > 1 ? unescape(argv[1], after) : (memcpy(after, "ping", 4), 4);
+        send_all(fd, after, an);
         if (hold) {
             /* The echo of "ping", then wait for the close. */
             int end = drain(fd, 30000, NULL, 0, NULL);

@@ -414,6 +414,42 @@ fn l7(
             "SQL enforcement requires full SQL parsing, which is not available. Use `enforcement: audit`.",
         ));
     }
+    // Only the REST relay exists: an endpoint whose rules could not be applied must not load
+    // as if they were.
+    if protocol.is_l7() && protocol != Protocol::Rest {
+        return Err(err(
+            &format!("{at}.protocol"),
+            format!(
+                "protocol '{}' is not supported by this supervisor yet (only 'rest' is inspected); use protocol: rest, or omit protocol for an uninspected endpoint",
+                protocol.as_str()
+            ),
+        ));
+    }
+    let clauses = e
+        .rules
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| (format!("rules[{i}].allow"), &r.allow))
+        .chain(
+            e.deny_rules
+                .iter()
+                .flatten()
+                .enumerate()
+                .map(|(i, d)| (format!("deny_rules[{i}]"), d)),
+        );
+    for (what, c) in clauses {
+        let mut globs: Vec<&str> = vec![&c.path];
+        for q in c.query.values() {
+            globs.push(&q.glob);
+            globs.extend(q.any.iter().map(String::as_str));
+        }
+        for g in globs {
+            if let Err(ge) = super::Glob::new(g, b'/') {
+                return Err(err(&format!("{at}.{what}"), ge.to_string()));
+            }
+        }
+    }
     if !(e.path.is_empty() || e.path.starts_with('/') || e.path == "**") {
         return Err(err(
             &format!("{at}.path"),

@@ -1,0 +1,191 @@
+//! The L7 tests' upstreams on 192.88.99.10, built on hyper so that keep-alive, chunked bodies
+//! and upgrades behave as real servers do:
+//! - 8180: plain HTTP; every request's line, headers and body come back as JSON, keep-alive;
+//!   `/stream?n=N` answers N bytes in 64 KiB chunks (chunked encoding);
+//! - 9443: the same behind TLS, with a certificate of the tests' own CA for `secure.test`,
+//!   `secure-api.test` and `raw.test`; the SNI and ALPN each handshake saw are recorded.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use super::PUBLIC;
+
+pub const HTTP_PORT: u16 = 8180;
+pub const TLS_PORT: u16 = 9443;
+
+#[derive(Default)]
+pub struct L7Upstream {
+    /// Every request line received, in order (both ports).
+    pub requests: Mutex<Vec<String>>,
+    /// Every raw header block received, as "name: value" lines.
+    pub heads: Mutex<Vec<String>>,
+    /// (SNI, ALPN) of each TLS handshake.
+    pub handshakes: Mutex<Vec<(Option<String>, Option<String>)>>,
+    /// The tests' CA, PEM (what the proxy's test trust knob is given).
+    pub ca_pem: String,
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn echo(req: Request<Incoming>, up: Arc<L7Upstream>) -> Result<Response<Body>, Infallible> {
+    let line = format!("{} {} {:?}", req.method(), req.uri(), req.version());
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    up.requests.lock().unwrap().push(line.clone());
+    up.heads.lock().unwrap().push(
+        headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    if req.uri().path().starts_with("/quiet/") {
+        // A server that does not reflect what it got (a real API does not echo tokens).
+        return Ok(Response::new(
+            Full::new(Bytes::from_static(b"quiet ok")).boxed(),
+        ));
+    }
+    if req.uri().path() == "/stream" {
+        let n: usize = req
+            .uri()
+            .query()
+            .and_then(|q| q.strip_prefix("n="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let frames = (0..n.div_ceil(64 * 1024)).map(move |i| {
+            let len = (n - i * 64 * 1024).min(64 * 1024);
+            Ok::<_, Infallible>(Frame::data(chunk.slice(..len)))
+        });
+        let body = StreamBody::new(futures::stream::iter(frames)).boxed();
+        return Ok(Response::new(body));
+    }
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let json = serde_json::json!({
+        "request": line,
+        "headers": headers,
+        "body": String::from_utf8_lossy(&body),
+    })
+    .to_string();
+    Ok(Response::builder()
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(json)).boxed())
+        .unwrap())
+}
+
+fn tls_config(up: &mut L7Upstream) -> Arc<rustls::ServerConfig> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "egress test upstream CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    up.ca_pem = ca_cert.pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![
+        "secure.test".to_string(),
+        "secure-api.test".to_string(),
+        "raw.test".to_string(),
+        "cred.test".to_string(),
+    ])
+    .unwrap()
+    .signed_by(&key, &issuer)
+    .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut c = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone(), ca_cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+impl L7Upstream {
+    pub async fn start() -> Arc<L7Upstream> {
+        let mut up = L7Upstream::default();
+        let tls = tls_config(&mut up);
+        let up = Arc::new(up);
+        let plain = TcpListener::bind(SocketAddr::new(PUBLIC.into(), HTTP_PORT))
+            .await
+            .unwrap();
+        let secure = TcpListener::bind(SocketAddr::new(PUBLIC.into(), TLS_PORT))
+            .await
+            .unwrap();
+        let u = up.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = plain.accept().await {
+                let u = u.clone();
+                tokio::spawn(serve(TokioIo::new(s), u));
+            }
+        });
+        let u = up.clone();
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        tokio::spawn(async move {
+            while let Ok((s, _)) = secure.accept().await {
+                let u = u.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(t) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let (_, c) = t.get_ref();
+                    let seen = (
+                        c.server_name().map(str::to_string),
+                        c.alpn_protocol()
+                            .map(|a| String::from_utf8_lossy(a).into_owned()),
+                    );
+                    u.handshakes.lock().unwrap().push(seen);
+                    serve(TokioIo::new(t), u).await;
+                });
+            }
+        });
+        up
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    pub fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+async fn serve<I>(io: TokioIo<I>, up: Arc<L7Upstream>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |r| echo(r, up.clone()));
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, svc)
+        .with_upgrades()
+        .await;
+}
