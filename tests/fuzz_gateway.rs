@@ -1,5 +1,5 @@
 //! Fuzzing what the gateway side can send (issue 6, SECURITY.md "Gateway-side targets"):
-//! - `OPENSHELL_MAIN_PROCESS_SPEC` (JSON and `base64url:`), through `main_process::parse_spec`
+//! - `OPENSHELL_MAIN_PROCESS_SPEC` (JSON and `base64url:`), through `main_spec::parse_spec`
 //!   and `MainProcess::from_sources`, and a few rejected specs through the real binary;
 //! - exec command strings, through `gateway::exec::parse_command`, around the 256 KiB limit;
 //! - the SSH server fed arbitrary bytes over relays to one running supervisor;
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use openshell_sandbox::gateway::exec::{CommandError, MAX_COMMAND, parse_command};
-use openshell_sandbox::gateway::main_process::{MainProcess, SpecError, parse_spec};
+use openshell_sandbox::gateway::main_spec::{MainProcess, SpecError, parse_spec};
 use openshell_sandbox::proto::v1::*;
 use proptest::prelude::*;
 use support::gateway::bridge;

@@ -2,6 +2,7 @@
 
 pub mod explain;
 pub mod manager;
+pub mod pty;
 pub mod reaper;
 pub mod report;
 pub mod report_file;

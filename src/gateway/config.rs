@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use super::main_process::{MainProcess, SpecError};
+use super::main_spec::{MainProcess, SpecError};
+use super::tls::TlsPaths;
+
+/// Where the pod mounts the workspace; the default `--workdir`.
+pub const DEFAULT_WORKDIR: &str = "/sandbox";
 
 /// Default location of the client TLS Secret in a sandbox pod.
 pub const DEFAULT_TLS_DIR: &str = "/etc/openshell-tls/client";
@@ -23,7 +27,7 @@ pub const DEFAULT_TLS_DIR: &str = "/etc/openshell-tls/client";
     mut_arg("workdir", |a| a.help(format!(
         "Read-write working directory of the execs and the main process; created, owned by \
          the sandbox uid, when missing. Default: {}",
-        super::DEFAULT_WORKDIR
+        DEFAULT_WORKDIR
     ))),
 )]
 pub struct ServeArgs {
@@ -343,15 +347,6 @@ impl TokenSource {
             TokenSource::None => "none",
         }
     }
-}
-
-/// TLS material paths; read again for every new connection (Secret rotation).
-#[derive(Debug, Clone)]
-pub struct TlsPaths {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub server_name: Option<String>,
 }
 
 /// The gateway side of the configuration.

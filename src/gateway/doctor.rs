@@ -25,10 +25,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::transport::Channel;
 
-use super::auth::{self, TokenError, TokenStore};
+use super::auth;
 use super::channel;
 use super::config::{GatewayConfig, ServeArgs, TokenSource};
 use super::tls;
+use super::tokens::{TokenError, TokenStore};
 use crate::proto::sandbox::v1::{GetSandboxConfigRequest, GetSandboxConfigResponse};
 use crate::proto::v1::{HealthRequest, ServiceStatus, open_shell_client::OpenShellClient};
 

@@ -19,22 +19,33 @@
 //! terminate execs and the main process (SIGTERM, or SIGHUP then SIGTERM on a pty; grace;
 //! SIGKILL), report, exit 0.
 
-pub mod auth;
+// Base: plain data and helpers with no gateway I/O.
 pub mod backoff;
-pub mod channel;
 pub mod config;
-pub mod doctor;
-pub mod exec;
+pub mod ended;
 pub mod identity;
+pub mod main_spec;
+pub mod ocsf;
+pub mod stop;
+pub mod tls;
+pub mod tokens;
+// RPC: the channel and every call on it.
+pub mod auth;
+pub mod channel;
 pub mod logpush;
-pub mod main_process;
 pub mod policy_plane;
 pub mod policy_slot;
-pub mod provider_env;
-pub mod relay;
 pub mod session;
+// Exec: what the gateway runs in the sandbox.
+pub mod exec;
+pub mod main_attach;
+pub mod main_process;
+pub mod provider_env;
+// Protocol adapters onto exec.
+pub mod relay;
 pub mod ssh;
-pub mod tls;
+// On top: the diagnosis of all of the above.
+pub mod doctor;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -48,11 +59,11 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use self::config::{Config, ServeArgs};
-use self::exec::{DEFAULT_PATH, Ended, ExecContext, Tracker};
+use self::ended::Ended;
+use self::exec::{DEFAULT_PATH, ExecContext, Tracker};
 use crate::exec::Sandbox;
 
-/// Where the pod mounts the workspace; the default `--workdir`.
-pub const DEFAULT_WORKDIR: &str = "/sandbox";
+pub use self::config::DEFAULT_WORKDIR;
 
 /// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
 pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
@@ -143,7 +154,7 @@ async fn supervise(
     let tokens = cfg
         .gateway
         .as_ref()
-        .map(|g| auth::TokenStore::new(g.token.clone()));
+        .map(|g| tokens::TokenStore::new(g.token.clone()));
     let mut background = Vec::new();
     // With a gateway the policy comes from it (§11.5); without one, from the flags.
     let (workdir, sandbox, plane) = match (&cfg.gateway, &tokens) {
@@ -251,7 +262,7 @@ async fn supervise(
                 if tokens.has_source() { ", the bearer token included (OPENSHELL_ALLOW_PLAINTEXT_TOKEN)" } else { "" }
             );
         }
-        let channels = session::ChannelSlot::new(g.clone());
+        let channels = channel::ChannelSlot::new(g.clone());
         let s = Arc::new(session::Session {
             cfg: g.clone(),
             tokens: tokens.clone(),

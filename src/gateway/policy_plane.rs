@@ -26,9 +26,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
-use super::auth::{self, Bearer, TokenStore};
+use super::auth;
 use super::channel;
 use super::config::GatewayConfig;
+use super::tokens::{Bearer, TokenStore};
 use crate::exec::Sandbox;
 use crate::policy::PolicyFlags;
 use crate::policy::openshell::{
@@ -38,7 +39,7 @@ use crate::policy::openshell::{
 use crate::proto::sandbox::v1::GetSandboxConfigRequest;
 use crate::proto::v1::{PolicyStatus, ReportPolicyStatusRequest, UpdateConfigRequest};
 
-use super::logpush::ocsf;
+use super::ocsf;
 use super::policy_slot::Active;
 pub use super::policy_slot::{PolicySlot, SpawnError};
 
@@ -601,7 +602,7 @@ impl Plane {
             first = false;
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = super::exec::stopped(&mut stop) => return,
+                _ = super::stop::stopped(&mut stop) => return,
             }
             self.poll_once().await;
         }

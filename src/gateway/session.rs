@@ -5,49 +5,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use super::auth::{self, TokenError, TokenStore};
+use super::auth;
 use super::backoff::{Attempt, Reconnect, STABLE_SESSION};
-use super::channel::{self, ConnectError};
+use super::channel::{self, ChannelSlot, ConnectError};
 use super::config::{GatewayConfig, TokenSource};
 use super::relay::Relays;
+use super::tokens::{TokenError, TokenStore};
 use crate::proto::v1::open_shell_client::OpenShellClient;
 use crate::proto::v1::{
     GatewayMessage, HealthRequest, ServiceStatus, SupervisorHeartbeat, SupervisorHello,
     SupervisorMessage, gateway_message, supervisor_message,
 };
-
-/// The channel of the current session, shared with the token refresher.
-pub struct ChannelSlot {
-    cfg: GatewayConfig,
-    current: Mutex<Option<Channel>>,
-}
-
-impl ChannelSlot {
-    pub fn new(cfg: GatewayConfig) -> Arc<Self> {
-        Arc::new(ChannelSlot {
-            cfg,
-            current: Mutex::new(None),
-        })
-    }
-
-    pub async fn set(&self, ch: Channel) {
-        *self.current.lock().await = Some(ch);
-    }
-
-    /// The current session's channel, or a new one when no session is up.
-    pub async fn get_or_connect(&self) -> Result<Channel, ConnectError> {
-        if let Some(ch) = self.current.lock().await.clone() {
-            return Ok(ch);
-        }
-        channel::connect(&self.cfg).await
-    }
-}
 
 /// Shared state of the control loop.
 pub struct Session {

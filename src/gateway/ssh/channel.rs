@@ -17,9 +17,12 @@ use russh::{Channel, ChannelId, ChannelMsg, ChannelReadHalf, ChannelWriteHalf, S
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::{main_session, pty, sftp};
+use super::{main_session, sftp};
+use crate::exec::pty;
 use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
-use crate::gateway::exec::{Ended, ExecContext, parse_command, stop_child, stopped};
+use crate::gateway::ended::Ended;
+use crate::gateway::exec::{ExecContext, parse_command, stop_child};
+use crate::gateway::stop::stopped;
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
 const CHUNK: usize = 64 * 1024;

@@ -10,7 +10,7 @@ use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 
 use crate::gateway::exec::ExecContext;
-use crate::gateway::main_process::session::{Event, Next};
+use crate::gateway::main_attach::{Event, Next};
 
 /// The subsystem name `openshell sandbox connect` asks for.
 pub const NAME: &str = "openshell-main";

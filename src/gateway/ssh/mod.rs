@@ -8,7 +8,6 @@
 mod channel;
 pub mod forward;
 mod main_session;
-pub(crate) mod pty;
 pub mod sftp;
 
 use std::sync::Arc;

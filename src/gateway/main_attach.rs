@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
-use crate::gateway::ssh::pty;
+use crate::exec::pty;
 
 /// Output bytes retained for replay (OpenShell's `OUTPUT_BUFFER_BYTES`).
 pub const OUTPUT_BUFFER_BYTES: usize = 1 << 20;
