@@ -73,6 +73,17 @@ pub fn push_level_from_env() -> tracing::Level {
 /// The tracing layer; install it with a `LevelFilter` of [`push_level_from_env`].
 pub struct PushLayer;
 
+/// [`PushLayer`] at `OPENSHELL_LOG_PUSH_LEVEL` (default INFO), for `logging::init_with_layer`.
+/// It is inert until [`start`].
+pub fn filtered_layer<S>() -> impl Layer<S> + Send + Sync
+where
+    S: Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    PushLayer.with_filter(tracing_subscriber::filter::LevelFilter::from_level(
+        push_level_from_env(),
+    ))
+}
+
 /// Targets never pushed: the transport's own chatter would describe (and feed) the push.
 const QUIET_TARGETS: [&str; 6] = ["h2", "hyper", "tonic", "tower", "rustls", "russh"];
 

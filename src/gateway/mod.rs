@@ -82,7 +82,11 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
     // With a gateway policy only an explicit --network overrides its network section.
     let network_explicit =
         matches.value_source("network") == Some(clap::parser::ValueSource::CommandLine);
-    crate::logging::init_with_push(&args.policy.log_level, args.policy.log_format);
+    crate::logging::init_with_layer(
+        &args.policy.log_level,
+        args.policy.log_format,
+        logpush::filtered_layer(),
+    );
     if let Some(spec) = args.oci_image_user.as_deref() {
         let (uid, gid) = identity::oci_user(spec, Path::new("/etc"))?;
         if args.policy.uid.is_none() && uid.is_some() {

@@ -104,6 +104,17 @@ enum Target {
     Tcp(SocketAddr),
 }
 
+impl super::session::RelayOpener for Relays {
+    fn open_relay(
+        self: Arc<Self>,
+        open: RelayOpen,
+        client: Client,
+        results: mpsc::Sender<SupervisorMessage>,
+    ) {
+        Relays::open(&self, open, client, results);
+    }
+}
+
 impl Relays {
     pub fn new(max: usize, ssh: Arc<SshServer>) -> Arc<Self> {
         Arc::new(Relays {

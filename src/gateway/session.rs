@@ -15,13 +15,24 @@ use super::auth;
 use super::backoff::{Attempt, Reconnect, STABLE_SESSION};
 use super::channel::{self, ChannelSlot, ConnectError};
 use super::config::{GatewayConfig, TokenSource};
-use super::relay::Relays;
 use super::tokens::{TokenError, TokenStore};
 use crate::proto::v1::open_shell_client::OpenShellClient;
 use crate::proto::v1::{
-    GatewayMessage, HealthRequest, ServiceStatus, SupervisorHeartbeat, SupervisorHello,
+    GatewayMessage, HealthRequest, RelayOpen, ServiceStatus, SupervisorHeartbeat, SupervisorHello,
     SupervisorMessage, gateway_message, supervisor_message,
 };
+
+/// Where the session hands each RelayOpen. The relay layer, which sits above the session,
+/// implements it, so the session never imports it.
+pub trait RelayOpener: Send + Sync {
+    /// Start serving one relay; returns at once (the relay runs on its own task).
+    fn open_relay(
+        self: Arc<Self>,
+        open: RelayOpen,
+        client: channel::Client,
+        results: mpsc::Sender<SupervisorMessage>,
+    );
+}
 
 /// Shared state of the control loop.
 pub struct Session {
@@ -30,7 +41,7 @@ pub struct Session {
     pub channels: Arc<ChannelSlot>,
     /// One per main process: the same on every reconnect (HEAD semantics).
     pub instance_id: String,
-    pub relays: Arc<Relays>,
+    pub relays: Arc<dyn RelayOpener>,
     /// How long to wait for response headers and SessionAccepted before giving up on an attempt.
     pub hello_timeout: Duration,
     /// Reconnect backoff: first delay and cap (`--reconnect-base-ms`, `--reconnect-max-ms`).
@@ -272,7 +283,7 @@ async fn one_session(s: &Arc<Session>, progress: &mut Progress) -> Result<(), Se
                 let Some(msg) = msg else { return Err(SessionError::Ended) };
                 match msg.payload {
                     Some(gateway_message::Payload::RelayOpen(open)) => {
-                        s.relays.open(open, client.clone(), tx.clone());
+                        s.relays.clone().open_relay(open, client.clone(), tx.clone());
                     }
                     Some(gateway_message::Payload::Heartbeat(_)) => {
                         tracing::trace!("gateway heartbeat");
