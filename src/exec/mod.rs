@@ -648,6 +648,7 @@ impl Child {
             self.supervisor_pid,
             sig,
             self.done.is_none(),
+            manager::get().registry(),
         ) {
             tracing::warn!(error = %e, "could not signal the exec's processes");
         }
