@@ -104,7 +104,7 @@ pub fn log_policy_warnings(file: Option<&Path>, warnings: &[MapWarning]) {
     }
 }
 
-pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn main(args: RunArgs) -> Result<ExitCode, RunError> {
     let mut tl = Timeline::from_env();
     tl.stamp("main");
     crate::logging::init(&args.policy.log_level, args.policy.log_format);

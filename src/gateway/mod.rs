@@ -53,7 +53,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -65,8 +64,54 @@ use crate::exec::Sandbox;
 
 pub use self::config::DEFAULT_WORKDIR;
 
+/// Why `serve` could not start or keep running. `main.rs` maps each variant to its exit code
+/// ([`ServeError::exit_code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Flags or values clap accepted but could not turn into the arguments.
+    #[error("{0}")]
+    Usage(#[source] clap::Error),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    OciUser(identity::IdentityError),
+    #[error("starting the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("the workdir")]
+    Workdir(#[source] std::io::Error),
+    #[error("loading the sandbox policy from the gateway")]
+    Plane(#[source] policy_plane::PlaneError),
+    #[error("building the sandbox policy")]
+    Policy(#[source] crate::policy::PolicyError),
+    #[error(transparent)]
+    Sandbox(#[from] crate::exec::RunError),
+    #[error(transparent)]
+    Ssh(#[from] ssh::SshError),
+    #[error("installing the {0} handler")]
+    Signal(&'static str, #[source] std::io::Error),
+    #[error(transparent)]
+    MainProcess(#[from] main_process::StartError),
+}
+
+impl ServeError {
+    /// Flags, env, a policy or a workdir we cannot keep exit 125, as they do for `run`; a
+    /// sandbox that cannot be built keeps run's code for it; a failure while serving (the
+    /// gateway's policy cannot be loaded, a handler, the main process) is 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::Usage(_)
+            | ServeError::Config(_)
+            | ServeError::OciUser(_)
+            | ServeError::Policy(_)
+            | ServeError::Workdir(_) => crate::cli::USAGE_EXIT,
+            ServeError::Sandbox(e) => e.exit_code(),
+            _ => 1,
+        }
+    }
+}
+
 /// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
-pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
+pub fn main(argv: &[OsString]) -> Result<ExitCode, ServeError> {
     // OpenShell's supervisor matches these on the raw argv (gateway-features §14.2); we
     // implement neither, and saying so beats treating the word as a main command (exit 127).
     if let Some(word @ ("validate-workspace" | "debug-rpc")) = argv.get(1).and_then(|a| a.to_str())
@@ -78,7 +123,7 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
     }
     unset_empty_identity_env();
     let matches = crate::cli::parsed_or_exit(ServeArgs::command().try_get_matches_from(argv), argv);
-    let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut args = ServeArgs::from_arg_matches(&matches).map_err(ServeError::Usage)?;
     // With a gateway policy only an explicit --network overrides its network section.
     let network_explicit =
         matches.value_source("network") == Some(clap::parser::ValueSource::CommandLine);
@@ -88,7 +133,8 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         logpush::filtered_layer(),
     );
     if let Some(spec) = args.oci_image_user.as_deref() {
-        let (uid, gid) = identity::oci_user(spec, Path::new("/etc"))?;
+        let (uid, gid) =
+            identity::oci_user(spec, Path::new("/etc")).map_err(ServeError::OciUser)?;
         if args.policy.uid.is_none() && uid.is_some() {
             tracing::info!(uid, "sandbox uid from OPENSHELL_OCI_IMAGE_USER");
             args.policy.uid = uid;
@@ -104,7 +150,7 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
+        .map_err(ServeError::Runtime)?;
     rt.block_on(supervise(args, cfg, network_explicit))
 }
 
@@ -152,7 +198,7 @@ async fn supervise(
     args: ServeArgs,
     cfg: Config,
     network_explicit: bool,
-) -> anyhow::Result<ExitCode> {
+) -> Result<ExitCode, ServeError> {
     crate::exec::workdir::serve_create(&args.policy, Path::new(DEFAULT_WORKDIR));
     let (stop_tx, stop_rx) = watch::channel(false);
     let tokens = cfg
@@ -174,7 +220,7 @@ async fn supervise(
                     .clone()
                     .unwrap_or_else(|| DEFAULT_WORKDIR.into()),
             )
-            .context("the workdir")?;
+            .map_err(ServeError::Workdir)?;
             let plane = policy_plane::Plane::start(policy_plane::PlaneConfig {
                 gateway: g.clone(),
                 tokens: tokens.clone(),
@@ -186,7 +232,7 @@ async fn supervise(
                 local_paths: policy_plane::local_policy_paths(),
             })
             .await
-            .context("loading the sandbox policy from the gateway")?;
+            .map_err(ServeError::Plane)?;
             (workdir, plane.slot(), Some(plane))
         }
         _ => {
@@ -195,7 +241,7 @@ async fn supervise(
                 Path::new(DEFAULT_WORKDIR),
                 cfg.secret_paths.clone(),
             )
-            .context("building the sandbox policy")?;
+            .map_err(ServeError::Policy)?;
             crate::exec::workdir::serve_check(&policy);
             let workdir = policy.fs.workdir.clone();
             (
@@ -232,12 +278,14 @@ async fn supervise(
     // One instance id per main process, the same on every reconnect.
     let instance_id = uuid::Uuid::new_v4().to_string();
 
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| ServeError::Signal("SIGTERM", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| ServeError::Signal("SIGINT", e))?;
     // SIGHUP and SIGQUIT stop us as SIGTERM does: their default action would kill the
     // supervisor and leave every exec's tree running (only leaders have a parent-death signal).
-    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut sigquit = signal(SignalKind::quit()).context("installing the SIGQUIT handler")?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| ServeError::Signal("SIGHUP", e))?;
+    let mut sigquit = signal(SignalKind::quit()).map_err(|e| ServeError::Signal("SIGQUIT", e))?;
 
     let mut main_task = match &cfg.main {
         Some(m) => {
