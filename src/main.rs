@@ -16,48 +16,29 @@ fn main() -> ExitCode {
     // flag parsing (OpenShell's contract).
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned());
     let sub = first.as_deref();
-    // A supervisor that is not root enters a user namespace of its own, which will own the
-    // sandbox view (sandbox/namespaces.rs). unshare(CLONE_NEWUSER) needs a single-threaded
-    // process, so this comes before anything starts a thread.
-    if !matches!(
-        sub,
-        Some(
-            "copy-self"
-                | "install"
-                | "certs"
-                | "completions"
-                | "man"
-                | "help"
-                | "--help"
-                | "-h"
-                | "--version"
-                | "-V"
-        )
-    ) {
-        openshell_sandbox::sandbox::namespaces::enter_user_ns();
-        // A root supervisor in a pod finds /sys/fs/cgroup read-only (containerd mounts it so);
-        // it works through a private read-write copy (sandbox/cgroup_remount.rs).
-        openshell_sandbox::sandbox::cgroup_remount::make_writable();
-    }
     let result = match sub {
         Some("copy-self") => install::copy_self_main(&argv[2..]).map_err(Failure::Install),
-        Some("run") => exec::run::main(cli::parsed_or_exit(
-            cli::RunArgs::parse_argv(&argv[1..]),
-            &argv,
-        ))
-        .map_err(Failure::Run),
+        Some("run") => {
+            let args = cli::parsed_or_exit(cli::RunArgs::parse_argv(&argv[1..]), &argv);
+            host_setup();
+            exec::run::main(args).map_err(Failure::Run)
+        }
         // `check --gateway` takes serve's flags and env, so it is parsed by its own module.
         Some("check") if argv[2..].iter().any(|a| a == "--gateway") => {
+            host_setup();
             gateway::doctor::main(&argv[1..]).map_err(Failure::Doctor)
         }
-        Some("check") => check::main(cli::parsed_or_exit(
-            cli::CheckArgs::parse_argv(&argv[1..]),
-            &argv,
-        ))
-        .map_err(Failure::Check),
+        Some("check") => {
+            let args = cli::parsed_or_exit(cli::CheckArgs::parse_argv(&argv[1..]), &argv);
+            host_setup();
+            check::main(args).map_err(Failure::Check)
+        }
         Some("install") => install::main(&argv[1..]).map_err(Failure::Install),
         Some("certs") => certs::main(&argv[1..]).map_err(Failure::Certs),
-        Some("serve") => serve(&argv[1..]),
+        Some("serve") => {
+            host_setup();
+            serve(&argv[1..])
+        }
         Some("completions") => manual::completions(&cli::parsed_or_exit(
             cli::CompletionsArgs::try_parse_from(&argv[1..]),
             &argv,
@@ -69,7 +50,10 @@ fn main() -> ExitCode {
         ))
         .map_err(Failure::Manual),
         // Hidden: what the `sftp` subsystem runs, inside the sandbox (gateway/ssh/sftp.rs).
-        Some(gateway::ssh::sftp::MODE) => return gateway::ssh::sftp::serve_stdio(),
+        Some(gateway::ssh::sftp::MODE) => {
+            host_setup();
+            return gateway::ssh::sftp::serve_stdio();
+        }
         Some("help") => help(argv.get(2).map(|a| a.to_string_lossy().into_owned())),
         Some("-h" | "--help") => help(None),
         Some("-V" | "--version") => {
@@ -81,12 +65,24 @@ fn main() -> ExitCode {
             eprintln!("{}", cli::SHORT_USAGE);
             Ok(ExitCode::from(cli::USAGE_EXIT))
         }
-        None => serve(&argv[..]),
-        Some(w) if w.starts_with('-') => serve(&argv[..]),
+        None => {
+            host_setup();
+            serve(&argv[..])
+        }
+        Some(w) if w.starts_with('-') => {
+            host_setup();
+            serve(&argv[..])
+        }
         // OpenShell's own supervisor subcommands: the supervisor says what it makes of them.
-        Some("validate-workspace" | "debug-rpc") => serve(&argv[..]),
+        Some("validate-workspace" | "debug-rpc") => {
+            host_setup();
+            serve(&argv[..])
+        }
         // With a gateway, OpenShell's meaning: the rest of argv is the main process's command.
-        Some(_) if gateway_configured() => serve(&argv[..]),
+        Some(_) if gateway_configured() => {
+            host_setup();
+            serve(&argv[..])
+        }
         Some(w) => Err(unknown_subcommand(w)),
     };
     match result {
@@ -166,6 +162,19 @@ fn help(sub: Option<String>) -> Result<ExitCode, Failure> {
         }
         Some(w) => Err(unknown_subcommand(w)),
     }
+}
+
+/// What a subcommand that builds sandboxes needs from the process first; only those call it
+/// (never `help`, `install`, `certs`, `completions`, `man`, `--version` or a usage error).
+///
+/// A supervisor that is not root enters a user namespace of its own, which will own the
+/// sandbox view (sandbox/namespaces.rs). unshare(CLONE_NEWUSER) needs a single-threaded
+/// process, so this comes before anything starts a thread (argument parsing starts none).
+/// A root supervisor in a pod finds /sys/fs/cgroup read-only (containerd mounts it so); it
+/// works through a private read-write copy (sandbox/cgroup_remount.rs).
+fn host_setup() {
+    openshell_sandbox::sandbox::namespaces::enter_user_ns();
+    openshell_sandbox::sandbox::cgroup_remount::make_writable();
 }
 
 fn serve(argv: &[OsString]) -> Result<ExitCode, Failure> {
