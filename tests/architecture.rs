@@ -59,7 +59,12 @@ const GATEWAY_LAYERS: &[&[&str]] = &[
         "session",
     ],
     // What the gateway runs in the sandbox.
-    &["exec", "main_attach", "main_process", "provider_env"],
+    &[
+        "exec_service",
+        "main_attach",
+        "main_process",
+        "provider_env",
+    ],
     // Protocol adapters onto exec.
     &["relay", "ssh"],
     // The wiring (`mod.rs`).

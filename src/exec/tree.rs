@@ -12,7 +12,7 @@
 //!    (`sandbox/init.rs`), so a double-forked daemon stays below the command while the exec
 //!    runs (found by 2.), and reaches the supervisor only once the command has exited: then its
 //!    exec is over, and the sweep at that exec's end kills it. A running exec's daemons are
-//!    therefore never taken for orphans by another exec's end (issue 10 item 22).
+//!    therefore never taken for orphans by another exec's end.
 //!
 //! A member list that cannot be read (EMFILE after a prlimit on us, a vanished group) is a
 //! [`SweepError`], never an empty list: nobody knows then what is still running.

@@ -1,4 +1,4 @@
-//! Obtaining and renewing the bearer token (sheet §3.2): the first token from its source, the
+//! Obtaining and renewing the bearer token: the first token from its source, the
 //! service-account exchange, and the refresh loop. The token itself lives in `tokens`.
 
 use std::path::Path;

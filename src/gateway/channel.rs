@@ -65,7 +65,7 @@ pub async fn connect(cfg: &GatewayConfig) -> Result<Channel, ConnectError> {
     let endpoint = Endpoint::from_shared(cfg.endpoint.clone())
         .map_err(|_| ConnectError::Endpoint(cfg.endpoint.clone()))?
         .connect_timeout(CONNECT_TIMEOUT)
-        // Liveness of the gateway comes from HTTP/2 PINGs, not heartbeats (sheet §2.4): a
+        // Liveness of the gateway comes from HTTP/2 PINGs, not heartbeats: a
         // gateway that vanished without a FIN (node lost, network partition) is noticed
         // within interval + timeout, and the session reconnects.
         .http2_keep_alive_interval(cfg.keepalive)

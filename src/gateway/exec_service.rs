@@ -4,7 +4,7 @@
 //! network view). `ssh/` only maps the protocol onto this.
 //!
 //! - What an exec runs: the command string check, the shell that runs it, and the child's
-//!   environment (sheet §4.2 "Child environment": cleared, a safe base, then the user
+//!   environment (cleared, a safe base, then the user
 //!   environment minus OPENSHELL_* keys; never a supervisor secret).
 //! - [`ExecContext`]: what every exec needs from the supervisor, shared by all of them.
 //! - [`Tracker`]: shutdown waits for live execs (`stop::stopped` tells them to stop).
@@ -21,7 +21,7 @@ use tokio::sync::{Notify, watch};
 use crate::exec::ExitInfo;
 use crate::gateway::config::ShellMode;
 
-/// The gateway refuses command strings above 256 KiB (sheet §4.1); so do we.
+/// The gateway refuses command strings above 256 KiB; so do we.
 pub const MAX_COMMAND: usize = 256 * 1024;
 
 /// PATH for children when the supervisor has none.
@@ -202,7 +202,7 @@ impl ExecContext {
             ("PATH".into(), self.path.clone()),
             ("TERM".into(), term.into()),
         ];
-        // §13.3: the user environment (step 3), then the provider environment (step 6); a
+        // the user environment (step 3), then the provider environment (step 6); a
         // later step overrides an earlier one.
         let provider = self.provider_env.read().unwrap_or_else(|e| e.into_inner());
         for (k, v) in self.user_env.iter().chain(provider.iter()) {

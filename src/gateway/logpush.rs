@@ -1,4 +1,4 @@
-//! Logs and audit to the gateway (features sheet §12): `PushSandboxLogs`.
+//! Logs and audit to the gateway: `PushSandboxLogs`.
 //!
 //! - [`PushLayer`] is a `tracing` layer: every event at or above `OPENSHELL_LOG_PUSH_LEVEL`
 //!   (default INFO, independent of the console filter) becomes a `SandboxLogLine`, put on a
@@ -12,7 +12,7 @@
 //!   log push off for good.
 //! - [`ocsf`] builds the audit records: exec launch and end (carrying the exit report), the
 //!   supervisor's own refusals and policy state changes, each one line on target `ocsf` in
-//!   OpenShell's shorthand (§12.4). The pushed line has level `OCSF` and no fields.
+//!   OpenShell's shorthand. The pushed line has level `OCSF` and no fields.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,7 +33,7 @@ use super::ocsf;
 use super::tokens::TokenStore;
 use crate::proto::v1::{PushSandboxLogsRequest, SandboxLogLine};
 
-/// The local buffer between the tracing layer and the pusher (§12.2).
+/// The local buffer between the tracing layer and the pusher.
 pub const CHANNEL_LINES: usize = 1024;
 /// Lines per request.
 pub const BATCH_LINES: usize = 50;
@@ -160,7 +160,7 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Turn log push on (§12.2: only with a sandbox id and an endpoint, which `cfg` has) and run
+/// Turn log push on (only with a sandbox id and an endpoint, which `cfg` has) and run
 /// the pusher until `stop`. Events before this call are not pushed.
 pub fn start(
     cfg: GatewayConfig,

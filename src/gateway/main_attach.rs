@@ -1,6 +1,6 @@
-//! The running canonical main process as attachers see it (gateway-features §10.1, §10.3): the
+//! The running canonical main process as attachers see it: the
 //! retained output log, the single input lease, the bounded stdin queue, the pty size and
-//! signals to the process group. The SSH side (`ssh::main_session`) only maps channel messages
+//! signals to the process group. The SSH side (`ssh::main_subsystem`) only maps channel messages
 //! onto this.
 
 use std::collections::VecDeque;

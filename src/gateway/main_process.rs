@@ -1,8 +1,6 @@
-//! The optional canonical main process: where it comes from (trailing words >
-//! OPENSHELL_MAIN_PROCESS_SPEC > OPENSHELL_SANDBOX_COMMAND), running it (gateway-features
-//! §10.1, §10.2: on a pty of 80x24 or on three pipes, its output only in the retained log of
-//! `session`), and reporting its exit to the gateway (sheet §6: retried with backoff until the
-//! gateway says OK).
+//! The optional canonical main process: running it (its spec is `main_spec`), on a pty of
+//! 80x24 or on three pipes, its output only in the retained log of `main_attach`; and
+//! reporting its exit to the gateway (retried with backoff until the gateway says OK).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::PermissionsExt;
@@ -19,7 +17,7 @@ use super::auth;
 use super::channel;
 use super::config::GatewayConfig;
 use super::ended::Ended;
-use super::exec::{self, ExecContext};
+use super::exec_service::{self, ExecContext};
 use super::main_attach::{CHUNK, Event, MainSession, STDIN_QUEUE};
 use super::main_spec::MainProcess;
 use super::stop::stopped;
@@ -29,13 +27,13 @@ use crate::exec::{SpawnSpec, Stdio};
 use crate::proto::v1::ReportMainProcessExitRequest;
 
 /// The built-in default main process, and what the gateway puts in the spec when a sandbox is
-/// created with no command (gateway-features §10.1).
+/// created with no command.
 pub const DEFAULT_COMMAND: [&str; 2] = ["/bin/bash", "-l"];
 
 /// The pty size before any attacher sends one (OpenShell's `openpty` call).
 const PTY_COLS: u32 = 80;
 const PTY_ROWS: u32 = 24;
-/// How long output readers get to reach EOF after the process ended (§10.2 step 2).
+/// How long output readers get to reach EOF after the process ended.
 const DRAIN: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +48,7 @@ pub enum StartError {
     },
 }
 
-/// The login shell for the default command on this image (gateway-features §16, OpenShell
+/// The login shell for the default command on this image (OpenShell
 /// #3147): `/bin/bash` when it is executable, else `$SHELL` (an absolute path) when it is,
 /// else `bash` on `path`, else `/bin/sh`. `is_exec` is the check, passed in so the order is
 /// testable without building images.
@@ -100,7 +98,7 @@ pub struct Running {
 }
 
 /// Where the main process's stdin goes. It is never closed while the supervisor runs: an
-/// attach, a detach or an eof leaves it open (§10.1).
+/// attach, a detach or an eof leaves it open.
 enum Sink {
     Pipe(tokio::net::unix::pipe::Sender),
     Pty(Arc<pty::Master>),
@@ -237,10 +235,10 @@ pub async fn start(
                     break Ended { info, timed_out: true };
                 }
                 // On a pty, SIGHUP first: a login shell there ignores SIGTERM.
-                _ = stopped(&mut stop) => break Ended::new(exec::stop_child(&mut child, on_pty, grace).await),
+                _ = stopped(&mut stop) => break Ended::new(exec_service::stop_child(&mut child, on_pty, grace).await),
             }
         };
-        // §10.2: let the readers reach EOF (bounded), then publish the exit to attachers.
+        // let the readers reach EOF (bounded), then publish the exit to attachers.
         let aborts: Vec<_> = readers.iter().map(|r| r.abort_handle()).collect();
         if tokio::time::timeout(DRAIN, futures::future::join_all(readers))
             .await
@@ -274,7 +272,7 @@ async fn feed_stdin(mut sink: Option<Sink>, mut rx: mpsc::Receiver<Bytes>) {
     }
 }
 
-/// Report the main process's exit (sheet §6): a new channel per attempt, backoff 250 ms
+/// Report the main process's exit: a new channel per attempt, backoff 250 ms
 /// doubling to 2 s, until the gateway answers OK. A gateway older than v0.0.111 has no such
 /// method; that is logged and the report is dropped.
 pub async fn report_exit(

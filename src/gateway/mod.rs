@@ -1,18 +1,21 @@
 //! `serve`: the supervisor as a sandbox pod runs it.
 //!
-//! - `config`: flags and OpenShell's env vars, checked.
-//! - `tls`, `channel`, `auth`: the mTLS HTTP/2 channel and the bearer token.
-//! - `backoff`: retry delays, and when a reconnect starts them over.
-//! - `session`: ConnectSupervisor (hello, heartbeats, reconnect).
-//! - `relay`: RelayOpen → RelayStream, bridged to the in-process SSH server or a loopback port.
-//! - `exec`: the one exec service (context, shutdown tracking, exit codes) that SSH execs,
-//!   sftp, forwards and the main process share; every command runs through the sandbox core
-//!   (`crate::exec`).
-//! - `ssh`: the SSH server, a protocol adapter onto `exec`.
-//! - `main_process`: the optional canonical main process (on a pty or pipes, attached with
-//!   the `openshell-main` subsystem) and its exit report.
-//! - `policy_plane`: GetSandboxConfig at start and every poll, applied at the next exec.
-//! - `logpush`: PushSandboxLogs, and the OCSF audit records.
+//! The modules in layers, each using only those above it in this list (docs/architecture.md):
+//! - base: `config` (flags and OpenShell's env vars, checked; the main process's spec in
+//!   `main_spec`), `tls` (with its paths), `tokens` (the bearer token in memory), `backoff`
+//!   (retry delays, and when a reconnect starts them over), `stop`, `ended`, `ocsf`, `identity`.
+//! - rpc: `channel` (the mTLS HTTP/2 channel), `auth` (obtaining and renewing the token),
+//!   `session` (ConnectSupervisor: hello, heartbeats, reconnect), `logpush` (PushSandboxLogs),
+//!   `policy_plane` and `policy_slot` (GetSandboxConfig at start and every poll, applied at the
+//!   next exec).
+//! - exec: `exec_service` (the one exec service: context, shutdown tracking, exit codes, that
+//!   SSH execs, sftp, forwards and the main process share; every command runs through the
+//!   sandbox core, `crate::exec`), `main_process` (the optional canonical main process, on a
+//!   pty or pipes, and its exit report), `main_attach` (what its attachers see),
+//!   `provider_env`.
+//! - adapters: `ssh` (the SSH server, a protocol adapter onto `exec_service`) and `relay`
+//!   (RelayOpen -> RelayStream, bridged to the SSH server or a loopback port).
+//! - `doctor` (`check --gateway`) on top.
 //!
 //! Order at start: policy and sandbox first (fail closed before anything is reachable), then
 //! the main process, then the session. Order at SIGTERM: refuse new relays, stop the session,
@@ -37,7 +40,7 @@ pub mod policy_plane;
 pub mod policy_slot;
 pub mod session;
 // Exec: what the gateway runs in the sandbox.
-pub mod exec;
+pub mod exec_service;
 pub mod main_attach;
 pub mod main_process;
 pub mod provider_env;
@@ -59,7 +62,7 @@ use tokio::sync::watch;
 
 use self::config::{Config, ServeArgs};
 use self::ended::Ended;
-use self::exec::{DEFAULT_PATH, ExecContext, Tracker};
+use self::exec_service::{DEFAULT_PATH, ExecContext, Tracker};
 use crate::exec::Sandbox;
 
 pub use self::config::DEFAULT_WORKDIR;
@@ -112,7 +115,7 @@ impl ServeError {
 
 /// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
 pub fn main(argv: &[OsString]) -> Result<ExitCode, ServeError> {
-    // OpenShell's supervisor matches these on the raw argv (gateway-features §14.2); we
+    // OpenShell's supervisor matches these on the raw argv; we
     // implement neither, and saying so beats treating the word as a main command (exit 127).
     if let Some(word @ ("validate-workspace" | "debug-rpc")) = argv.get(1).and_then(|a| a.to_str())
     {
@@ -206,7 +209,7 @@ async fn supervise(
         .as_ref()
         .map(|g| tokens::TokenStore::new(g.token.clone()));
     let mut background = Vec::new();
-    // With a gateway the policy comes from it (§11.5); without one, from the flags.
+    // With a gateway the policy comes from it; without one, from the flags.
     let (workdir, sandbox, plane) = match (&cfg.gateway, &tokens) {
         (Some(g), Some(tokens)) => {
             background.extend(logpush::start(g.clone(), tokens.clone(), stop_rx.clone()));
@@ -378,7 +381,7 @@ async fn supervise(
 
     if let (Some(info), Some(g), Some(tokens)) = (&main_exit, &cfg.gateway, &tokens) {
         let code = info.code();
-        // Retried until the gateway says OK, as the sheet asks; a (further) SIGTERM is the
+        // Retried until the gateway says OK, as OpenShell's protocol asks; a (further) SIGTERM is the
         // operator saying not to wait any longer.
         tokio::select! {
             _ = main_process::report_exit(g, tokens, &instance_id, code) => {}

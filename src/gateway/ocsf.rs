@@ -1,4 +1,4 @@
-//! OCSF records (§12.4, §12.5) in their one-line shorthand.
+//! OCSF records in their one-line shorthand.
 
 /// The target OCSF events are logged on; the push layer gives them level `OCSF`.
 pub const TARGET: &str = "ocsf";

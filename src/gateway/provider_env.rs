@@ -1,4 +1,4 @@
-//! Provider environment for SSH children (gateway-features §13.5, §13.6).
+//! Provider environment for SSH children.
 //!
 //! The gateway's reply holds real secret values. OpenShell's own supervisor hands children
 //! placeholders and swaps them for the real value in outbound HTTP, only towards the
@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::auth;
 use super::channel;
 use super::config::GatewayConfig;
-use super::exec::ExecContext;
+use super::exec_service::ExecContext;
 use super::tokens::{self, TokenStore};
 use crate::proto::v1::GetSandboxProviderEnvironmentRequest;
 

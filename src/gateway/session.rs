@@ -1,4 +1,4 @@
-//! The ConnectSupervisor session (sheet §2.1): hello, SessionAccepted, heartbeats, RelayOpen
+//! The ConnectSupervisor session: hello, SessionAccepted, heartbeats, RelayOpen
 //! dispatch, and reconnecting with backoff (`backoff::Reconnect` decides the delays). Gateway errors are logged with what they mean and
 //! retried; nothing the gateway does makes the supervisor exit.
 
@@ -208,7 +208,7 @@ struct Progress {
     accepted: Option<Instant>,
 }
 
-/// Whether the gateway answers `Health` (unauthenticated, sheet §1) with HEALTHY. It tells a
+/// Whether the gateway answers `Health` (unauthenticated) with HEALTHY. It tells a
 /// gateway that is up but refusing or dropping the session from one that is gone, or from a
 /// proxy in front of it answering for a gateway it cannot reach.
 async fn answers_health(ch: Channel, limit: Duration) -> bool {
@@ -289,7 +289,7 @@ async fn one_session(s: &Arc<Session>, progress: &mut Progress) -> Result<(), Se
                         tracing::trace!("gateway heartbeat");
                     }
                     Some(gateway_message::Payload::RelayClose(c)) => {
-                        // Neither side sends it in practice (sheet §2.3); closing is by stream end.
+                        // Neither side sends it in practice; closing is by stream end.
                         tracing::debug!(channel_id = %c.channel_id, reason = %c.reason, "gateway sent RelayClose; ignored");
                     }
                     Some(gateway_message::Payload::SessionRejected(r)) => {

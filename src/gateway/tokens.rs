@@ -1,4 +1,4 @@
-//! The bearer token (sheet §3.2) in memory: the store every channel reads, the interceptor
+//! The bearer token in memory: the store every channel reads, the interceptor
 //! that puts it on every call, and when it is due for renewal. No I/O here: obtaining and
 //! renewing it is `auth`. Token files are never rewritten.
 
@@ -108,7 +108,7 @@ pub fn jwt_exp(token: &str) -> Option<u64> {
     claims.get("exp")?.as_u64()
 }
 
-/// When to renew (sheet §3.2): 80 % of the remaining lifetime clamped to 1 s .. 12 h, plus a
+/// When to renew: 80 % of the remaining lifetime clamped to 1 s .. 12 h, plus a
 /// jitter of (token length mod 10) %; 6 h when the token never expires or is not a JWT; 1 s when
 /// it already has.
 pub fn refresh_delay(token: &str, now: SystemTime) -> Duration {
@@ -151,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn schedule_follows_the_sheet() {
+    fn renewal_is_due_at_80_percent_of_the_lifetime_clamped_with_jitter() {
         let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
         assert_eq!(refresh_delay("opaque", now), Duration::from_secs(6 * 3600));
         assert_eq!(
