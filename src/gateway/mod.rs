@@ -114,6 +114,8 @@ impl ServeError {
 }
 
 /// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
+// Returned once per process, so the size of the error costs nothing.
+#[allow(clippy::result_large_err)]
 pub fn main(argv: &[OsString]) -> Result<ExitCode, ServeError> {
     // OpenShell's supervisor matches these on the raw argv; we
     // implement neither, and saying so beats treating the word as a main command (exit 127).
@@ -197,6 +199,7 @@ enum Stop {
     MainExited(Ended),
 }
 
+#[allow(clippy::result_large_err)]
 async fn supervise(
     args: ServeArgs,
     cfg: Config,

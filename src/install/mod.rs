@@ -230,7 +230,7 @@ pub fn main(argv: &[OsString]) -> Result<ExitCode, InstallError> {
         })?;
     println!("{report}");
     if args.wait {
-        return wait::until_terminated().map_err(Into::into);
+        return wait::until_terminated();
     }
     Ok(ExitCode::SUCCESS)
 }
