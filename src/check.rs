@@ -197,7 +197,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         &args.allow_net,
     );
     if let Some(target) = &args.egress {
-        return crate::exec::egress::check_main(loaded, target, args.binary.as_deref(), args.json);
+        return check_egress(loaded, target, args.binary.as_deref(), args.json);
     }
     let policy = match loaded {
         Ok(loaded) => {
@@ -560,4 +560,53 @@ fn print_human(report: &Report, source: &str) {
 
 fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
+}
+
+/// `check --egress`: print the answer (or the JSON with `--json`); exit 0 allowed, 1 denied.
+/// A policy that cannot be loaded is the error it is for `run`.
+fn check_egress(
+    loaded: Result<crate::exec::run::LoadedPolicy, crate::exec::RunError>,
+    target: &str,
+    binary: Option<&str>,
+    json: bool,
+) -> anyhow::Result<std::process::ExitCode> {
+    let loaded = loaded?;
+    let (host, port) = crate::exec::egress::parse_target(target)?;
+    if let Some(b) = binary
+        && !b.starts_with('/')
+    {
+        return Err(crate::exec::RunError::Usage(format!(
+            "--binary {b}: the executable is matched by its absolute path (e.g. /usr/bin/curl)"
+        ))
+        .into());
+    }
+    let a = crate::exec::egress::answer(loaded.network.as_ref(), &host, port, binary);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&a)?);
+    } else {
+        let what = format!("{}:{}", a.host, a.port);
+        match (&a.rule, &a.reason) {
+            (Some(rule), _) if a.binary.is_none() => println!(
+                "egress {what}: allowed by rule '{rule}' for {}",
+                a.binaries.join(", ")
+            ),
+            (Some(rule), _) => println!(
+                "egress {what} from {}: allowed by rule '{rule}'",
+                a.binary.as_deref().unwrap_or_default()
+            ),
+            (None, reason) => println!(
+                "egress {what}{}: denied: {}",
+                a.binary
+                    .as_deref()
+                    .map(|b| format!(" from {b}"))
+                    .unwrap_or_default(),
+                reason.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+    Ok(if a.allowed {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    })
 }

@@ -1,7 +1,7 @@
 //! Command-line definitions.
 //!
 //! Every flag that OpenShell's own supervisor reads from an environment variable reads the same
-//! variable here (see `shared/spec/gateway-protocol.md` §5.1), so the pod command line and env
+//! variable here (docs/gateway.md), so the pod command line and env
 //! that the OpenShell Kubernetes driver builds work unchanged.
 //!
 //! Dispatch is by the first word (see `main.rs`): `run`, `check`, `serve`, `install`,

@@ -100,21 +100,20 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
     )
 }
 
-/// `serve`'s subscriber: the console as [`init`], plus the gateway log push layer with its own
-/// level (`OPENSHELL_LOG_PUSH_LEVEL`, default INFO), so a quiet console still pushes INFO. The
-/// layer is inert until `gateway::logpush::start`.
-pub fn init_with_push(level: &str, format: LogFormat) {
-    use tracing_subscriber::filter::LevelFilter;
+/// `serve`'s subscriber: the console as [`init`], plus `extra` (the gateway log push layer,
+/// filtered at its own level, so a quiet console still pushes INFO). The caller builds `extra`,
+/// so this floor module knows nothing of the gateway.
+pub fn init_with_layer<L>(level: &str, format: LogFormat, extra: L)
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
     use tracing_subscriber::prelude::*;
     let filter = console_filter(level);
     let ansi = colour_stderr();
-    let push = crate::gateway::logpush::PushLayer.with_filter(LevelFilter::from_level(
-        crate::gateway::logpush::push_level_from_env(),
-    ));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
-    let registry = tracing_subscriber::registry().with(push);
+    let registry = tracing_subscriber::registry().with(extra);
     let installed = match format {
         LogFormat::Human => registry
             .with(fmt.with_target(false).with_filter(filter))

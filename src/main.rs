@@ -1,5 +1,6 @@
 //! Entry point: pick the subcommand, run it, and turn errors into one readable line and an exit
-//! code. This is the only place that formats errors for humans.
+//! code. This is the only place that formats errors for humans, and [`Failure::exit_code`] is
+//! the one table from each subcommand's typed error to its exit code.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -15,56 +16,44 @@ fn main() -> ExitCode {
     // flag parsing (OpenShell's contract).
     let first = argv.get(1).map(|a| a.to_string_lossy().into_owned());
     let sub = first.as_deref();
-    // A supervisor that is not root enters a user namespace of its own, which will own the
-    // sandbox view (sandbox/namespaces.rs). unshare(CLONE_NEWUSER) needs a single-threaded
-    // process, so this comes before anything starts a thread.
-    if !matches!(
-        sub,
-        Some(
-            "copy-self"
-                | "install"
-                | "certs"
-                | "completions"
-                | "man"
-                | "help"
-                | "--help"
-                | "-h"
-                | "--version"
-                | "-V"
-        )
-    ) {
-        openshell_sandbox::sandbox::namespaces::enter_user_ns();
-        // A root supervisor in a pod finds /sys/fs/cgroup read-only (containerd mounts it so);
-        // it works through a private read-write copy (sandbox/cgroup_remount.rs).
-        openshell_sandbox::sandbox::cgroup_remount::make_writable();
-    }
     let result = match sub {
-        Some("copy-self") => install::copy_self_main(&argv[2..]),
-        Some("run") => exec::run::main(cli::parsed_or_exit(
-            cli::RunArgs::parse_argv(&argv[1..]),
-            &argv,
-        )),
+        Some("copy-self") => install::copy_self_main(&argv[2..]).map_err(Failure::Install),
+        Some("run") => {
+            let args = cli::parsed_or_exit(cli::RunArgs::parse_argv(&argv[1..]), &argv);
+            host_setup();
+            exec::run::main(args).map_err(Failure::Run)
+        }
         // `check --gateway` takes serve's flags and env, so it is parsed by its own module.
         Some("check") if argv[2..].iter().any(|a| a == "--gateway") => {
-            gateway::doctor::main(&argv[1..]).map_err(Into::into)
+            host_setup();
+            gateway::doctor::main(&argv[1..]).map_err(Failure::Doctor)
         }
-        Some("check") => check::main(cli::parsed_or_exit(
-            cli::CheckArgs::parse_argv(&argv[1..]),
-            &argv,
-        )),
-        Some("install") => install::main(&argv[1..]),
-        Some("certs") => certs::main(&argv[1..]),
-        Some("serve") => gateway::main(&argv[1..]),
+        Some("check") => {
+            let args = cli::parsed_or_exit(cli::CheckArgs::parse_argv(&argv[1..]), &argv);
+            host_setup();
+            check::main(args).map_err(Failure::Check)
+        }
+        Some("install") => install::main(&argv[1..]).map_err(Failure::Install),
+        Some("certs") => certs::main(&argv[1..]).map_err(Failure::Certs),
+        Some("serve") => {
+            host_setup();
+            serve(&argv[1..])
+        }
         Some("completions") => manual::completions(&cli::parsed_or_exit(
             cli::CompletionsArgs::try_parse_from(&argv[1..]),
             &argv,
-        )),
+        ))
+        .map_err(Failure::Manual),
         Some("man") => manual::man(&cli::parsed_or_exit(
             cli::ManArgs::try_parse_from(&argv[1..]),
             &argv,
-        )),
+        ))
+        .map_err(Failure::Manual),
         // Hidden: what the `sftp` subsystem runs, inside the sandbox (gateway/ssh/sftp.rs).
-        Some(gateway::ssh::sftp::MODE) => return gateway::ssh::sftp::serve_stdio(),
+        Some(gateway::ssh::sftp::MODE) => {
+            host_setup();
+            return gateway::ssh::sftp::serve_stdio();
+        }
         Some("help") => help(argv.get(2).map(|a| a.to_string_lossy().into_owned())),
         Some("-h" | "--help") => help(None),
         Some("-V" | "--version") => {
@@ -76,19 +65,31 @@ fn main() -> ExitCode {
             eprintln!("{}", cli::SHORT_USAGE);
             Ok(ExitCode::from(cli::USAGE_EXIT))
         }
-        None => gateway::main(&argv[..]),
-        Some(w) if w.starts_with('-') => gateway::main(&argv[..]),
+        None => {
+            host_setup();
+            serve(&argv[..])
+        }
+        Some(w) if w.starts_with('-') => {
+            host_setup();
+            serve(&argv[..])
+        }
         // OpenShell's own supervisor subcommands: the supervisor says what it makes of them.
-        Some("validate-workspace" | "debug-rpc") => gateway::main(&argv[..]),
+        Some("validate-workspace" | "debug-rpc") => {
+            host_setup();
+            serve(&argv[..])
+        }
         // With a gateway, OpenShell's meaning: the rest of argv is the main process's command.
-        Some(_) if gateway_configured() => gateway::main(&argv[..]),
+        Some(_) if gateway_configured() => {
+            host_setup();
+            serve(&argv[..])
+        }
         Some(w) => Err(unknown_subcommand(w)),
     };
     match result {
         Ok(code) => code,
-        Err(err) => {
-            let code = exit_code_for(&err);
-            let text = render(&err);
+        Err(failure) => {
+            let code = failure.exit_code();
+            let text = render(&anyhow::Error::new(failure));
             if logging::json_enabled() {
                 logging::json_line("ERROR", &format!("error: {text}"), None);
             } else {
@@ -119,19 +120,19 @@ fn env_set(name: &str) -> bool {
 
 /// A first word that is no subcommand, with no gateway configured: without a gateway there
 /// is nobody to serve, so it is a typo rather than a main-process command.
-fn unknown_subcommand(word: &str) -> anyhow::Error {
+fn unknown_subcommand(word: &str) -> Failure {
     let hint = match cli::nearest_subcommand(word) {
         Some(s) => format!("did you mean `{s}`?"),
         None => format!("the subcommands are {}", cli::Command::WORDS.join(", ")),
     };
-    anyhow::Error::new(exec::RunError::Usage(format!(
+    Failure::Run(exec::RunError::Usage(format!(
         "unknown subcommand `{word}`: {hint} (see `openshell-sandbox --help`; with \
          OPENSHELL_ENDPOINT set, a first word that is no subcommand is the main process's command)"
     )))
 }
 
 /// `openshell-sandbox help [SUB]` and `openshell-sandbox --help`.
-fn help(sub: Option<String>) -> anyhow::Result<ExitCode> {
+fn help(sub: Option<String>) -> Result<ExitCode, Failure> {
     let help_of = |word: &str| -> Vec<OsString> { vec![word.into(), "--help".into()] };
     match sub.as_deref() {
         None | Some("help") => {
@@ -147,10 +148,10 @@ fn help(sub: Option<String>) -> anyhow::Result<ExitCode> {
             let _ = cli::CheckArgs::command().print_long_help();
             Ok(ExitCode::SUCCESS)
         }
-        Some("serve") => gateway::main(&help_of("serve")),
-        Some("install") => install::main(&help_of("install")),
-        Some("certs") => certs::main(&help_of("certs")),
-        Some("copy-self") => install::copy_self_main(&["--help".into()]),
+        Some("serve") => serve(&help_of("serve")),
+        Some("install") => install::main(&help_of("install")).map_err(Failure::Install),
+        Some("certs") => certs::main(&help_of("certs")).map_err(Failure::Certs),
+        Some("copy-self") => install::copy_self_main(&["--help".into()]).map_err(Failure::Install),
         Some("completions") => {
             let _ = cli::CompletionsArgs::command().print_long_help();
             Ok(ExitCode::SUCCESS)
@@ -163,14 +164,59 @@ fn help(sub: Option<String>) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Exit codes follow docker's and the shell's conventions for a launcher: 127 when the command
-/// is not found, 126 when it cannot be executed, 125 for a usage error or when the sandbox
-/// itself failed or refused (`RunError::exit_code`); 1 for the other subcommands' failures.
-fn exit_code_for(err: &anyhow::Error) -> u8 {
-    if let Some(e) = err.downcast_ref::<exec::RunError>() {
-        return e.exit_code();
+/// What a subcommand that builds sandboxes needs from the process first; only those call it
+/// (never `help`, `install`, `certs`, `completions`, `man`, `--version` or a usage error).
+///
+/// A supervisor that is not root enters a user namespace of its own, which will own the
+/// sandbox view (sandbox/namespaces.rs). unshare(CLONE_NEWUSER) needs a single-threaded
+/// process, so this comes before anything starts a thread (argument parsing starts none).
+/// A root supervisor in a pod finds /sys/fs/cgroup read-only (containerd mounts it so); it
+/// works through a private read-write copy (sandbox/cgroup_remount.rs).
+fn host_setup() {
+    openshell_sandbox::sandbox::namespaces::enter_user_ns();
+    openshell_sandbox::sandbox::cgroup_remount::make_writable();
+}
+
+fn serve(argv: &[OsString]) -> Result<ExitCode, Failure> {
+    gateway::main(argv).map_err(Failure::Serve)
+}
+
+/// Every subcommand's failure, by its own typed error. `anyhow` appears only for `check`, whose
+/// module has not moved to a typed error yet, and for rendering the chain below.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Run(exec::RunError),
+    #[error(transparent)]
+    Check(anyhow::Error),
+    #[error(transparent)]
+    Doctor(gateway::doctor::DoctorError),
+    #[error(transparent)]
+    Serve(gateway::ServeError),
+    #[error(transparent)]
+    Install(install::InstallError),
+    #[error(transparent)]
+    Certs(certs::CertsError),
+    #[error(transparent)]
+    Manual(manual::ManualError),
+}
+
+impl Failure {
+    /// The one table (README.md, "Exit codes"). Codes follow docker's and the shell's
+    /// conventions for a launcher: 127 when the command is not found, 126 when it cannot be
+    /// executed, 125 for a usage error of any subcommand or when the sandbox itself failed or
+    /// refused (`RunError::exit_code`). A usage error that clap reports itself exits 125 in
+    /// `cli::parsed_or_exit`, before any of this runs.
+    fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Run(e) => e.exit_code(),
+            Failure::Check(e) => e
+                .downcast_ref::<exec::RunError>()
+                .map_or(1, exec::RunError::exit_code),
+            Failure::Serve(e) => e.exit_code(),
+            Failure::Doctor(_) | Failure::Install(_) | Failure::Certs(_) | Failure::Manual(_) => 1,
+        }
     }
-    1
 }
 
 /// The error and its causes on one line, skipping a cause whose text the message before it

@@ -7,7 +7,6 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::CommandFactory;
 
 use crate::cli::{self, CompletionsArgs, ManArgs};
@@ -53,8 +52,23 @@ pub fn command_tree() -> clap::Command {
     tree
 }
 
+/// Why `completions` or `man` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ManualError {
+    #[error("writing the man pages into {}", dir.display())]
+    WriteDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("rendering the man page")]
+    Render(#[source] std::io::Error),
+    #[error("writing to stdout")]
+    Stdout(#[source] std::io::Error),
+}
+
 /// `openshell-sandbox completions SHELL`: the script on stdout.
-pub fn completions(args: &CompletionsArgs) -> anyhow::Result<ExitCode> {
+pub fn completions(args: &CompletionsArgs) -> Result<ExitCode, ManualError> {
     let mut tree = command_tree();
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut tree, BIN, &mut out);
@@ -81,30 +95,32 @@ fn fix_bash_states(script: &[u8]) -> Vec<u8> {
 }
 
 /// `openshell-sandbox man [--dir DIR]`: the top page on stdout, or every page into DIR.
-pub fn man(args: &ManArgs) -> anyhow::Result<ExitCode> {
+pub fn man(args: &ManArgs) -> Result<ExitCode, ManualError> {
     let tree = command_tree();
     match &args.dir {
         Some(dir) => {
             // One page for the top level, one per subcommand (openshell-sandbox-run.1, ...),
             // as git and cargo lay theirs out.
-            clap_mangen::generate_to(tree, dir)
-                .with_context(|| format!("writing the man pages into {}", dir.display()))?;
+            clap_mangen::generate_to(tree, dir).map_err(|source| ManualError::WriteDir {
+                dir: dir.clone(),
+                source,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         None => {
             let mut out = Vec::new();
             clap_mangen::Man::new(tree)
                 .render(&mut out)
-                .context("rendering the man page")?;
+                .map_err(ManualError::Render)?;
             write_stdout(&out)
         }
     }
 }
 
 /// A closed pipe (`| head`) is no error of ours; anything else is.
-fn write_stdout(bytes: &[u8]) -> anyhow::Result<ExitCode> {
+fn write_stdout(bytes: &[u8]) -> Result<ExitCode, ManualError> {
     match std::io::stdout().lock().write_all(bytes) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(ManualError::Stdout(e)),
         _ => Ok(ExitCode::SUCCESS),
     }
 }

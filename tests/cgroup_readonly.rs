@@ -1,4 +1,4 @@
-//! Read-only cgroup mounts, as containerd gives a pod (issue 11, "Read-only cgroups"): the
+//! Read-only cgroup mounts, as containerd gives a pod (SECURITY.md, "Read-only cgroups"): the
 //! supervisor works through a private read-write copy of each, so per-exec limits hold, and
 //! the mounts stay read-only for everyone else. The pod itself is simulated under runc by the
 //! e2e (tests/e2e.rs); these tests make the same shape on the host with `unshare --mount` and

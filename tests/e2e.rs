@@ -1,4 +1,4 @@
-//! End to end without a cluster (issue 5): a simulated node and sandbox pods, from the
+//! End to end without a cluster: a simulated node and sandbox pods, from the
 //! installer to streamed output. See docs/e2e.md for how each piece maps onto Kubernetes.
 //!
 //! The static release build (`make static`, path in OSB_STATIC_BIN) is what runs: the node
@@ -6,7 +6,7 @@
 //! it from there, read-only, inside a foreign root filesystem with no libc, as PID 1 of a container
 //! that a real OCI runtime (runc; crun with OSB_E2E_RUNTIME=crun) starts the way containerd
 //! starts the pod's `agent` container: its own mount, PID, IPC, UTS and cgroup namespaces, the
-//! pod's network namespace, the capabilities of protocol sheet §5.2, containerd's masked and
+//! pod's network namespace, the capabilities of, containerd's masked and
 //! read-only paths, a read-only /sys/fs/cgroup, and no seccomp profile or a RuntimeDefault-like
 //! one. Each pod dials the test gateway by DNS name over mTLS across its own veth link; every
 //! exec goes through the gateway's ExecSandbox.

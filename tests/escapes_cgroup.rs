@@ -1,4 +1,4 @@
-//! The cgroup findings of issue 10 (items 4, 6, 13, 16, 17, 20, 25), through the real binary.
+//! Escapes through cgroups (limits, membership, teardown), through the real binary.
 //!
 //! Most tests need a root supervisor (it alone creates cgroups); the race tests also need the
 //! binary built with `--features test-pause-points`. Every process a test starts is killed by

@@ -1,4 +1,4 @@
-//! Filesystem escapes of issue 10 (items 1, 2, 21), each driven through the real binary:
+//! Filesystem escapes, each driven through the real binary:
 //! symlinked grant roots, the check-then-use race in grant expansion, and relative program
 //! paths resolved in the wrong directory. (`--report-json` written by path: report_json.rs.)
 //!

@@ -1,7 +1,7 @@
-//! Fuzzing what the gateway side can send (issue 6, SECURITY.md "Gateway-side targets"):
-//! - `OPENSHELL_MAIN_PROCESS_SPEC` (JSON and `base64url:`), through `main_process::parse_spec`
+//! Fuzzing what the gateway side can send (SECURITY.md "Gateway-side targets"):
+//! - `OPENSHELL_MAIN_PROCESS_SPEC` (JSON and `base64url:`), through `main_spec::parse_spec`
 //!   and `MainProcess::from_sources`, and a few rejected specs through the real binary;
-//! - exec command strings, through `gateway::exec::parse_command`, around the 256 KiB limit;
+//! - exec command strings, through `gateway::exec_service::parse_command`, around the 256 KiB limit;
 //! - the SSH server fed arbitrary bytes over relays to one running supervisor;
 //! - sequences of `RelayOpen` with hostile ids and targets, to one running supervisor.
 //!
@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use openshell_sandbox::gateway::exec::{CommandError, MAX_COMMAND, parse_command};
-use openshell_sandbox::gateway::main_process::{MainProcess, SpecError, parse_spec};
+use openshell_sandbox::gateway::exec_service::{CommandError, MAX_COMMAND, parse_command};
+use openshell_sandbox::gateway::main_spec::{MainProcess, SpecError, parse_spec};
 use openshell_sandbox::proto::v1::*;
 use proptest::prelude::*;
 use support::gateway::bridge;
@@ -284,7 +284,7 @@ fn spec_through_the_binary(dir: &std::path::Path, input: &str) {
 // ---------------------------------------------------------------------------------------------
 // Exec command strings
 
-/// The documented contract (docs/gateway.md §6): over 256 KiB or with a NUL refused, the rest
+/// The documented contract (docs/gateway.md): over 256 KiB or with a NUL refused, the rest
 /// decoded as lossy UTF-8 and trimmed, and an empty result refused.
 fn check_command(raw: &[u8]) -> Result<(), TestCaseError> {
     let got = parse_command(raw);

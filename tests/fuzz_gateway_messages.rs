@@ -1,4 +1,4 @@
-//! Fuzzing everything the gateway side can send on the two response streams (issue 6): the
+//! Fuzzing everything the gateway side can send on the two response streams: the
 //! real binary against a raw h2 gateway (tests/support/raw_gateway.rs) that puts arbitrary
 //! bytes on ConnectSupervisor and RelayStream responses, then ends them in arbitrary ways.
 //!
@@ -86,7 +86,7 @@ impl Sup {
             .args(["--hello-timeout", "2"])
             // A TCP relay reaches the sandbox's loopback; sharing our network namespace makes
             // the test's echo server that loopback (the relay bytes are what is fuzzed here,
-            // not the namespace: review_forward.rs tests that).
+            // not the namespace: gateway_forward_netns.rs tests that).
             .args(["--network", "all"])
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())

@@ -273,7 +273,7 @@ fn check_any_bytes(bytes: &[u8]) -> Result<(), TestCaseError> {
         // What we accepted re-encodes to what prost decoded (no field silently lost).
         let ours_pb = pb::SandboxPolicy::decode(encode_policy(&p).as_slice()).unwrap();
         let mut theirs = prost.unwrap();
-        // The model normalises `port` away when `ports` is set (§11.3: ports wins).
+        // The model normalises `port` away when `ports` is set (ports wins).
         for r in theirs.network_policies.values_mut() {
             for e in &mut r.endpoints {
                 if !e.ports.is_empty() {

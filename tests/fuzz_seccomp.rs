@@ -136,7 +136,7 @@ fn interpret(p: &[sock_filter], d: &Data) -> Verdict {
     }
 }
 
-/// Denied outright with EPERM, from the sandbox's spec (issue 2, issue 10 and seccomp.rs's
+/// Denied outright with EPERM, from the sandbox's spec (seccomp.rs's
 /// comments).
 const DENIED: &[i64] = &[
     libc::SYS_ptrace,

@@ -274,7 +274,7 @@ async fn duplicate_relay_id_fails_clearly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_targets_are_loopback_only() {
-    // A loopback target is the sandbox's loopback (review_forward.rs): the echo server is the
+    // A loopback target is the sandbox's loopback (gateway_forward_netns.rs): the echo server is the
     // sandbox's main process, one connection at a time.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

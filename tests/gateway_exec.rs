@@ -133,7 +133,7 @@ async fn output_of_256_mib_arrives_intact() {
         want.update(format!("{i:016}"));
     }
     assert_eq!(hasher.finalize(), want.finalize());
-    // Data frames from the supervisor are at most 16 KiB (sheet §2.3), and output this large
+    // Data frames from the supervisor are at most 16 KiB, and output this large
     // fills them.
     let largest = gateway::LARGEST_FRAME.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(largest, 16 * 1024);
@@ -260,7 +260,7 @@ async fn no_login_shell_env_and_login_default() {
 }
 
 #[test]
-fn test_gateway_quoting_matches_the_sheet_example() {
+fn test_gateway_quoting_matches_openshells_example() {
     use support::exec::{build_command, shell_escape};
     let mut req = openshell_sandbox::proto::v1::ExecSandboxRequest {
         sandbox_id: "s".into(),

@@ -1,5 +1,5 @@
 //! `direct-tcpip` (`ssh -L`, `openshell forward start`) through the real binary, with the
-//! system OpenSSH client over a relay of the test gateway (gateway-features §13.1).
+//! system OpenSSH client over a relay of the test gateway.
 
 mod support;
 

@@ -1,5 +1,4 @@
-//! Hardening of `serve` (issue 10 items 14, 15, 19; issue 13 §0 and §5), each through the
-//! real binary against the test gateway.
+//! Hardening of `serve`, each through the real binary against the test gateway.
 
 mod support;
 
@@ -229,7 +228,7 @@ async fn token_file_is_read_again_after_unauthenticated() {
     assert_eq!(out, "rotated\n", "{}", sup.log());
 }
 
-/// Issue 13 §0: the Docker and Podman drivers set OPENSHELL_SANDBOX_UID="" and
+/// Issue 13: the Docker and Podman drivers set OPENSHELL_SANDBOX_UID="" and
 /// OPENSHELL_SANDBOX_GID=""; an empty value means unset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_uid_and_gid_env_mean_unset() {
@@ -262,7 +261,7 @@ fn passwd_entry(name: &str) -> Option<(u32, u32)> {
     })
 }
 
-/// Issue 13 §0: OPENSHELL_OCI_IMAGE_USER (the image's USER) gives the identity when the
+/// Issue 13: OPENSHELL_OCI_IMAGE_USER (the image's USER) gives the identity when the
 /// driver leaves UID/GID empty, as names or numbers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oci_image_user_gives_the_identity() {
@@ -323,7 +322,7 @@ fn run_bin(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
-/// Issue 13 §5: only the combined topology is served; every other `--mode`, the post-HEAD
+/// Issue 13: only the combined topology is served; every other `--mode`, the post-HEAD
 /// `--role` launch style and the unimplemented hidden subcommands are refused at start with
 /// exit 125 and a message naming them, never run as a main command.
 #[test]
@@ -361,7 +360,7 @@ fn unsupported_topologies_and_launch_styles_are_refused() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-/// Issue 13 §0: an SSH client that closes its connection when it is done (OpenSSH after a
+/// Issue 13: an SSH client that closes its connection when it is done (OpenSSH after a
 /// refused subsystem, or after an exec) is a normal end, not a warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_ssh_close_is_not_a_warning() {

@@ -1,4 +1,4 @@
-//! Liveness under attack (issue 6): while sandboxed execs misbehave, the supervisor keeps its
+//! Liveness under attack: while sandboxed execs misbehave, the supervisor keeps its
 //! gateway session alive, serves new execs, and keeps its own memory bounded; and many
 //! concurrent execs each get exactly their own bytes, in order.
 //!

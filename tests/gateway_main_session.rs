@@ -1,5 +1,5 @@
 //! The canonical main process on a terminal and the `openshell-main` subsystem
-//! (gateway-features §10), through the real binary: the default `/bin/bash -l` tty main
+//!, through the real binary: the default `/bin/bash -l` tty main
 //! process that `openshell sandbox create` asks for stays alive with nobody attached; OpenSSH
 //! attaches as `openshell sandbox connect` does (replay, window-change, detach and re-attach,
 //! a read-only second attacher, keepalives); russh attachers send signals, stall, and flood.

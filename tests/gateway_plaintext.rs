@@ -68,7 +68,7 @@ async fn a_token_goes_off_loopback_only_when_the_risk_is_accepted() {
     let mut sup = Supervisor::start(&gw, endpoint(&ep));
     let status = sup.wait_exit(LONG).await;
     let log = sup.log();
-    assert_eq!(status.code(), Some(1), "{log}");
+    assert_eq!(status.code(), Some(125), "{log}");
     for want in [
         "refusing to send the bearer token (OPENSHELL_SANDBOX_TOKEN)",
         ep.as_str(),

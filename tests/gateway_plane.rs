@@ -1,4 +1,4 @@
-//! The policy plane (features sheet §11) and log push (§12) through the real binary and the
+//! The policy plane and log push through the real binary and the
 //! test gateway: the policy fetched at start and applied, a new revision picked up by the poll
 //! and used by the next exec, LOADED and FAILED reports, the failure modes, the local fallback
 //! and its UpdateConfig sync, log batches with the OCSF exec records, buffering while the
@@ -316,7 +316,7 @@ async fn network_rules_are_loaded_and_nothing_else_leaves() {
     let mut sup = Supervisor::start(&gw, plane_opts(&[]));
     gw.wait_ready(&mut sup).await;
     // With a network rule the supervisor adds OpenShell's proxy baseline and syncs it back
-    // (§11.5 step 3): the re-fetched revision is the one loaded.
+    //: the re-fetched revision is the one loaded.
     let ups = gw.state.config_updates();
     assert_eq!(ups.len(), 1, "{ups:?}");
     let v = gw.state.current_revision().unwrap().version;
@@ -597,7 +597,7 @@ async fn a_refused_startup_fetch_fails_closed_until_the_poll_gets_the_policy() {
     let v = gw.state.set_policy(&base_policy(&[&granted])).unwrap();
     {
         let mut p = gw.state.plane.lock().unwrap();
-        // The startup fetch and the first poll, which runs at once (§11.7).
+        // The startup fetch and the first poll, which runs at once.
         p.fail_config = 2;
         p.fail_code = Some(tonic::Code::Unimplemented);
     }
@@ -607,7 +607,7 @@ async fn a_refused_startup_fetch_fails_closed_until_the_poll_gets_the_policy() {
         plane_opts(&[("OPENSHELL_POLICY_POLL_INTERVAL_SECS", "4")]),
     );
     gw.wait_ready(&mut sup).await;
-    // Not retried at start: UNIMPLEMENTED is not a transient code (§11.1).
+    // Not retried at start: UNIMPLEMENTED is not a transient code.
     assert!(
         !sup.log().contains("GetSandboxConfig attempt 1 failed"),
         "{}",

@@ -632,7 +632,7 @@ async fn pipe(
 async fn http2_pings_detect_a_silent_gateway_and_the_session_moves_on() {
     // A gateway that stops answering without closing anything gives the supervisor no error
     // to react to: heartbeats go into the socket buffer and nobody is told. Only the HTTP/2
-    // PING, unanswered past its timeout, shows the connection is dead (sheet §2.4).
+    // PING, unanswered past its timeout, shows the connection is dead.
     let gw = TestGateway::start(AuthMode::Jwt).await;
     let proxy = FreezeProxy::start(gw.server.addr.port()).await;
     let mut sup = Supervisor::start(

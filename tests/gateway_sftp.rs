@@ -142,7 +142,7 @@ async fn sftp_outside_the_grants_is_refused() {
 }
 
 /// `ssh -T -o RequestTTY=no sandbox CMD` as the CLI's upload and download run it
-/// (gateway-features §13.2), with `stdin` as the command's stdin.
+///, with `stdin` as the command's stdin.
 async fn ssh_exec(bridge: SshBridge, cmd: String, stdin: Vec<u8>) -> (Output, SshBridge) {
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
@@ -333,7 +333,7 @@ async fn tar_upload_and_download_are_byte_exact() {
     assert!(std::fs::read(one.join("big.bin")).unwrap() == pseudo_random(2 * 1024 * 1024 + 3, 11));
 }
 
-// Child environment (gateway-features §13.3-§13.6): what every SSH child, sftp and tar
+// Child environment (.3-): what every SSH child, sftp and tar
 // included, is started with.
 
 /// The child environment of an exec, once `ready` says the provider environment has arrived

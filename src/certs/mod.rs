@@ -21,7 +21,6 @@ use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{ArgGroup, CommandFactory, Parser, Subcommand};
 
 pub use pki::server_names;
@@ -29,6 +28,17 @@ pub use pki::server_names;
 /// Errors of `certs generate`; each names the file, Secret or server concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum CertsError {
+    #[error("certs generate --out-dir {}", dir.display())]
+    OutDir {
+        dir: PathBuf,
+        #[source]
+        source: Box<CertsError>,
+    },
+    #[error("certs generate --in-cluster")]
+    InCluster {
+        #[source]
+        source: Box<CertsError>,
+    },
     #[error("cannot generate certificates")]
     Generate {
         #[source]
@@ -187,7 +197,7 @@ pub fn command() -> clap::Command {
 }
 
 /// `openshell-sandbox certs ...`; `argv[0]` is `certs`.
-pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
+pub fn main(argv: &[OsString]) -> Result<ExitCode, CertsError> {
     let cli = crate::cli::parsed_or_exit(CertsCli::try_parse_from(argv), argv);
     let CertsCommand::Generate(args) = cli.command;
     validate_names(&args)?;
@@ -198,8 +208,12 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         &args.extra_sans,
     );
     if let Some(dir) = &args.out_dir {
-        let lines = out_dir::generate(dir, &sans, args.validity_days)
-            .with_context(|| format!("certs generate --out-dir {}", dir.display()))?;
+        let lines = out_dir::generate(dir, &sans, args.validity_days).map_err(|source| {
+            CertsError::OutDir {
+                dir: dir.clone(),
+                source: Box::new(source),
+            }
+        })?;
         lines.iter().for_each(|l| println!("{l}"));
         return Ok(ExitCode::SUCCESS);
     }
@@ -209,7 +223,9 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         .map_err(|source| CertsError::Runtime { source })?;
     let lines = rt
         .block_on(in_cluster(&args, &sans))
-        .context("certs generate --in-cluster")?;
+        .map_err(|source| CertsError::InCluster {
+            source: Box::new(source),
+        })?;
     lines.iter().for_each(|l| println!("{l}"));
     Ok(ExitCode::SUCCESS)
 }

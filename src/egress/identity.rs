@@ -32,7 +32,7 @@ pub struct ExecKey(pub u64);
 impl ExecKey {
     /// The key of the exec `pid` belongs to (a read of `/proc/<pid>/ns/pid`).
     pub fn of_pid(pid: u32) -> std::io::Result<ExecKey> {
-        super::procfs::ns_inode(pid, "pid").map(ExecKey)
+        ns_inode(pid, "pid").map(ExecKey)
     }
 }
 
@@ -87,4 +87,14 @@ impl Identify for FixedCaller {
     fn identify(&self, _: SocketAddr, _: SocketAddr, _: Instant) -> Result<Caller, IdentityError> {
         Ok(self.0.clone())
     }
+}
+
+/// The inode of `/proc/<pid>/ns/<kind>`.
+pub fn ns_inode(pid: u32, kind: &str) -> std::io::Result<u64> {
+    let l = std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))?;
+    let s = l.to_string_lossy();
+    s.rsplit_once('[')
+        .and_then(|(_, r)| r.strip_suffix(']'))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("unexpected namespace link {s}")))
 }

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::identity::{Caller, ExecKey, Identify, IdentityError};
+use super::identity::{Caller, ExecKey, Identify, IdentityError, ns_inode};
 
 /// Ancestors followed at most (OpenShell's bound).
 const MAX_DEPTH: usize = 64;
@@ -39,16 +39,6 @@ const MAX_CMDLINE: u64 = 64 * 1024;
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
     let what = what.into();
     move |source| IdentityError::Io { what, source }
-}
-
-/// The inode of `/proc/<pid>/ns/<kind>`.
-pub fn ns_inode(pid: u32, kind: &str) -> io::Result<u64> {
-    let l = fs::read_link(format!("/proc/{pid}/ns/{kind}"))?;
-    let s = l.to_string_lossy();
-    s.rsplit_once('[')
-        .and_then(|(_, r)| r.strip_suffix(']'))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| io::Error::other(format!("unexpected namespace link {s}")))
 }
 
 /// A `NETLINK_SOCK_DIAG` socket, and its one request: the inode of a TCP socket by 4-tuple.

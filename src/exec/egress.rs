@@ -264,24 +264,6 @@ impl RunEgress {
     }
 }
 
-/// The exec report's egress part.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct EgressCounts {
-    /// Connections the proxy let through (CONNECT tunnels and forwarded requests).
-    pub allowed: u64,
-    /// Connections it refused (403 `policy_denied` or `ssrf_denied`).
-    pub denied: u64,
-}
-
-impl From<Counts> for EgressCounts {
-    fn from(c: Counts) -> EgressCounts {
-        EgressCounts {
-            allowed: c.allowed,
-            denied: c.denied,
-        }
-    }
-}
-
 /// `check --egress HOST:PORT [--binary PATH]`: what the proxy would decide, without a run.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EgressAnswer {
@@ -368,55 +350,6 @@ pub fn answer(
         }
     }
     a
-}
-
-/// `check --egress`: print the answer (or the JSON with `--json`); exit 0 allowed, 1 denied.
-/// A policy that cannot be loaded is the error it is for `run`.
-pub fn check_main(
-    loaded: Result<super::run::LoadedPolicy, RunError>,
-    target: &str,
-    binary: Option<&str>,
-    json: bool,
-) -> anyhow::Result<std::process::ExitCode> {
-    let loaded = loaded?;
-    let (host, port) = parse_target(target)?;
-    if let Some(b) = binary
-        && !b.starts_with('/')
-    {
-        return Err(RunError::Usage(format!(
-            "--binary {b}: the executable is matched by its absolute path (e.g. /usr/bin/curl)"
-        ))
-        .into());
-    }
-    let a = answer(loaded.network.as_ref(), &host, port, binary);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&a)?);
-    } else {
-        let what = format!("{}:{}", a.host, a.port);
-        match (&a.rule, &a.reason) {
-            (Some(rule), _) if a.binary.is_none() => println!(
-                "egress {what}: allowed by rule '{rule}' for {}",
-                a.binaries.join(", ")
-            ),
-            (Some(rule), _) => println!(
-                "egress {what} from {}: allowed by rule '{rule}'",
-                a.binary.as_deref().unwrap_or_default()
-            ),
-            (None, reason) => println!(
-                "egress {what}{}: denied: {}",
-                a.binary
-                    .as_deref()
-                    .map(|b| format!(" from {b}"))
-                    .unwrap_or_default(),
-                reason.as_deref().unwrap_or_default()
-            ),
-        }
-    }
-    Ok(if a.allowed {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::from(1)
-    })
 }
 
 /// One line per rule for `check --explain`: `key: host:ports, ... <- binaries`.

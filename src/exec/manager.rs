@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::oneshot;
 
-use super::reaper::{self, Reaped};
+use super::reaper::{Reaped, Registry};
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::init::{ExecPlan, SpawnError, fork_exec};
 
@@ -111,6 +111,9 @@ fn drop_later(fd: OwnedFd) {
 pub struct Manager {
     tx: Mutex<mpsc::Sender<Job>>,
     wake: OwnedFd,
+    /// The running execs' main processes, shared with the manager thread (which registers
+    /// and reaps them) and read by the async side's signal sweeps.
+    registry: Arc<Registry>,
 }
 
 static MANAGER: OnceLock<Manager> = OnceLock::new();
@@ -125,13 +128,16 @@ pub fn get() -> &'static Manager {
         // SAFETY: just created, owned by nobody else.
         let wake = unsafe { OwnedFd::from_raw_fd(wake) };
         let thread_wake = wake.as_raw_fd();
+        let registry = Arc::new(Registry::default());
+        let thread_registry = registry.clone();
         std::thread::Builder::new()
             .name("process-manager".into())
-            .spawn(move || run(rx, thread_wake))
+            .spawn(move || run(rx, thread_wake, &thread_registry))
             .expect("spawning the process-manager thread");
         Manager {
             tx: Mutex::new(tx),
             wake,
+            registry,
         }
     })
 }
@@ -149,9 +155,12 @@ impl Manager {
 
     /// Wake the manager thread (after an orphan may have appeared, or a job was queued).
     pub fn nudge(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: an 8-byte write to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        wake_up(self.wake.as_raw_fd());
+    }
+
+    /// The running execs' main processes (what a degraded sweep must not take for orphans).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     pub(super) async fn spawn(
@@ -254,7 +263,13 @@ fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
+fn wake_up(wake: RawFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: an 8-byte write to our eventfd.
+    unsafe { libc::write(wake, one.as_ptr().cast(), one.len()) };
+}
+
+fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
     let mut entries: HashMap<libc::pid_t, Entry> = HashMap::new();
     // Set once an exec without an init (or a plain child) ran: its orphans come to us, and
     // have no pidfd to wake us, so poll on a tick from then on.
@@ -282,7 +297,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                     plan,
                     reply,
                 } => {
-                    let r = spawn_one(&sandbox, plan, sup, &mut entries);
+                    let r = spawn_one(&sandbox, plan, sup, &mut entries, registry);
                     if matches!(&r, Ok(s) if !s.init) {
                         orphans_possible = true;
                     }
@@ -299,7 +314,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                         // Not reaped yet (only this thread reaps), so the pid is still ours.
                         let pidfd = pidfd_open(pid)?;
                         let (tx, rx) = oneshot::channel();
-                        reaper::registry().insert(pid);
+                        registry.insert(pid);
                         entries.insert(
                             pid,
                             Entry {
@@ -321,9 +336,15 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                     leader_alive,
                     reply,
                 } => {
-                    let left =
-                        super::tree::kill_all(leader, cgroup.as_deref(), supervisor, leader_alive);
-                    reap(&mut entries);
+                    let left = super::tree::kill_all(
+                        leader,
+                        cgroup.as_deref(),
+                        supervisor,
+                        leader_alive,
+                        registry,
+                        &|| wake_up(wake),
+                    );
+                    reap(&mut entries, registry);
                     match (reply, &left) {
                         (Some(r), _) => {
                             let _ = r.send(left);
@@ -345,7 +366,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd) {
                 }
             }
         }
-        reap(&mut entries);
+        reap(&mut entries, registry);
     }
 }
 
@@ -354,8 +375,9 @@ fn spawn_one(
     plan: ExecPlan,
     sup: RawFd,
     entries: &mut HashMap<libc::pid_t, Entry>,
+    registry: &Registry,
 ) -> Result<Started, ManagerError> {
-    // A test holds the manager thread here (issue 10 item 23): the async side must go on
+    // A test holds the manager thread here: the async side must go on
     // serving the running execs meanwhile, because no fork, wait or sweep happens on it.
     crate::pause::point("manager-spawn");
     let prepared = &sandbox.prepared;
@@ -383,7 +405,7 @@ fn spawn_one(
         None
     };
     let (tx, rx) = oneshot::channel();
-    reaper::registry().insert(s.pid);
+    registry.insert(s.pid);
     entries.insert(
         s.pid,
         Entry {
@@ -404,7 +426,7 @@ fn spawn_one(
 }
 
 /// Reap every zombie child: deliver an exec's status to its waiter, drop an orphan.
-fn reap(entries: &mut HashMap<libc::pid_t, Entry>) {
+fn reap(entries: &mut HashMap<libc::pid_t, Entry>, registry: &Registry) {
     loop {
         // SAFETY: waitid fills a zeroed siginfo_t on our stack.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -433,7 +455,7 @@ fn reap(entries: &mut HashMap<libc::pid_t, Entry>) {
             continue;
         }
         if let Some(e) = entries.remove(&pid) {
-            reaper::registry().remove(pid);
+            registry.remove(pid);
             if let Some(st) = &e.status {
                 // The init wrote the command's wait status before it exited; the pipe holds it
                 // (or nothing, if the init itself was killed).

@@ -3,6 +3,7 @@
 pub mod egress;
 pub mod explain;
 pub mod manager;
+pub mod pty;
 pub mod reaper;
 pub mod report;
 pub mod report_file;
@@ -674,6 +675,7 @@ impl Child {
             self.supervisor_pid,
             sig,
             self.done.is_none(),
+            manager::get().registry(),
         ) {
             tracing::warn!(error = %e, "could not signal the exec's processes");
         }

@@ -15,21 +15,11 @@ pub struct Reaped {
     pub rusage: libc::rusage,
 }
 
-/// The pids of running execs' main processes.
+/// The pids of running execs' main processes. The manager owns it (and hands it to the thread
+/// it runs on and to `tree.rs`'s sweeps); nothing reaches it through a global.
 #[derive(Default)]
 pub struct Registry {
     pids: Mutex<HashSet<libc::pid_t>>,
-}
-
-static REGISTRY: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
-
-pub fn registry() -> &'static Registry {
-    REGISTRY.get_or_init(Registry::default)
-}
-
-/// The registry (named as `tree.rs` has always called it).
-pub fn get() -> &'static Registry {
-    registry()
 }
 
 impl Registry {
@@ -54,9 +44,4 @@ impl Registry {
             .unwrap_or_else(|p| p.into_inner())
             .contains(&pid)
     }
-}
-
-/// Wake the process manager after an orphan may have appeared (e.g. after killing a tree).
-pub fn nudge() {
-    super::manager::get().nudge();
 }

@@ -86,7 +86,7 @@ pub struct ExitReport {
     pub cgroup_version: Option<&'static str>,
     /// Connections through the sandbox's egress proxy, when it has one (network rules).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub egress: Option<super::egress::EgressCounts>,
+    pub egress: Option<EgressCounts>,
 }
 
 /// Every limit of one run: the policy's (per exec) and the run's own.
@@ -300,5 +300,23 @@ mod tests {
         assert_eq!(exit_code(&ended(None, Some(libc::SIGTERM)), true), 124);
         assert_eq!(exit_code(&ended(None, Some(libc::SIGKILL)), true), 124);
         assert_eq!(exit_code(&ended(Some(0), None), true), 124);
+    }
+}
+
+/// The exec report's egress part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct EgressCounts {
+    /// Connections the proxy let through (CONNECT tunnels and forwarded requests).
+    pub allowed: u64,
+    /// Connections it refused (403 `policy_denied` or `ssrf_denied`).
+    pub denied: u64,
+}
+
+impl From<crate::egress::Counts> for EgressCounts {
+    fn from(c: crate::egress::Counts) -> EgressCounts {
+        EgressCounts {
+            allowed: c.allowed,
+            denied: c.denied,
+        }
     }
 }

@@ -117,7 +117,7 @@ pub fn log_policy_warnings(file: Option<&Path>, warnings: &[MapWarning]) {
     }
 }
 
-pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn main(args: RunArgs) -> Result<ExitCode, RunError> {
     let mut tl = Timeline::from_env();
     tl.stamp("main");
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
@@ -513,11 +513,10 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let mut pty_master = None;
     let (mut child, out_task, err_task, raw_terminal) = if args.tty {
         let (cols, rows) = our_winsize();
-        let (master, slave) =
-            crate::gateway::ssh::pty::open(cols, rows).map_err(|source| RunError::Io {
-                what: "allocating a pty",
-                source,
-            })?;
+        let (master, slave) = super::pty::open(cols, rows).map_err(|source| RunError::Io {
+            what: "allocating a pty",
+            source,
+        })?;
         let child = sandbox
             .spawn(SpawnSpec {
                 argv: args.command.clone(),

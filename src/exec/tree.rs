@@ -12,7 +12,7 @@
 //!    (`sandbox/init.rs`), so a double-forked daemon stays below the command while the exec
 //!    runs (found by 2.), and reaches the supervisor only once the command has exited: then its
 //!    exec is over, and the sweep at that exec's end kills it. A running exec's daemons are
-//!    therefore never taken for orphans by another exec's end (issue 10 item 22).
+//!    therefore never taken for orphans by another exec's end.
 //!
 //! A member list that cannot be read (EMFILE after a prlimit on us, a vanished group) is a
 //! [`SweepError`], never an empty list: nobody knows then what is still running.
@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::io;
 use std::time::Duration;
 
+use super::reaper::Registry;
 use crate::sandbox::cgroup::{CgroupError, ExecCgroup};
 
 /// Why the sweep could not tell which processes belong to the exec. Containment has failed
@@ -79,10 +80,9 @@ fn process_table() -> Result<HashMap<i32, ProcInfo>, SweepError> {
 /// its session, and orphans re-parented to the supervisor that are not another exec's main
 /// process), found in one breadth-first pass over a parent → children map. (An upward walk per
 /// process would find only the top of a deep daemon chain per round.)
-fn members(leader: i32, supervisor: i32) -> Result<Vec<i32>, SweepError> {
+fn members(leader: i32, supervisor: i32, registered: &Registry) -> Result<Vec<i32>, SweepError> {
     let mut pids: Vec<i32> = Vec::new();
     let table = process_table()?;
-    let registered = super::reaper::get();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     let mut queue: Vec<i32> = Vec::new();
     for (&pid, info) in &table {
@@ -118,6 +118,7 @@ pub fn signal(
     supervisor: i32,
     sig: i32,
     leader_alive: bool,
+    registered: &Registry,
 ) -> Result<(), SweepError> {
     if leader_alive {
         // SAFETY: kill with integer arguments; negative pid = the process group.
@@ -130,7 +131,7 @@ pub fn signal(
         cg.signal_all(sig)?;
         return Ok(());
     }
-    for pid in members(leader, supervisor)? {
+    for pid in members(leader, supervisor, registered)? {
         // SAFETY: as above.
         unsafe { libc::kill(pid, sig) };
     }
@@ -140,11 +141,16 @@ pub fn signal(
 /// SIGKILL until nothing of the exec is left (bounded to about a second). Returns the pids
 /// still alive after that: a process that forks faster than we can find it. An error when the
 /// members could not be read: then nobody knows what is left.
+///
+/// `registered` tells another exec's main process from an orphan; `nudge` wakes the reaper
+/// between rounds (killed orphans are its to reap).
 pub fn kill_all(
     leader: i32,
     cg: Option<&ExecCgroup>,
     supervisor: i32,
     leader_alive: bool,
+    registered: &Registry,
+    nudge: &dyn Fn(),
 ) -> Result<Vec<i32>, SweepError> {
     crate::pause::point("tree-sweep");
     let mut alive = leader_alive;
@@ -157,7 +163,7 @@ pub fn kill_all(
         let found = match cg {
             Some(cg) => cg.signal_all(libc::SIGKILL)?,
             None => {
-                let m = members(leader, supervisor)?;
+                let m = members(leader, supervisor, registered)?;
                 crate::pause::point("tree-members-read");
                 for &pid in &m {
                     // SAFETY: as above.
@@ -169,7 +175,7 @@ pub fn kill_all(
         if found == 0 {
             return Ok(Vec::new());
         }
-        super::reaper::nudge();
+        nudge();
         std::thread::sleep(Duration::from_millis(if round < 10 { 1 } else { 5 }));
     }
     match cg {
@@ -178,6 +184,6 @@ pub fn kill_all(
             m.retain(|&p| p != supervisor);
             Ok(m)
         }
-        None => members(leader, supervisor),
+        None => members(leader, supervisor, registered),
     }
 }

@@ -11,12 +11,13 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::Mutex;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use super::auth::{Bearer, TokenStore};
 use super::config::GatewayConfig;
 use super::tls::{self, TlsError};
+use super::tokens::{Bearer, TokenStore};
 use crate::proto::v1::open_shell_client::OpenShellClient;
 
 /// The gRPC client every caller uses: one channel plus the bearer interceptor.
@@ -64,7 +65,7 @@ pub async fn connect(cfg: &GatewayConfig) -> Result<Channel, ConnectError> {
     let endpoint = Endpoint::from_shared(cfg.endpoint.clone())
         .map_err(|_| ConnectError::Endpoint(cfg.endpoint.clone()))?
         .connect_timeout(CONNECT_TIMEOUT)
-        // Liveness of the gateway comes from HTTP/2 PINGs, not heartbeats (sheet §2.4): a
+        // Liveness of the gateway comes from HTTP/2 PINGs, not heartbeats: a
         // gateway that vanished without a FIN (node lost, network partition) is noticed
         // within interval + timeout, and the session reconnects.
         .http2_keep_alive_interval(cfg.keepalive)
@@ -233,5 +234,32 @@ impl AsyncWrite for Io {
             Io::Plain(s) => s.is_write_vectored(),
             Io::Tls(s) => s.is_write_vectored(),
         }
+    }
+}
+
+/// The channel of the current session, shared with the token refresher.
+pub struct ChannelSlot {
+    cfg: GatewayConfig,
+    current: Mutex<Option<Channel>>,
+}
+
+impl ChannelSlot {
+    pub fn new(cfg: GatewayConfig) -> Arc<Self> {
+        Arc::new(ChannelSlot {
+            cfg,
+            current: Mutex::new(None),
+        })
+    }
+
+    pub async fn set(&self, ch: Channel) {
+        *self.current.lock().await = Some(ch);
+    }
+
+    /// The current session's channel, or a new one when no session is up.
+    pub async fn get_or_connect(&self) -> Result<Channel, ConnectError> {
+        if let Some(ch) = self.current.lock().await.clone() {
+            return Ok(ch);
+        }
+        connect(&self.cfg).await
     }
 }

@@ -1,5 +1,5 @@
 //! `serve` configuration: every environment variable OpenShell's Kubernetes driver sets on the
-//! sandbox pod (protocol sheet §5.1 and §8) is also a flag, so the pod's command line and env
+//! sandbox pod is also a flag, so the pod's command line and env
 //! work unchanged. `ServeArgs::resolve` turns the raw flags into a checked [`Config`], naming
 //! the variable behind every missing or contradictory setting.
 
@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use super::main_process::{MainProcess, SpecError};
+use super::main_spec::{MainProcess, SpecError};
+use super::tls::TlsPaths;
+
+/// Where the pod mounts the workspace; the default `--workdir`.
+pub const DEFAULT_WORKDIR: &str = "/sandbox";
 
 /// Default location of the client TLS Secret in a sandbox pod.
 pub const DEFAULT_TLS_DIR: &str = "/etc/openshell-tls/client";
@@ -23,7 +27,7 @@ pub const DEFAULT_TLS_DIR: &str = "/etc/openshell-tls/client";
     mut_arg("workdir", |a| a.help(format!(
         "Read-write working directory of the execs and the main process; created, owned by \
          the sandbox uid, when missing. Default: {}",
-        super::DEFAULT_WORKDIR
+        DEFAULT_WORKDIR
     ))),
 )]
 pub struct ServeArgs {
@@ -228,7 +232,7 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub hello_timeout: u64,
 
-    /// Seconds between HTTP/2 PINGs to the gateway, sent also while idle (sheet §2.4).
+    /// Seconds between HTTP/2 PINGs to the gateway, sent also while idle.
     #[arg(long, value_name = "SECS", default_value_t = 10,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub keepalive_interval: u64,
@@ -271,8 +275,7 @@ pub enum ShellMode {
 /// the env is what an operator can still set (the image's `ENV`, a pod spec they write).
 pub const ALLOW_PLAINTEXT_TOKEN: &str = "OPENSHELL_ALLOW_PLAINTEXT_TOKEN";
 
-/// `--mode`: a comma list meaning exactly {network, process}, in any order (gateway-features
-/// §14.3, §14.5). The other topologies split the supervisor across containers; pretending to
+/// `--mode`: a comma list meaning exactly {network, process}, in any order. The other topologies split the supervisor across containers; pretending to
 /// be one of them would leave the pod unenforced, so each is refused by name.
 fn parse_mode(s: &str) -> Result<String, String> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
@@ -320,7 +323,7 @@ fn refuse_role(s: &str) -> Result<String, String> {
     ))
 }
 
-/// Where the bearer token comes from (sheet §3.2, in priority order).
+/// Where the bearer token comes from (in priority order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSource {
     /// OPENSHELL_SANDBOX_TOKEN.
@@ -343,15 +346,6 @@ impl TokenSource {
             TokenSource::None => "none",
         }
     }
-}
-
-/// TLS material paths; read again for every new connection (Secret rotation).
-#[derive(Debug, Clone)]
-pub struct TlsPaths {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub server_name: Option<String>,
 }
 
 /// The gateway side of the configuration.

@@ -42,7 +42,7 @@ fn endpoint_without_sandbox_id_names_the_variable() {
 }
 
 #[test]
-fn token_priority_follows_the_sheet() {
+fn token_sources_in_priority_order() {
     let a = args(&[
         "--endpoint",
         "https://h:1",

@@ -9,7 +9,7 @@
 //! does.
 //!
 //! It never calls ConnectSupervisor: the gateway lets one session live per sandbox, so a second
-//! hello would replace the running supervisor's session (protocol sheet §2.1). Everything it
+//! hello would replace the running supervisor's session. Everything it
 //! calls is read-only; the service-account exchange only mints a token, as every supervisor
 //! start does. It writes no file and signals no process.
 
@@ -25,10 +25,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::transport::Channel;
 
-use super::auth::{self, TokenError, TokenStore};
+use super::auth;
 use super::channel;
 use super::config::{GatewayConfig, ServeArgs, TokenSource};
 use super::tls;
+use super::tokens::{TokenError, TokenStore};
 use crate::proto::sandbox::v1::{GetSandboxConfigRequest, GetSandboxConfigResponse};
 use crate::proto::v1::{HealthRequest, ServiceStatus, open_shell_client::OpenShellClient};
 
@@ -41,7 +42,7 @@ use self::causes::{
 };
 use self::local::{Early, main_process_step, resolve};
 
-/// The method path of the read-only, authenticated probe (features sheet §11.1).
+/// The method path of the read-only, authenticated probe.
 const GET_SANDBOX_CONFIG: &str = "/openshell.v1.OpenShell/GetSandboxConfig";
 
 /// `openshell-sandbox check --gateway [--json] [SERVE FLAGS...]`
@@ -570,7 +571,7 @@ impl Walk {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        // The gateway allows 60 s of clock skew (sheet §3.1).
+        // The gateway allows 60 s of clock skew.
         if exp != 0 && exp + 60 < now {
             return Err(Step::failed(
                 "token",

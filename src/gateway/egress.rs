@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::logpush::ocsf;
+use super::ocsf;
 use crate::egress::{self, EventSink, NetEvent, Outcome, PolicyHandle, ProxyHandle};
 use crate::exec::Sandbox;
 use crate::exec::egress::EgressError;

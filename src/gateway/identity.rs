@@ -1,5 +1,4 @@
-//! The sandbox identity from the drivers' environment (protocol sheet §5.1, gateway-features
-//! §11.4): Kubernetes sets `OPENSHELL_SANDBOX_UID/GID` (and an empty
+//! The sandbox identity from the drivers' environment: Kubernetes sets `OPENSHELL_SANDBOX_UID/GID` (and an empty
 //! `OPENSHELL_OCI_IMAGE_USER`); Docker and Podman set the UID/GID to `""` and put the image's
 //! `USER` in `OPENSHELL_OCI_IMAGE_USER`, which fills whichever of uid and gid is omitted.
 

@@ -1,10 +1,6 @@
-//! The optional canonical main process: where it comes from (trailing words >
-//! OPENSHELL_MAIN_PROCESS_SPEC > OPENSHELL_SANDBOX_COMMAND), running it (gateway-features
-//! §10.1, §10.2: on a pty of 80x24 or on three pipes, its output only in the retained log of
-//! `session`), and reporting its exit to the gateway (sheet §6: retried with backoff until the
-//! gateway says OK).
-
-pub mod session;
+//! The optional canonical main process: running it (its spec is `main_spec`), on a pty of
+//! 80x24 or on three pipes, its output only in the retained log of `main_attach`; and
+//! reporting its exit to the gateway (retried with backoff until the gateway says OK).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::PermissionsExt;
@@ -12,126 +8,32 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
-use self::session::{CHUNK, Event, MainSession, STDIN_QUEUE};
-use super::auth::{self, TokenStore};
+use super::auth;
 use super::channel;
 use super::config::GatewayConfig;
-use super::exec::{self, Ended, ExecContext};
-use super::ssh::pty;
+use super::ended::Ended;
+use super::exec_service::{self, ExecContext};
+use super::main_attach::{CHUNK, Event, MainSession, STDIN_QUEUE};
+use super::main_spec::MainProcess;
+use super::stop::stopped;
+use super::tokens::{self, TokenStore};
+use crate::exec::pty;
 use crate::exec::{SpawnSpec, Stdio};
 use crate::proto::v1::ReportMainProcessExitRequest;
 
-/// A spec larger than this is not a command line anyone meant.
-const MAX_SPEC: usize = 1 << 20;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MainProcess {
-    pub argv: Vec<OsString>,
-    /// Asked for by the spec: run on a pty (attach with the `openshell-main` subsystem).
-    pub tty: bool,
-}
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SpecError {
-    #[error("OPENSHELL_MAIN_PROCESS_SPEC: {0}")]
-    Spec(String),
-    #[error("OPENSHELL_SANDBOX_COMMAND is set but holds no command words")]
-    EmptySandboxCommand,
-    #[error("{0}: a command word contains a NUL byte")]
-    Nul(&'static str),
-}
-
-#[derive(serde::Deserialize)]
-struct Spec {
-    version: u32,
-    command: Vec<String>,
-    #[serde(default)]
-    tty: bool,
-}
-
-impl MainProcess {
-    pub fn from_sources(
-        words: &[OsString],
-        spec: Option<&str>,
-        sandbox_command: Option<&str>,
-    ) -> Result<Option<MainProcess>, SpecError> {
-        if !words.is_empty() {
-            if words.iter().any(|w| w.as_encoded_bytes().contains(&0)) {
-                return Err(SpecError::Nul("main process command"));
-            }
-            return Ok(Some(MainProcess {
-                argv: words.to_vec(),
-                tty: false,
-            }));
-        }
-        if let Some(s) = spec.map(str::trim).filter(|s| !s.is_empty()) {
-            return parse_spec(s).map(Some);
-        }
-        if let Some(c) = sandbox_command {
-            let argv: Vec<OsString> = c.split_whitespace().map(OsString::from).collect();
-            if argv.is_empty() {
-                return Err(SpecError::EmptySandboxCommand);
-            }
-            if c.contains('\0') {
-                return Err(SpecError::Nul("OPENSHELL_SANDBOX_COMMAND"));
-            }
-            return Ok(Some(MainProcess { argv, tty: false }));
-        }
-        Ok(None)
-    }
-}
-
-/// `{"version":1,"command":[...],"tty":bool}` or `base64url:` + URL-safe unpadded base64 of it.
-pub fn parse_spec(s: &str) -> Result<MainProcess, SpecError> {
-    let bad = |m: String| SpecError::Spec(m);
-    if s.len() > MAX_SPEC {
-        return Err(bad(format!(
-            "{} bytes is over the {MAX_SPEC}-byte limit",
-            s.len()
-        )));
-    }
-    let json: Vec<u8> = match s.strip_prefix("base64url:") {
-        Some(b64) => base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(b64.trim().trim_end_matches('='))
-            .map_err(|e| bad(format!("the base64url payload does not decode: {e}")))?,
-        None => s.as_bytes().to_vec(),
-    };
-    let spec: Spec = serde_json::from_slice(&json)
-        .map_err(|e| bad(format!("not the expected JSON object: {e}")))?;
-    if spec.version != 1 {
-        return Err(bad(format!(
-            "version {} is not supported (only 1)",
-            spec.version
-        )));
-    }
-    match spec.command.first() {
-        None => return Err(bad("`command` is empty".into())),
-        Some(c) if c.is_empty() => return Err(bad("`command[0]` is empty".into())),
-        Some(_) => {}
-    }
-    if spec.command.iter().any(|w| w.contains('\0')) {
-        return Err(SpecError::Nul("OPENSHELL_MAIN_PROCESS_SPEC"));
-    }
-    Ok(MainProcess {
-        argv: spec.command.into_iter().map(OsString::from).collect(),
-        tty: spec.tty,
-    })
-}
-
 /// The built-in default main process, and what the gateway puts in the spec when a sandbox is
-/// created with no command (gateway-features §10.1).
+/// created with no command.
 pub const DEFAULT_COMMAND: [&str; 2] = ["/bin/bash", "-l"];
 
 /// The pty size before any attacher sends one (OpenShell's `openpty` call).
 const PTY_COLS: u32 = 80;
 const PTY_ROWS: u32 = 24;
-/// How long output readers get to reach EOF after the process ended (§10.2 step 2).
+/// How long output readers get to reach EOF after the process ended.
 const DRAIN: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +48,7 @@ pub enum StartError {
     },
 }
 
-/// The login shell for the default command on this image (gateway-features §16, OpenShell
+/// The login shell for the default command on this image (OpenShell
 /// #3147): `/bin/bash` when it is executable, else `$SHELL` (an absolute path) when it is,
 /// else `bash` on `path`, else `/bin/sh`. `is_exec` is the check, passed in so the order is
 /// testable without building images.
@@ -196,7 +98,7 @@ pub struct Running {
 }
 
 /// Where the main process's stdin goes. It is never closed while the supervisor runs: an
-/// attach, a detach or an eof leaves it open (§10.1).
+/// attach, a detach or an eof leaves it open.
 enum Sink {
     Pipe(tokio::net::unix::pipe::Sender),
     Pty(Arc<pty::Master>),
@@ -333,10 +235,10 @@ pub async fn start(
                     break Ended { info, timed_out: true };
                 }
                 // On a pty, SIGHUP first: a login shell there ignores SIGTERM.
-                _ = exec::stopped(&mut stop) => break Ended::new(exec::stop_child(&mut child, on_pty, grace).await),
+                _ = stopped(&mut stop) => break Ended::new(exec_service::stop_child(&mut child, on_pty, grace).await),
             }
         };
-        // §10.2: let the readers reach EOF (bounded), then publish the exit to attachers.
+        // let the readers reach EOF (bounded), then publish the exit to attachers.
         let aborts: Vec<_> = readers.iter().map(|r| r.abort_handle()).collect();
         if tokio::time::timeout(DRAIN, futures::future::join_all(readers))
             .await
@@ -370,7 +272,7 @@ async fn feed_stdin(mut sink: Option<Sink>, mut rx: mpsc::Receiver<Bytes>) {
     }
 }
 
-/// Report the main process's exit (sheet §6): a new channel per attempt, backoff 250 ms
+/// Report the main process's exit: a new channel per attempt, backoff 250 ms
 /// doubling to 2 s, until the gateway answers OK. A gateway older than v0.0.111 has no such
 /// method; that is logged and the report is dropped.
 pub async fn report_exit(
@@ -415,7 +317,7 @@ enum ReportError {
     #[error(transparent)]
     Connect(#[from] channel::ConnectError),
     #[error(transparent)]
-    Token(#[from] auth::TokenError),
+    Token(#[from] tokens::TokenError),
     #[error("ReportMainProcessExit: {0}")]
     Status(tonic::Status),
 }
@@ -443,30 +345,6 @@ async fn report_once(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spec_json_and_base64url() {
-        let json = r#"{"version":1,"command":["sleep","infinity"],"tty":true}"#;
-        let m = parse_spec(json).unwrap();
-        assert_eq!(
-            m.argv,
-            vec![OsString::from("sleep"), OsString::from("infinity")]
-        );
-        assert!(m.tty);
-        let b = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json);
-        assert_eq!(parse_spec(&format!("base64url:{b}")).unwrap(), m);
-    }
-
-    #[test]
-    fn bad_specs_say_why() {
-        let e = |s: &str| parse_spec(s).unwrap_err().to_string();
-        assert!(e(r#"{"version":2,"command":["x"]}"#).contains("version 2"));
-        assert!(e(r#"{"version":1,"command":[]}"#).contains("empty"));
-        assert!(e(r#"{"version":1,"command":[""]}"#).contains("command[0]"));
-        assert!(e("base64url:!!!").contains("base64url"));
-        assert!(e("nope").contains("JSON"));
-        assert!(e("nope").contains("OPENSHELL_MAIN_PROCESS_SPEC"));
-    }
 
     #[test]
     fn login_shell_falls_back_shell_then_bash_on_path_then_sh() {
@@ -514,20 +392,5 @@ mod tests {
             remap_default(&os(&["/bin/bash", "-c", "x"]), sh),
             os(&["/bin/bash", "-c", "x"])
         );
-    }
-
-    #[test]
-    fn precedence_words_then_spec_then_sandbox_command() {
-        let spec = r#"{"version":1,"command":["from-spec"]}"#;
-        let words = vec![OsString::from("from-words")];
-        let pick = |w: &[OsString], s, c| MainProcess::from_sources(w, s, c).unwrap().unwrap().argv;
-        assert_eq!(pick(&words, Some(spec), Some("a b")), words);
-        assert_eq!(
-            pick(&[], Some(spec), Some("a b")),
-            vec![OsString::from("from-spec")]
-        );
-        assert_eq!(pick(&[], None, Some("sleep  infinity")).len(), 2);
-        assert_eq!(MainProcess::from_sources(&[], None, None).unwrap(), None);
-        assert!(MainProcess::from_sources(&[], None, Some("  ")).is_err());
     }
 }

@@ -1,41 +1,55 @@
 //! `serve`: the supervisor as a sandbox pod runs it.
 //!
-//! - `config`: flags and OpenShell's env vars, checked.
-//! - `tls`, `channel`, `auth`: the mTLS HTTP/2 channel and the bearer token.
-//! - `backoff`: retry delays, and when a reconnect starts them over.
-//! - `session`: ConnectSupervisor (hello, heartbeats, reconnect).
-//! - `relay`: RelayOpen → RelayStream, bridged to the in-process SSH server or a loopback port.
-//! - `exec`: the one exec service (context, shutdown tracking, exit codes) that SSH execs,
-//!   sftp, forwards and the main process share; every command runs through the sandbox core
-//!   (`crate::exec`).
-//! - `ssh`: the SSH server, a protocol adapter onto `exec`.
-//! - `main_process`: the optional canonical main process (on a pty or pipes, attached with
-//!   the `openshell-main` subsystem) and its exit report.
-//! - `policy_plane`: GetSandboxConfig at start and every poll, applied at the next exec.
-//! - `logpush`: PushSandboxLogs, and the OCSF audit records.
+//! The modules in layers, each using only those above it in this list (docs/architecture.md):
+//! - base: `config` (flags and OpenShell's env vars, checked; the main process's spec in
+//!   `main_spec`), `tls` (with its paths), `tokens` (the bearer token in memory), `backoff`
+//!   (retry delays, and when a reconnect starts them over), `stop`, `ended`, `ocsf`, `identity`.
+//! - rpc: `channel` (the mTLS HTTP/2 channel), `auth` (obtaining and renewing the token),
+//!   `session` (ConnectSupervisor: hello, heartbeats, reconnect), `logpush` (PushSandboxLogs),
+//!   `policy_plane` and `policy_slot` (GetSandboxConfig at start and every poll, applied at the
+//!   next exec), `egress` (each sandbox's proxy, its revisions and its OCSF events).
+//! - exec: `exec_service` (the one exec service: context, shutdown tracking, exit codes, that
+//!   SSH execs, sftp, forwards and the main process share; every command runs through the
+//!   sandbox core, `crate::exec`), `main_process` (the optional canonical main process, on a
+//!   pty or pipes, and its exit report), `main_attach` (what its attachers see),
+//!   `provider_env`.
+//! - adapters: `ssh` (the SSH server, a protocol adapter onto `exec_service`) and `relay`
+//!   (RelayOpen -> RelayStream, bridged to the SSH server or a loopback port).
+//! - `doctor` (`check --gateway`) on top.
 //!
 //! Order at start: policy and sandbox first (fail closed before anything is reachable), then
 //! the main process, then the session. Order at SIGTERM: refuse new relays, stop the session,
 //! terminate execs and the main process (SIGTERM, or SIGHUP then SIGTERM on a pty; grace;
 //! SIGKILL), report, exit 0.
 
-pub mod auth;
+// Base: plain data and helpers with no gateway I/O.
 pub mod backoff;
-pub mod channel;
 pub mod config;
-pub mod doctor;
-pub mod egress;
-pub mod exec;
+pub mod ended;
 pub mod identity;
+pub mod main_spec;
+pub mod ocsf;
+pub mod stop;
+pub mod tls;
+pub mod tokens;
+// RPC: the channel and every call on it.
+pub mod auth;
+pub mod channel;
+pub mod egress;
 pub mod logpush;
-pub mod main_process;
 pub mod policy_plane;
 pub mod policy_slot;
-pub mod provider_env;
-pub mod relay;
 pub mod session;
+// Exec: what the gateway runs in the sandbox.
+pub mod exec_service;
+pub mod main_attach;
+pub mod main_process;
+pub mod provider_env;
+// Protocol adapters onto exec.
+pub mod relay;
 pub mod ssh;
-pub mod tls;
+// On top: the diagnosis of all of the above.
+pub mod doctor;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -43,21 +57,68 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use self::config::{Config, ServeArgs};
-use self::exec::{DEFAULT_PATH, Ended, ExecContext, Tracker};
+use self::ended::Ended;
+use self::exec_service::{DEFAULT_PATH, ExecContext, Tracker};
 use crate::exec::Sandbox;
 
-/// Where the pod mounts the workspace; the default `--workdir`.
-pub const DEFAULT_WORKDIR: &str = "/sandbox";
+pub use self::config::DEFAULT_WORKDIR;
+
+/// Why `serve` could not start or keep running. `main.rs` maps each variant to its exit code
+/// ([`ServeError::exit_code`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Flags or values clap accepted but could not turn into the arguments.
+    #[error("{0}")]
+    Usage(#[source] clap::Error),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    OciUser(identity::IdentityError),
+    #[error("starting the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("the workdir")]
+    Workdir(#[source] std::io::Error),
+    #[error("loading the sandbox policy from the gateway")]
+    Plane(#[source] policy_plane::PlaneError),
+    #[error("building the sandbox policy")]
+    Policy(#[source] crate::policy::PolicyError),
+    #[error(transparent)]
+    Sandbox(#[from] crate::exec::RunError),
+    #[error(transparent)]
+    Ssh(#[from] ssh::SshError),
+    #[error("installing the {0} handler")]
+    Signal(&'static str, #[source] std::io::Error),
+    #[error(transparent)]
+    MainProcess(#[from] main_process::StartError),
+}
+
+impl ServeError {
+    /// Flags, env, a policy or a workdir we cannot keep exit 125, as they do for `run`; a
+    /// sandbox that cannot be built keeps run's code for it; a failure while serving (the
+    /// gateway's policy cannot be loaded, a handler, the main process) is 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ServeError::Usage(_)
+            | ServeError::Config(_)
+            | ServeError::OciUser(_)
+            | ServeError::Policy(_)
+            | ServeError::Workdir(_) => crate::cli::USAGE_EXIT,
+            ServeError::Sandbox(e) => e.exit_code(),
+            _ => 1,
+        }
+    }
+}
 
 /// Entry point for `openshell-sandbox [serve] ...`. `argv[0]` is the program (or `serve`).
-pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
-    // OpenShell's supervisor matches these on the raw argv (gateway-features §14.2); we
+// Returned once per process, so the size of the error costs nothing.
+#[allow(clippy::result_large_err)]
+pub fn main(argv: &[OsString]) -> Result<ExitCode, ServeError> {
+    // OpenShell's supervisor matches these on the raw argv; we
     // implement neither, and saying so beats treating the word as a main command (exit 127).
     if let Some(word @ ("validate-workspace" | "debug-rpc")) = argv.get(1).and_then(|a| a.to_str())
     {
@@ -68,13 +129,18 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
     }
     unset_empty_identity_env();
     let matches = crate::cli::parsed_or_exit(ServeArgs::command().try_get_matches_from(argv), argv);
-    let mut args = ServeArgs::from_arg_matches(&matches).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut args = ServeArgs::from_arg_matches(&matches).map_err(ServeError::Usage)?;
     // With a gateway policy only an explicit --network overrides its network section.
     let network_explicit =
         matches.value_source("network") == Some(clap::parser::ValueSource::CommandLine);
-    crate::logging::init_with_push(&args.policy.log_level, args.policy.log_format);
+    crate::logging::init_with_layer(
+        &args.policy.log_level,
+        args.policy.log_format,
+        logpush::filtered_layer(),
+    );
     if let Some(spec) = args.oci_image_user.as_deref() {
-        let (uid, gid) = identity::oci_user(spec, Path::new("/etc"))?;
+        let (uid, gid) =
+            identity::oci_user(spec, Path::new("/etc")).map_err(ServeError::OciUser)?;
         if args.policy.uid.is_none() && uid.is_some() {
             tracing::info!(uid, "sandbox uid from OPENSHELL_OCI_IMAGE_USER");
             args.policy.uid = uid;
@@ -90,7 +156,7 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
+        .map_err(ServeError::Runtime)?;
     rt.block_on(supervise(args, cfg, network_explicit))
 }
 
@@ -134,19 +200,20 @@ enum Stop {
     MainExited(Ended),
 }
 
+#[allow(clippy::result_large_err)]
 async fn supervise(
     args: ServeArgs,
     cfg: Config,
     network_explicit: bool,
-) -> anyhow::Result<ExitCode> {
+) -> Result<ExitCode, ServeError> {
     crate::exec::workdir::serve_create(&args.policy, Path::new(DEFAULT_WORKDIR));
     let (stop_tx, stop_rx) = watch::channel(false);
     let tokens = cfg
         .gateway
         .as_ref()
-        .map(|g| auth::TokenStore::new(g.token.clone()));
+        .map(|g| tokens::TokenStore::new(g.token.clone()));
     let mut background = Vec::new();
-    // With a gateway the policy comes from it (§11.5); without one, from the flags.
+    // With a gateway the policy comes from it; without one, from the flags.
     let (workdir, sandbox, plane) = match (&cfg.gateway, &tokens) {
         (Some(g), Some(tokens)) => {
             background.extend(logpush::start(g.clone(), tokens.clone(), stop_rx.clone()));
@@ -160,7 +227,7 @@ async fn supervise(
                     .clone()
                     .unwrap_or_else(|| DEFAULT_WORKDIR.into()),
             )
-            .context("the workdir")?;
+            .map_err(ServeError::Workdir)?;
             let plane = policy_plane::Plane::start(policy_plane::PlaneConfig {
                 gateway: g.clone(),
                 tokens: tokens.clone(),
@@ -172,7 +239,7 @@ async fn supervise(
                 local_paths: policy_plane::local_policy_paths(),
             })
             .await
-            .context("loading the sandbox policy from the gateway")?;
+            .map_err(ServeError::Plane)?;
             (workdir, plane.slot(), Some(plane))
         }
         _ => {
@@ -181,7 +248,7 @@ async fn supervise(
                 Path::new(DEFAULT_WORKDIR),
                 cfg.secret_paths.clone(),
             )
-            .context("building the sandbox policy")?;
+            .map_err(ServeError::Policy)?;
             crate::exec::workdir::serve_check(&policy);
             let workdir = policy.fs.workdir.clone();
             (
@@ -218,12 +285,14 @@ async fn supervise(
     // One instance id per main process, the same on every reconnect.
     let instance_id = uuid::Uuid::new_v4().to_string();
 
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut sigterm =
+        signal(SignalKind::terminate()).map_err(|e| ServeError::Signal("SIGTERM", e))?;
+    let mut sigint =
+        signal(SignalKind::interrupt()).map_err(|e| ServeError::Signal("SIGINT", e))?;
     // SIGHUP and SIGQUIT stop us as SIGTERM does: their default action would kill the
     // supervisor and leave every exec's tree running (only leaders have a parent-death signal).
-    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
-    let mut sigquit = signal(SignalKind::quit()).context("installing the SIGQUIT handler")?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| ServeError::Signal("SIGHUP", e))?;
+    let mut sigquit = signal(SignalKind::quit()).map_err(|e| ServeError::Signal("SIGQUIT", e))?;
 
     let mut main_task = match &cfg.main {
         Some(m) => {
@@ -252,7 +321,7 @@ async fn supervise(
                 if tokens.has_source() { ", the bearer token included (OPENSHELL_ALLOW_PLAINTEXT_TOKEN)" } else { "" }
             );
         }
-        let channels = session::ChannelSlot::new(g.clone());
+        let channels = channel::ChannelSlot::new(g.clone());
         let s = Arc::new(session::Session {
             cfg: g.clone(),
             tokens: tokens.clone(),
@@ -316,7 +385,7 @@ async fn supervise(
 
     if let (Some(info), Some(g), Some(tokens)) = (&main_exit, &cfg.gateway, &tokens) {
         let code = info.code();
-        // Retried until the gateway says OK, as the sheet asks; a (further) SIGTERM is the
+        // Retried until the gateway says OK, as OpenShell's protocol asks; a (further) SIGTERM is the
         // operator saying not to wait any longer.
         tokio::select! {
             _ = main_process::report_exit(g, tokens, &instance_id, code) => {}

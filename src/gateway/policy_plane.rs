@@ -1,4 +1,4 @@
-//! The policy plane (features sheet §11): fetch the sandbox's policy from the gateway at start,
+//! The policy plane: fetch the sandbox's policy from the gateway at start,
 //! poll for new revisions, apply each one at the next exec, and report LOADED or FAILED.
 //!
 //! - GetSandboxConfig is called by path with [`RawCodec`], so the answer reaches
@@ -6,7 +6,7 @@
 //!   unknown fields (a newer gateway's restriction) silently, which fails open.
 //! - Every exec spawns through [`PolicySlot`]. A new revision builds a new [`Sandbox`] and
 //!   swaps it in; execs already running keep the one they started under.
-//! - What a live sandbox may change is §11.7's rule (`check_live_change`), the same function
+//! - What a live sandbox may change the live-change rule (`check_live_change`), the same function
 //!   the test gateway enforces. We go further than OpenShell: an allowed change (a path
 //!   gained) is applied at the next exec instead of after a restart.
 //! - A revision that cannot be applied is reported FAILED with the reason, and
@@ -26,9 +26,10 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
-use super::auth::{self, Bearer, TokenStore};
+use super::auth;
 use super::channel;
 use super::config::GatewayConfig;
+use super::tokens::{Bearer, TokenStore};
 use crate::exec::Sandbox;
 use crate::policy::PolicyFlags;
 use crate::policy::openshell::{
@@ -38,17 +39,17 @@ use crate::policy::openshell::{
 use crate::proto::sandbox::v1::GetSandboxConfigRequest;
 use crate::proto::v1::{PolicyStatus, ReportPolicyStatusRequest, UpdateConfigRequest};
 
-use super::logpush::ocsf;
+use super::ocsf;
 use super::policy_slot::Active;
 pub use super::policy_slot::{PolicySlot, SpawnError};
 
 /// The gRPC path of GetSandboxConfig (not declared in our proto on purpose, see above).
 pub const GET_SANDBOX_CONFIG: &str = "/openshell.v1.OpenShell/GetSandboxConfig";
 
-/// Poll interval when `OPENSHELL_POLICY_POLL_INTERVAL_SECS` is unset (§11.7).
+/// Poll interval when `OPENSHELL_POLICY_POLL_INTERVAL_SECS` is unset.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Startup fetch: 5 attempts, with these sleeps between them (§11.1).
+/// Startup fetch: 5 attempts, with these sleeps between them.
 const STARTUP_BACKOFF: [Duration; 4] = [
     Duration::from_secs(1),
     Duration::from_secs(2),
@@ -128,7 +129,7 @@ pub async fn get_sandbox_config(
     }
 }
 
-/// Codes worth retrying (§11.1 for GetSandboxConfig, §11.8 for reports).
+/// Codes worth retrying (for GetSandboxConfig and for reports).
 fn retryable(code: Code) -> bool {
     matches!(
         code,
@@ -173,7 +174,7 @@ pub struct PlaneConfig {
     pub default_workdir: PathBuf,
     pub secret_paths: Vec<PathBuf>,
     pub interval: Duration,
-    /// Where the local fallback looks, in order (§11.5 step 2).
+    /// Where the local fallback looks, in order.
     pub local_paths: Vec<PathBuf>,
 }
 
@@ -190,7 +191,7 @@ impl PlaneConfig {
 }
 
 /// The local fallback's paths: `OPENSHELL_LOCAL_POLICY_PATH` when set (one file, replacing
-/// both; for tests and images that keep the policy elsewhere), else §11.5's two.
+/// both; for tests and images that keep the policy elsewhere), else the two standard paths.
 pub fn local_policy_paths() -> Vec<PathBuf> {
     match std::env::var_os("OPENSHELL_LOCAL_POLICY_PATH").filter(|v| !v.is_empty()) {
         Some(p) => vec![PathBuf::from(p)],
@@ -211,10 +212,10 @@ struct Report {
 /// What the plane remembers between polls.
 #[derive(Default)]
 struct Tracked {
-    /// The last policy that decoded and passed §11.7, the local one at start included: what
-    /// §11.7 compares the next revision against.
+    /// The last policy that decoded and passed the live-change check, the local one at start included: what
+    /// the next revision is compared against.
     baseline: Option<SandboxPolicy>,
-    /// `(config_revision, policy_hash)` of the last answer acted on (§11.7 change detection).
+    /// `(config_revision, policy_hash)` of the last answer acted on (change detection).
     seen: Option<(u64, String)>,
     version: u32,
     /// The workspace from GetSandboxConfig, kept for UpdateConfig.
@@ -233,7 +234,7 @@ pub struct Plane {
 }
 
 impl Plane {
-    /// The startup sequence of §11.5: fetch (with §11.1's retries), fall back to a local
+    /// The startup sequence: fetch (with the startup retries), fall back to a local
     /// policy when the gateway has none and sync it back, apply, report. Returns the plane,
     /// whose [`PolicySlot`] every exec spawns through.
     ///
@@ -273,7 +274,7 @@ impl Plane {
         Ok(plane)
     }
 
-    /// The first policy: §11.5 steps 2-5.
+    /// The first policy: steps 2-5.
     async fn load(&self, resp: ConfigResponse) -> Result<(), PlaneError> {
         let resp = self.sync_if_needed(resp).await?;
         self.handle(resp).await;
@@ -339,7 +340,7 @@ impl Plane {
         }
     }
 
-    /// §11.5 steps 2 and 3: no policy means the local fallback, enriched, synced back; a
+    /// steps 2 and 3: no policy means the local fallback, enriched, synced back; a
     /// policy missing baseline paths is enriched and synced. After a good sync the re-fetched
     /// answer is the one loaded; after a failed one we enforce what we have.
     async fn sync_if_needed(&self, resp: ConfigResponse) -> Result<ConfigResponse, PlaneError> {
@@ -422,7 +423,7 @@ impl Plane {
     }
 
     /// Act on one answer: apply its policy, or fail by the failure mode. Reports LOADED or
-    /// FAILED for sandbox-sourced revisions (§11.8).
+    /// FAILED for sandbox-sourced revisions.
     async fn handle(&self, resp: ConfigResponse) {
         let mut t = self.tracked.lock().await;
         let reportable = resp.policy_source == PolicySourceKind::Sandbox && resp.version > 0;
@@ -458,7 +459,7 @@ impl Plane {
         // The baseline is whatever the sandbox runs under, a local policy (version 0) included.
         // When the sync of a local policy failed (a gateway refusing UpdateConfig, or no
         // OPENSHELL_SANDBOX), the gateway's first revision has nothing of the gateway's own to
-        // be compared with, so its §11.7 check lets anything through; without this, so would
+        // be compared with, so its live-change check lets anything through; without this, so would
         // we, and a live sandbox would switch its uid or its Landlock mode at the next exec.
         t.baseline = Some(policy.clone());
         drop(t);
@@ -539,7 +540,7 @@ impl Plane {
         });
     }
 
-    /// One poll: keep the current policy on any failure to reach the gateway (§11.7).
+    /// One poll: keep the current policy on any failure to reach the gateway.
     async fn poll_once(&self) {
         let raw = match self.fetch().await {
             Ok(r) => r,
@@ -571,7 +572,7 @@ impl Plane {
             let mut t = self.tracked.lock().await;
             let key = (resp.config_revision, resp.policy_hash.clone());
             if t.seen.as_ref() == Some(&key) {
-                // The same policy under a newer revision number: acknowledge it (§11.8).
+                // The same policy under a newer revision number: acknowledge it.
                 if resp.version > t.version
                     && resp.policy_source == PolicySourceKind::Sandbox
                     && self.slot.has_sandbox()
@@ -586,7 +587,7 @@ impl Plane {
         self.handle(resp).await;
     }
 
-    /// Poll every interval until `stop`; the first poll runs at once (§11.7).
+    /// Poll every interval until `stop`; the first poll runs at once.
     ///
     /// While the sandbox is quarantined (no policy could be loaded, or `fail_closed` refused the
     /// last one) every exec is refused, so the poll runs every second until a usable policy
@@ -605,7 +606,7 @@ impl Plane {
             first = false;
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = super::exec::stopped(&mut stop) => return,
+                _ = super::stop::stopped(&mut stop) => return,
             }
             self.poll_once().await;
         }
@@ -618,8 +619,7 @@ fn local_answer(mut resp: ConfigResponse, policy: SandboxPolicy) -> ConfigRespon
     resp
 }
 
-/// Deliver reports in order; retryable errors after 1, 2, 4 ... 32 s, others drop the report
-/// (§11.8).
+/// Deliver reports in order; retryable errors after 1, 2, 4 ... 32 s, others drop the report.
 async fn report_loop(plane: Arc<Plane>, mut rx: mpsc::UnboundedReceiver<Report>) {
     while let Some(r) = rx.recv().await {
         let mut delay = Duration::from_secs(1);

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
-use super::logpush::ocsf;
+use super::ended::Ended;
+use super::ocsf;
 use crate::exec::{Child, RunError, Sandbox, SpawnSpec};
-use crate::gateway::exec::Ended;
 
 /// What every exec spawns through: the sandbox of the current revision, or a quarantine.
 pub struct PolicySlot {

@@ -1,4 +1,4 @@
-//! Provider environment for SSH children (gateway-features §13.5, §13.6).
+//! Provider environment for SSH children.
 //!
 //! The gateway's reply holds real secret values. OpenShell's own supervisor hands children
 //! placeholders and swaps them for the real value in outbound HTTP, only towards the
@@ -10,10 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::auth::{self, TokenStore};
+use super::auth;
 use super::channel;
 use super::config::GatewayConfig;
-use super::exec::ExecContext;
+use super::exec_service::ExecContext;
+use super::tokens::{self, TokenStore};
 use crate::proto::v1::GetSandboxProviderEnvironmentRequest;
 
 /// The opt-in for real secret values.
@@ -24,7 +25,7 @@ pub enum ProviderEnvError {
     #[error(transparent)]
     Connect(#[from] channel::ConnectError),
     #[error(transparent)]
-    Token(#[from] auth::TokenError),
+    Token(#[from] tokens::TokenError),
     #[error("GetSandboxProviderEnvironment: {0}")]
     Status(tonic::Status),
 }

@@ -1,4 +1,4 @@
-//! Relays (sheet §2.2, §2.3): on RelayOpen, reach the target, report RelayOpenResult, then open a
+//! Relays: on RelayOpen, reach the target, report RelayOpenResult, then open a
 //! RelayStream whose first frame is `init` and move bytes both ways in frames of ≤ 16 KiB.
 //!
 //! The SSH target is an in-process server whose byte stream is the relay itself ([`RelayIo`]):
@@ -102,6 +102,17 @@ impl Drop for Claim {
 enum Target {
     Ssh,
     Tcp(SocketAddr),
+}
+
+impl super::session::RelayOpener for Relays {
+    fn open_relay(
+        self: Arc<Self>,
+        open: RelayOpen,
+        client: Client,
+        results: mpsc::Sender<SupervisorMessage>,
+    ) {
+        Relays::open(&self, open, client, results);
+    }
 }
 
 impl Relays {
@@ -297,7 +308,7 @@ async fn open_stream(
     .into_inner())
 }
 
-/// The SSH relay, in the sheet's order: the SSH server is running on the relay's byte stream,
+/// The SSH relay, in OpenShell's order: the SSH server is running on the relay's byte stream,
 /// then RelayOpenResult, then RelayStream with `init` first (queued before the server can write
 /// anything), then data until the SSH connection ends.
 async fn serve_ssh(
@@ -437,7 +448,7 @@ impl AsyncRead for RelayIo {
 
 /// Move bytes between `target` and a new RelayStream until both directions are done.
 ///
-/// Half-close follows the sheet: when our request stream ends the gateway shuts its write side;
+/// Half-close as OpenShell does it: when our request stream ends the gateway shuts its write side;
 /// when the gateway's response stream ends, we shut the target's write side and keep copying
 /// the other direction until the target is done.
 async fn bridge<T>(target: T, mut client: Client, id: &str) -> Result<(), RelayError>

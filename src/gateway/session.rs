@@ -1,52 +1,37 @@
-//! The ConnectSupervisor session (sheet §2.1): hello, SessionAccepted, heartbeats, RelayOpen
+//! The ConnectSupervisor session: hello, SessionAccepted, heartbeats, RelayOpen
 //! dispatch, and reconnecting with backoff (`backoff::Reconnect` decides the delays). Gateway errors are logged with what they mean and
 //! retried; nothing the gateway does makes the supervisor exit.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use super::auth::{self, TokenError, TokenStore};
+use super::auth;
 use super::backoff::{Attempt, Reconnect, STABLE_SESSION};
-use super::channel::{self, ConnectError};
+use super::channel::{self, ChannelSlot, ConnectError};
 use super::config::{GatewayConfig, TokenSource};
-use super::relay::Relays;
+use super::tokens::{TokenError, TokenStore};
 use crate::proto::v1::open_shell_client::OpenShellClient;
 use crate::proto::v1::{
-    GatewayMessage, HealthRequest, ServiceStatus, SupervisorHeartbeat, SupervisorHello,
+    GatewayMessage, HealthRequest, RelayOpen, ServiceStatus, SupervisorHeartbeat, SupervisorHello,
     SupervisorMessage, gateway_message, supervisor_message,
 };
 
-/// The channel of the current session, shared with the token refresher.
-pub struct ChannelSlot {
-    cfg: GatewayConfig,
-    current: Mutex<Option<Channel>>,
-}
-
-impl ChannelSlot {
-    pub fn new(cfg: GatewayConfig) -> Arc<Self> {
-        Arc::new(ChannelSlot {
-            cfg,
-            current: Mutex::new(None),
-        })
-    }
-
-    pub async fn set(&self, ch: Channel) {
-        *self.current.lock().await = Some(ch);
-    }
-
-    /// The current session's channel, or a new one when no session is up.
-    pub async fn get_or_connect(&self) -> Result<Channel, ConnectError> {
-        if let Some(ch) = self.current.lock().await.clone() {
-            return Ok(ch);
-        }
-        channel::connect(&self.cfg).await
-    }
+/// Where the session hands each RelayOpen. The relay layer, which sits above the session,
+/// implements it, so the session never imports it.
+pub trait RelayOpener: Send + Sync {
+    /// Start serving one relay; returns at once (the relay runs on its own task).
+    fn open_relay(
+        self: Arc<Self>,
+        open: RelayOpen,
+        client: channel::Client,
+        results: mpsc::Sender<SupervisorMessage>,
+    );
 }
 
 /// Shared state of the control loop.
@@ -56,7 +41,7 @@ pub struct Session {
     pub channels: Arc<ChannelSlot>,
     /// One per main process: the same on every reconnect (HEAD semantics).
     pub instance_id: String,
-    pub relays: Arc<Relays>,
+    pub relays: Arc<dyn RelayOpener>,
     /// How long to wait for response headers and SessionAccepted before giving up on an attempt.
     pub hello_timeout: Duration,
     /// Reconnect backoff: first delay and cap (`--reconnect-base-ms`, `--reconnect-max-ms`).
@@ -223,7 +208,7 @@ struct Progress {
     accepted: Option<Instant>,
 }
 
-/// Whether the gateway answers `Health` (unauthenticated, sheet §1) with HEALTHY. It tells a
+/// Whether the gateway answers `Health` (unauthenticated) with HEALTHY. It tells a
 /// gateway that is up but refusing or dropping the session from one that is gone, or from a
 /// proxy in front of it answering for a gateway it cannot reach.
 async fn answers_health(ch: Channel, limit: Duration) -> bool {
@@ -298,13 +283,13 @@ async fn one_session(s: &Arc<Session>, progress: &mut Progress) -> Result<(), Se
                 let Some(msg) = msg else { return Err(SessionError::Ended) };
                 match msg.payload {
                     Some(gateway_message::Payload::RelayOpen(open)) => {
-                        s.relays.open(open, client.clone(), tx.clone());
+                        s.relays.clone().open_relay(open, client.clone(), tx.clone());
                     }
                     Some(gateway_message::Payload::Heartbeat(_)) => {
                         tracing::trace!("gateway heartbeat");
                     }
                     Some(gateway_message::Payload::RelayClose(c)) => {
-                        // Neither side sends it in practice (sheet §2.3); closing is by stream end.
+                        // Neither side sends it in practice; closing is by stream end.
                         tracing::debug!(channel_id = %c.channel_id, reason = %c.reason, "gateway sent RelayClose; ignored");
                     }
                     Some(gateway_message::Payload::SessionRejected(r)) => {

@@ -9,7 +9,14 @@ use std::sync::Arc;
 use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use super::config::TlsPaths;
+/// TLS material paths; read again for every new connection (Secret rotation).
+#[derive(Debug, Clone)]
+pub struct TlsPaths {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub server_name: Option<String>,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {

@@ -18,7 +18,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{CommandFactory, Parser};
 
 use dest::{DestDir, Digest256, Existing, sha256_of};
@@ -33,6 +32,18 @@ const SELF_EXE: &str = "/proc/self/exe";
 /// the underlying `io::Error` (with its errno) is kept as the source.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
+    #[error("install into {} failed", dest.display())]
+    Install {
+        dest: PathBuf,
+        #[source]
+        source: Box<InstallError>,
+    },
+    #[error("copy-self to {} failed", dest.display())]
+    CopySelf {
+        dest: PathBuf,
+        #[source]
+        source: Box<InstallError>,
+    },
     #[error("cannot open the running executable {path}")]
     OpenSelf {
         path: PathBuf,
@@ -200,7 +211,7 @@ pub fn copy_self_command() -> clap::Command {
 }
 
 /// `openshell-sandbox install ...`; `argv[0]` is `install`.
-pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
+pub fn main(argv: &[OsString]) -> Result<ExitCode, InstallError> {
     let args = crate::cli::parsed_or_exit(InstallArgs::try_parse_from(argv), argv);
     let me = SelfExe::open()?;
     if args.verify {
@@ -212,11 +223,14 @@ pub fn main(argv: &[OsString]) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let report = install(&args.dest, args.create_parents, &me)
-        .with_context(|| format!("install into {} failed", args.dest.display()))?;
+    let report =
+        install(&args.dest, args.create_parents, &me).map_err(|source| InstallError::Install {
+            dest: args.dest.clone(),
+            source: Box::new(source),
+        })?;
     println!("{report}");
     if args.wait {
-        return wait::until_terminated().map_err(Into::into);
+        return wait::until_terminated();
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -410,7 +424,7 @@ const COPY_SELF_USAGE: &str = "usage: openshell-sandbox copy-self DEST\n\
     creating parent directories, mode 0755.";
 
 /// `openshell-sandbox copy-self DEST`; `args` are the words after `copy-self`.
-pub fn copy_self_main(args: &[OsString]) -> anyhow::Result<ExitCode> {
+pub fn copy_self_main(args: &[OsString]) -> Result<ExitCode, InstallError> {
     let dest = match args {
         [d] if d != "-h" && d != "--help" && !d.is_empty() => PathBuf::from(d),
         [h] if h == "-h" || h == "--help" => {
@@ -423,8 +437,10 @@ pub fn copy_self_main(args: &[OsString]) -> anyhow::Result<ExitCode> {
         }
     };
     let me = SelfExe::open()?;
-    let target =
-        copy_self(&dest, &me).with_context(|| format!("copy-self to {} failed", dest.display()))?;
+    let target = copy_self(&dest, &me).map_err(|source| InstallError::CopySelf {
+        dest: dest.clone(),
+        source: Box::new(source),
+    })?;
     println!(
         "copied to {} (sha256 {})",
         target.display(),

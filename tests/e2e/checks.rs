@@ -51,7 +51,7 @@ fn mounts(pid: i32) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Step 3's runtime checks: the capability sets of §5.2 (containerd's default set plus what
+/// Step 3's runtime checks: the capability sets of (containerd's default set plus what
 /// the pod adds), the seccomp mode asked for, containerd's masked and read-only paths, a
 /// read-only cgroup mount in a cgroup namespace of its own.
 pub fn runtime_shape(sc: &Scenario, pod: &Pod) {
@@ -169,7 +169,7 @@ pub fn supervisor_on_read_only_cgroups(sc: &Scenario, pod: &Pod) -> String {
 /// namespace.
 pub const INIT_NAME: &str = "openshell-init";
 
-/// The exec's private view inside a real pod (issue 11): only its own processes (PID 1 is our
+/// The exec's private view inside a real pod: only its own processes (PID 1 is our
 /// init), the sandbox's
 /// hostname, a network namespace with only `lo`, private writable /tmp and /dev/shm that the
 /// pod's later execs share, and a connect to the gateway that cannot leave the namespace.

@@ -65,7 +65,7 @@ pub const DEFAULT_CAPS: &[&str] = &[
     "CAP_AUDIT_WRITE",
 ];
 
-/// What the sandbox pod's `agent` container adds (protocol sheet §5.2 and §8).
+/// What the sandbox pod's `agent` container adds.
 pub const AGENT_ADDED_CAPS: &[&str] = &[
     "CAP_SYS_ADMIN",
     "CAP_NET_ADMIN",

@@ -1,4 +1,4 @@
-//! A sandbox pod as OpenShell v0.0.36's Kubernetes driver builds it (protocol sheet §8):
+//! A sandbox pod as OpenShell v0.0.36's Kubernetes driver builds it:
 //! container `agent` running `/opt/openshell/bin/openshell-sandbox` with no flags, as root, with
 //! the node's hostPath `/opt/openshell/bin` mounted read-only, the `openshell-client-tls` Secret
 //! at `/etc/openshell-tls/client`, the workspace at `/sandbox`, and the driver's environment.
@@ -39,9 +39,9 @@ pub struct Pod {
     pub seccomp: Seccomp,
 }
 
-/// Where the v0.0.111 driver projects the service-account token (protocol sheet §5.2).
+/// Where the v0.0.111 driver projects the service-account token.
 pub const SA_TOKEN_DIR: &str = "/var/run/secrets/openshell";
-/// The sandbox identity the v0.0.111 driver resolves by default (protocol sheet §5.1).
+/// The sandbox identity the v0.0.111 driver resolves by default.
 pub const HEAD_SANDBOX_UID: u32 = 1000;
 
 /// Which driver's pod contract the pod follows.
@@ -49,7 +49,7 @@ pub enum Contract {
     /// v0.0.36: no flags, `OPENSHELL_SANDBOX_COMMAND=sleep infinity`, the SSH handshake
     /// variables, and the client certificate as the only authentication.
     V0036,
-    /// v0.0.111 (protocol sheet §5.1 and §5.2, features sheet §10.1): `--workdir /sandbox`,
+    /// v0.0.111: `--workdir /sandbox`,
     /// `OPENSHELL_MAIN_PROCESS_SPEC`, the projected service-account token that the supervisor
     /// exchanges for a sandbox JWT (the gateway requires one), the resolved sandbox uid and gid
     /// with an empty `OPENSHELL_OCI_IMAGE_USER`, `OPENSHELL_USER_ENVIRONMENT`, and a gateway
@@ -143,7 +143,7 @@ impl Pod {
             ("HOME", "/root".to_owned()),
             ("KUBERNETES_SERVICE_HOST", "10.96.0.1".to_owned()),
             ("KUBERNETES_SERVICE_PORT", "443".to_owned()),
-            // The v0.0.36 driver's environment (sheet §8).
+            // The v0.0.36 driver's environment.
             ("OPENSHELL_SANDBOX_ID", sandbox_id.clone()),
             ("OPENSHELL_SANDBOX", name.clone()),
             (

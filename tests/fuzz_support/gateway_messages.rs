@@ -40,7 +40,7 @@ pub enum Step {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     Ssh,
-    /// No `target` at all: the supervisor must treat it as SSH (sheet §1.2).
+    /// No `target` at all: the supervisor must treat it as SSH.
     Absent,
     /// TCP to the test's loopback echo server.
     Echo,

@@ -159,7 +159,7 @@ fn non_root_without_user_namespaces_refuses_or_runs_degraded() {
 // GPU devices
 
 /// The NVIDIA device nodes that exist on the host pass through the view as the policy grants
-/// them (features §11.6: read-write). CI machines have no GPU by design, so without one this
+/// them (read-write). CI machines have no GPU by design, so without one this
 /// prints SKIPPED and passes even under CI=true (a `require` skip would fail CI forever).
 #[test]
 fn gpu_devices_pass_through_the_view() {

@@ -1,4 +1,4 @@
-//! The view's root holds only what the policy grants (issue 11, "What Landlock ABI 7 leaves
+//! The view's root holds only what the policy grants (SECURITY.md, "What Landlock ABI 7 leaves
 //! open"): a path outside the grants does not exist inside, so a pathname unix socket there
 //! cannot be connected to (Landlock before ABI 9 does not check connect), and `stat`, inotify
 //! and listing cannot probe it either.

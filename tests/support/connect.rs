@@ -1,5 +1,4 @@
-//! `openshell sandbox connect` as the CLI and a v0.0.111 gateway do it (gateway-features
-//! §10.4): the system OpenSSH client with `ProxyCommand=openshell ssh-proxy …`, whose
+//! `openshell sandbox connect` as the CLI and a v0.0.111 gateway do it: the system OpenSSH client with `ProxyCommand=openshell ssh-proxy …`, whose
 //! ForwardTcp makes the gateway require READY and send `RelayOpen{ssh, service_id}`, then
 //! move bytes. Here a loopback listener plays ForwardTcp (one accepted connection is one
 //! `ssh-proxy` call) and `busybox nc` plays `ssh-proxy`'s stdin/stdout bridge.

@@ -1,4 +1,4 @@
-//! ExecSandbox as the real gateway does it (sheet §4.1): validate, open the relay, build the
+//! ExecSandbox as the real gateway does it: validate, open the relay, build the
 //! command string with its quoting, then drive a russh client over the relay: `none` auth as
 //! `sandbox`, optional `pty-req` 0x0, `exec` with want_reply, stdin then `eof`, map
 //! data/extended-data/exit-status, wait at most 500 ms after exit-status, 124 on timeout,

@@ -1,5 +1,5 @@
 //! A gateway that behaves like the real OpenShell gateway on everything a supervisor can see
-//! (sheet §2, §3, §6, §7): tonic over rustls requiring client certificates, the sandbox JWT,
+//!: tonic over rustls requiring client certificates, the sandbox JWT,
 //! ConnectSupervisor and RelayStream with the real ordering and error codes,
 //! ReportMainProcessExit, and the token RPCs. Knobs let tests inject the failures they need.
 
@@ -66,7 +66,7 @@ pub struct Seen {
     pub provider_env_requests: Vec<GetSandboxProviderEnvironmentRequest>,
 }
 
-/// What GetSandboxProviderEnvironment answers (gateway-features §13.5).
+/// What GetSandboxProviderEnvironment answers.
 #[derive(Default, Debug, Clone)]
 pub struct ProviderEnv {
     pub environment: HashMap<String, String>,
@@ -187,7 +187,7 @@ impl State {
     }
 
     /// [`State::open_relay_with_id`] with `RelayOpen.service_id` set, as ForwardTcp sets it
-    /// for `ssh-proxy` (gateway-features §10.4).
+    /// for `ssh-proxy`.
     pub async fn open_relay_as(
         &self,
         channel_id: String,
@@ -632,7 +632,7 @@ impl tonic::server::UnaryService<Bytes> for ConfigSvc {
     }
 }
 
-/// The largest data frame any supervisor sent to this process's gateways (sheet §2.3: the
+/// The largest data frame any supervisor sent to this process's gateways (the
 /// supervisor sends at most 16 KiB per frame).
 pub static LARGEST_FRAME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

@@ -1,4 +1,4 @@
-//! The gateway's sandbox JWT (sheet §3.1): EdDSA over Ed25519, signed and checked with ring.
+//! The gateway's sandbox JWT: EdDSA over Ed25519, signed and checked with ring.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,4 +1,4 @@
-//! A faithful test gateway (sheet §7) and helpers that start the real supervisor binary against
+//! A faithful test gateway and helpers that start the real supervisor binary against
 //! it. Shared by `tests/gateway_*.rs` and `benches/gateway.rs`.
 #![allow(dead_code)]
 

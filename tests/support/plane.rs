@@ -1,13 +1,13 @@
-//! The gateway side of the policy plane and of log push (features sheet §11, §12), as the real
+//! The gateway side of the policy plane and of log push, as the real
 //! gateway plays it:
 //!
-//! - revisions: `set_policy` is what `openshell policy set` does. It enforces §11.7 on a live
+//! - revisions: `set_policy` is what `openshell policy set` does. It enforces on a live
 //!   sandbox with the same `check_live_change` the supervisor uses, so a test cannot exercise
 //!   a change a real gateway refuses; an unchanged policy keeps its version.
 //! - GetSandboxConfig answers raw bytes (served by path, see `gateway.rs`), so a revision can
 //!   carry fields this build does not know, as a newer gateway's would.
-//! - ReportPolicyStatus and UpdateConfig with the sandbox-principal rules of §11.8, §11.9.
-//! - PushSandboxLogs with §12.3's rules: empty ids skipped, the first id checked, later ids
+//! - ReportPolicyStatus and UpdateConfig with the sandbox-principal rules of.
+//! - PushSandboxLogs with.3's rules: empty ids skipped, the first id checked, later ids
 //!   must match, only the first 100 lines of a batch kept, a 2000-line tail.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -77,7 +77,7 @@ fn hash(policy: &SandboxPolicy, extra: &[u8]) -> String {
 }
 
 impl State {
-    /// `openshell policy set`: a new revision, INVALID_ARGUMENT when §11.7 forbids the change.
+    /// `openshell policy set`: a new revision, INVALID_ARGUMENT when forbids the change.
     /// The same policy again keeps its version ("Policy unchanged").
     pub fn set_policy(&self, policy: &SandboxPolicy) -> Result<u32, Status> {
         self.set_policy_with(policy, Vec::new())

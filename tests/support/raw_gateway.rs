@@ -108,7 +108,7 @@ impl RawGateway {
     }
 }
 
-/// The policy plane and log push (features sheet §11, §12): answered here, as a gateway with
+/// The policy plane and log push: answered here, as a gateway with
 /// no policy for the sandbox and a log sink, so tests see only the session and relay calls.
 const PLANE_PATHS: [&str; 4] = [
     "/openshell.v1.OpenShell/GetSandboxConfig",

@@ -1,5 +1,5 @@
 //! OpenSSH (`ssh`, `sftp`) against the supervisor, as `openshell` drives it: the system client
-//! with a ProxyCommand whose stdin/stdout is one relay (gateway-features §10.4). Here a
+//! with a ProxyCommand whose stdin/stdout is one relay. Here a
 //! loopback listener stands in for the gateway's ForwardTcp (each accepted connection is one
 //! fresh SSH relay) and `busybox nc` for `openshell ssh-proxy`.
 

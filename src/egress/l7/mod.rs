@@ -9,7 +9,7 @@
 //! credential placeholders of admitted requests.
 
 pub mod body;
-pub mod event;
+pub use super::event;
 pub mod path;
 pub mod relay;
 pub mod rules;

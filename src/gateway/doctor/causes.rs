@@ -7,9 +7,9 @@ use base64::Engine;
 use tonic::Code;
 
 use super::Step;
-use crate::gateway::auth::TokenError;
 use crate::gateway::config::{GatewayConfig, TokenSource};
 use crate::gateway::tls::TlsError;
+use crate::gateway::tokens::TokenError;
 
 pub(super) fn tls_file_failure(e: TlsError) -> Step {
     let secret = "the client TLS Secret (openshell-client-tls: ca.crt, tls.crt, tls.key) must be in the sandbox namespace and mounted at /etc/openshell-tls/client: `kubectl -n NAMESPACE get secret openshell-client-tls`; rerun the cert Job to reissue it";

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::Step;
 use crate::gateway::config::{ALLOW_PLAINTEXT_TOKEN, ConfigError, GatewayConfig, ServeArgs};
-use crate::gateway::exec::DEFAULT_PATH;
-use crate::gateway::main_process::MainProcess;
+use crate::gateway::exec_service::DEFAULT_PATH;
+use crate::gateway::main_spec::MainProcess;
 
 /// Problems `ServeArgs::resolve` stops at that belong to a later step: they are taken out, the
 /// configuration is resolved again, and the step reports them in its turn, so the steps before

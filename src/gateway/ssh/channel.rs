@@ -17,9 +17,12 @@ use russh::{Channel, ChannelId, ChannelMsg, ChannelReadHalf, ChannelWriteHalf, S
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::{main_session, pty, sftp};
+use super::{main_subsystem, sftp};
+use crate::exec::pty;
 use crate::exec::{Child, ExitInfo, SpawnSpec, Stdio};
-use crate::gateway::exec::{Ended, ExecContext, parse_command, stop_child, stopped};
+use crate::gateway::ended::Ended;
+use crate::gateway::exec_service::{ExecContext, parse_command, stop_child};
+use crate::gateway::stop::stopped;
 
 /// Output is read in pieces of this size; the SSH window bounds what is in flight.
 const CHUNK: usize = 64 * 1024;
@@ -32,7 +35,7 @@ pub const STDIN_QUEUE: usize = 1 << 20;
 /// The window we grant the peer for channel data. russh re-grants it on receipt, so it does
 /// not bound memory, but it bounds how much stdin can be in flight while we are not reading:
 /// it must stay below what the relay path buffers (the gateway's 64 KiB duplex and 16-frame
-/// queue, sheet §2.3), or a peer whose SSH loop blocks on writing (russh's does) could no
+/// queue), or a peer whose SSH loop blocks on writing (russh's does) could no
 /// longer read our output while we pause its input, and both ends would wait on each other.
 /// It also bounds the stdin ahead of a message the session loop must reach (STDIN_HARD_CAP).
 pub const STDIN_WINDOW: u32 = 128 * 1024;
@@ -130,7 +133,7 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
                 if variable_name == "OPENSHELL_NO_LOGIN_SHELL" {
                     login = variable_value.trim() != "1";
                 }
-                if variable_name == main_session::READ_ONLY_ENV {
+                if variable_name == main_subsystem::READ_ONLY_ENV {
                     main_read_only = variable_value == "1";
                 }
             }
@@ -144,9 +147,9 @@ async fn serve(channel: Channel<Msg>, handle: Handle, ctx: Arc<ExecContext>) {
             },
             Some(ChannelMsg::Exec { command, .. }) => break Start::Exec(command),
             Some(ChannelMsg::RequestShell { .. }) => break Start::Shell,
-            Some(ChannelMsg::RequestSubsystem { name, .. }) if name == main_session::NAME => {
+            Some(ChannelMsg::RequestSubsystem { name, .. }) if name == main_subsystem::NAME => {
                 let size = pty.as_ref().map(|p| (p.cols, p.rows));
-                return main_session::serve(&ctx, &mut rd, &wr, size, main_read_only).await;
+                return main_subsystem::serve(&ctx, &mut rd, &wr, size, main_read_only).await;
             }
             Some(ChannelMsg::RequestSubsystem { name, .. }) if name == sftp::SUBSYSTEM => {
                 break Start::Sftp;

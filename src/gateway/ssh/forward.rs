@@ -1,4 +1,4 @@
-//! `direct-tcpip` channels (`ssh -L`, `openshell forward start`), gateway-features §13.1:
+//! `direct-tcpip` channels (`ssh -L`, `openshell forward start`):
 //! loopback targets only, the channel accepted first and then connected, bytes copied both
 //! ways with TCP_NODELAY. Remote forwarding (`tcpip-forward`) is refused by the handler.
 

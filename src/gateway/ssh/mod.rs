@@ -1,4 +1,4 @@
-//! The SSH exec server behind every relay (sheet §4.2), on russh.
+//! The SSH exec server behind every relay, on russh.
 //!
 //! Authentication `none` (and `publickey`) is accepted for any user: the only way to reach this
 //! server is a relay the gateway opened on an authenticated session, over an in-memory pipe.
@@ -7,8 +7,7 @@
 
 mod channel;
 pub mod forward;
-mod main_session;
-pub(crate) mod pty;
+mod main_subsystem;
 pub mod sftp;
 
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use russh::server::{Auth, ChannelOpenHandle, Msg, Session};
 use russh::{Channel, ChannelId, MethodKind, MethodSet};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::gateway::exec::ExecContext;
+use crate::gateway::exec_service::ExecContext;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SshError {
@@ -44,7 +43,7 @@ impl SshServer {
 
     pub fn new(ctx: Arc<ExecContext>) -> Result<Arc<Self>, SshError> {
         // A fresh Ed25519 host key per start, like the real supervisor; the gateway does not
-        // check host keys (sheet §4.1 step 6).
+        // check host keys.
         let mut seed = [0u8; 32];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
             .map_err(|_| SshError::HostKey("the system random source failed".into()))?;
@@ -275,7 +274,7 @@ impl russh::server::Handler for Handler {
         session: &mut Session,
     ) -> Result<(), Self::Error> {
         // The same check runs in the channel task, which reports the reason on stderr.
-        match crate::gateway::exec::parse_command(data) {
+        match crate::gateway::exec_service::parse_command(data) {
             Ok(_) => session.channel_success(channel),
             Err(_) => session.channel_failure(channel),
         }
@@ -295,9 +294,9 @@ impl russh::server::Handler for Handler {
         name: &str,
         session: &mut Session,
     ) -> Result<(), Self::Error> {
-        // `openshell-main` is always answered success (gateway-features §10.3), and `sftp` is
+        // `openshell-main` is always answered success, and `sftp` is
         // served by our own binary; the channel task serves both.
-        if name == main_session::NAME || name == sftp::SUBSYSTEM {
+        if name == main_subsystem::NAME || name == sftp::SUBSYSTEM {
             return session.channel_success(channel);
         }
         tracing::debug!("subsystem `{name}` refused");

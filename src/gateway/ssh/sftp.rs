@@ -1,4 +1,4 @@
-//! The `sftp` subsystem without anything in the image (issue 13 §4): the channel runs
+//! The `sftp` subsystem without anything in the image: the channel runs
 //! `openshell-sandbox sftp-server`, our own binary in a hidden mode, as an ordinary sandboxed
 //! exec whose stdin and stdout are the channel. So the SFTP server is confined exactly like
 //! any exec: every file it opens is opened by a process under the same Landlock rules, uid,

@@ -1,4 +1,4 @@
-//! The `openshell-main` subsystem (gateway-features §10.3): a session channel attached to the
+//! The `openshell-main` subsystem: a session channel attached to the
 //! canonical main process. Output is replayed from the oldest retained event, then live;
 //! input goes to the main process only from the lease holder; Ctrl-P Ctrl-Q detaches.
 //!
@@ -9,8 +9,8 @@ use bytes::Bytes;
 use russh::server::Msg;
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 
-use crate::gateway::exec::ExecContext;
-use crate::gateway::main_process::session::{Event, Next};
+use crate::gateway::exec_service::ExecContext;
+use crate::gateway::main_attach::{Event, Next};
 
 /// The subsystem name `openshell sandbox connect` asks for.
 pub const NAME: &str = "openshell-main";

@@ -4,12 +4,10 @@
 //! network view). `ssh/` only maps the protocol onto this.
 //!
 //! - What an exec runs: the command string check, the shell that runs it, and the child's
-//!   environment (sheet §4.2 "Child environment": cleared, a safe base, then the user
+//!   environment (cleared, a safe base, then the user
 //!   environment minus OPENSHELL_* keys; never a supervisor secret).
 //! - [`ExecContext`]: what every exec needs from the supervisor, shared by all of them.
-//! - [`Tracker`] and [`stopped`]: shutdown waits for live execs and tells them to stop.
-//! - [`Ended`]: how an exec ended, and its exit code by the single rule of
-//!   [`crate::exec::report::exit_code`].
+//! - [`Tracker`]: shutdown waits for live execs (`stop::stopped` tells them to stop).
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
@@ -23,7 +21,7 @@ use tokio::sync::{Notify, watch};
 use crate::exec::ExitInfo;
 use crate::gateway::config::ShellMode;
 
-/// The gateway refuses command strings above 256 KiB (sheet §4.1); so do we.
+/// The gateway refuses command strings above 256 KiB; so do we.
 pub const MAX_COMMAND: usize = 256 * 1024;
 
 /// PATH for children when the supervisor has none.
@@ -55,38 +53,6 @@ pub fn parse_command(raw: &[u8]) -> Result<String, CommandError> {
         return Err(CommandError::Empty);
     }
     Ok(s)
-}
-
-/// How an exec ended: the child's wait status, and whether our own timeout ended it.
-#[derive(Debug, Clone, Copy)]
-pub struct Ended {
-    pub info: ExitInfo,
-    pub timed_out: bool,
-}
-
-impl Ended {
-    pub fn new(info: ExitInfo) -> Ended {
-        Ended {
-            info,
-            timed_out: false,
-        }
-    }
-
-    /// The exit code by the one rule ([`crate::exec::report::exit_code`]).
-    pub fn code(&self) -> i32 {
-        crate::exec::report::exit_code(&self.info, self.timed_out)
-    }
-
-    /// The code as an SSH `exit-status` (an unsigned number; no code the rule gives is
-    /// negative, but a negative one must not wrap to a huge status).
-    pub fn status(&self) -> u32 {
-        self.code().max(0) as u32
-    }
-}
-
-/// Resolves once shutdown begins (or the supervisor is being torn down).
-pub async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
 }
 
 /// The longest a pty exec is given between SIGHUP and SIGTERM at shutdown.
@@ -185,7 +151,7 @@ pub struct ExecContext {
     pub request_timeout: Duration,
     /// The canonical main process once started: what the `openshell-main` subsystem attaches
     /// to. Empty when there is none.
-    pub main: std::sync::OnceLock<Arc<crate::gateway::main_process::session::MainSession>>,
+    pub main: std::sync::OnceLock<Arc<crate::gateway::main_attach::MainSession>>,
     /// From GetSandboxProviderEnvironment, already filtered (gateway/provider_env.rs);
     /// empty until fetched.
     pub provider_env: std::sync::RwLock<Vec<(String, String)>>,
@@ -236,7 +202,7 @@ impl ExecContext {
             ("PATH".into(), self.path.clone()),
             ("TERM".into(), term.into()),
         ];
-        // §13.3: the user environment (step 3), then the provider environment (step 6); a
+        // the user environment (step 3), then the provider environment (step 6); a
         // later step overrides an earlier one.
         let provider = self.provider_env.read().unwrap_or_else(|e| e.into_inner());
         for (k, v) in self.user_env.iter().chain(provider.iter()) {

@@ -1,4 +1,4 @@
-//! Port forwards against the supervisor's own network (features sheet §10.4, §13.1): a forward
+//! Port forwards against the supervisor's own network: a forward
 //! is for the sandbox's loopback, where its execs and main process listen. The supervisor (PID
 //! 1 of the pod, root) lives in another network namespace when the sandbox has its own
 //! (`--network none`), and whatever listens on *its* loopback (the pod's sidecars, the node's

@@ -1,6 +1,6 @@
-//! The running canonical main process as attachers see it (gateway-features §10.1, §10.3): the
+//! The running canonical main process as attachers see it: the
 //! retained output log, the single input lease, the bounded stdin queue, the pty size and
-//! signals to the process group. The SSH side (`ssh::main_session`) only maps channel messages
+//! signals to the process group. The SSH side (`ssh::main_subsystem`) only maps channel messages
 //! onto this.
 
 use std::collections::VecDeque;
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
-use crate::gateway::ssh::pty;
+use crate::exec::pty;
 
 /// Output bytes retained for replay (OpenShell's `OUTPUT_BUFFER_BYTES`).
 pub const OUTPUT_BUFFER_BYTES: usize = 1 << 20;

@@ -1,4 +1,4 @@
-//! A hostile gateway against the policy plane of a live sandbox (features sheet §11.7): the
+//! A hostile gateway against the policy plane of a live sandbox: the
 //! gateway promises to refuse changes to `process`, `landlock` and removed paths once a
 //! sandbox runs, and the supervisor must not rely on that promise, whichever policy the
 //! sandbox started with.
@@ -132,7 +132,7 @@ async fn a_first_revision_after_the_local_policy_cannot_switch_the_identity() {
 }
 
 /// The usual start (the gateway's own revision, so a baseline of the gateway's), then a
-/// gateway that skips its own §11.7 check: the revision appears as if `policy set` had
+/// gateway that skips its own check: the revision appears as if `policy set` had
 /// accepted it. A changed identity and a path taken away are refused by the supervisor
 /// itself, FAILED, and the sandbox is quarantined rather than widened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
