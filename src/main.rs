@@ -178,7 +178,7 @@ fn host_setup() {
 }
 
 fn serve(argv: &[OsString]) -> Result<ExitCode, Failure> {
-    gateway::main(argv).map_err(Failure::Serve)
+    gateway::main(argv).map_err(|e| Failure::Serve(Box::new(e)))
 }
 
 /// Every subcommand's failure, by its own typed error. `anyhow` appears only for `check`, whose
@@ -192,7 +192,7 @@ enum Failure {
     #[error(transparent)]
     Doctor(gateway::doctor::DoctorError),
     #[error(transparent)]
-    Serve(gateway::ServeError),
+    Serve(Box<gateway::ServeError>),
     #[error(transparent)]
     Install(install::InstallError),
     #[error(transparent)]
