@@ -15,10 +15,12 @@ set -euo pipefail
 # openssh-client: `openshell sandbox connect`'s client in tests/gateway_main_session.rs and
 # ssh -L / sftp of tests/gateway_forward.rs and tests/gateway_sftp.rs; tar:
 # tests/gateway_sftp.rs's upload and download; runc and crun: the real OCI runtimes of the e2e
-# pods; procps, coreutils: ps, timeout and friends in the test scripts.
+# pods; procps, coreutils: ps, timeout and friends in the test scripts; curl, python3-pip,
+# ca-certificates: the real clients of the egress tests (tests/egress_tools.rs,
+# tests/egress_l7.rs, tests/egress_run.rs), pip against a local index.
 PACKAGES=(
   busybox-static iproute2 util-linux python3 python3-venv gcc libc6-dev binutils make git
-  nodejs openssh-client runc crun procps coreutils tar
+  nodejs openssh-client runc crun procps coreutils tar curl python3-pip ca-certificates
 )
 
 if [[ "${OSB_SKIP_TEST_DEPS:-}" == 1 ]]; then
