@@ -14,6 +14,9 @@ pub enum PathError {
     Control,
     #[error("request-target contains raw non-ASCII bytes")]
     NonAscii,
+    /// A request line splits at spaces, so none can be part of a target that arrived whole.
+    #[error("request-target contains a raw space")]
+    Space,
     #[error("request-target contains a fragment")]
     Fragment,
     #[error("request-target contains an invalid percent-encoded sequence")]
@@ -70,6 +73,9 @@ pub fn canonicalize(target: &str, allow_encoded_slash: bool) -> Result<Canonical
     }
     if raw.iter().any(|&b| b >= 0x80) {
         return Err(PathError::NonAscii);
+    }
+    if raw.contains(&b' ') {
+        return Err(PathError::Space);
     }
     if raw.contains(&b'#') {
         return Err(PathError::Fragment);

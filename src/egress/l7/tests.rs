@@ -41,6 +41,7 @@ fn refused_targets_name_their_fault() {
     assert_eq!(canon("/a%0a"), Err(PathError::Control));
     assert_eq!(canon("/a\x7f"), Err(PathError::Control));
     assert_eq!(canon("/a\u{e9}"), Err(PathError::NonAscii));
+    assert_eq!(canon("/ "), Err(PathError::Space));
     assert_eq!(canon("/a#f"), Err(PathError::Fragment));
     assert_eq!(canon("/a%zz"), Err(PathError::BadEscape));
     assert_eq!(canon("/a%2"), Err(PathError::BadEscape));

@@ -82,7 +82,7 @@ pub(super) fn resolve(serve: &mut ServeArgs) -> (Result<GatewayConfig, Step>, Ea
                 early.main = Some(Step::failed(
                     "main-process",
                     "main-process-spec",
-                    format!("{e}: serve exits 2 at start, before dialing"),
+                    format!("{e}: serve exits 125 at start, before dialing"),
                     "fix the sandbox spec's command (OPENSHELL_MAIN_PROCESS_SPEC must be {\"version\":1,\"command\":[...],\"tty\":bool})",
                 ));
                 serve.command.clear();
