@@ -12,9 +12,7 @@
 
 use std::convert::Infallible;
 use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -23,9 +21,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
 use tokio::net::TcpStream;
 
+use super::prefixed::Prefixed;
 use super::relay::{End, Guard};
 use super::response;
 
@@ -65,11 +64,7 @@ pub async fn serve(
             Ok::<_, Infallible>(resp.unwrap_or_else(|| bad_gateway(&fwd.dest)))
         }
     });
-    let io = TokioIo::new(Prefixed {
-        prefix: head,
-        pos: 0,
-        inner: client,
-    });
+    let io = TokioIo::new(Prefixed::new(head, client));
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(false)
         .max_headers(128)
@@ -176,50 +171,4 @@ async fn send(
         .headers
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     Some(Response::from_parts(parts, body.boxed()))
-}
-
-/// The client stream with the head the proxy already read put back in front.
-struct Prefixed {
-    prefix: Vec<u8>,
-    pos: usize,
-    inner: TcpStream,
-}
-
-impl AsyncRead for Prefixed {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.pos < self.prefix.len() {
-            let n = buf.remaining().min(self.prefix.len() - self.pos);
-            let start = self.pos;
-            buf.put_slice(&self.prefix[start..start + n]);
-            self.pos += n;
-            if self.pos == self.prefix.len() {
-                self.prefix = Vec::new();
-                self.pos = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Prefixed {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }

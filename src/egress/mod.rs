@@ -30,6 +30,7 @@ pub mod forward;
 pub mod identity;
 pub mod l7;
 pub mod netns;
+pub mod prefixed;
 pub mod procfs;
 pub mod proxy;
 pub mod relay;
