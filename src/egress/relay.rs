@@ -136,6 +136,13 @@ pub trait Inspector: Send + Sync + 'static {
         false
     }
 
+    /// Before any CONNECT's `200` (after the address checks): the refusal, if CONNECTs cannot
+    /// be carried as the policy asks (`tls_skip`: the endpoint says `tls: skip`). The
+    /// interceptor refuses every CONNECT but `tls: skip` when it has no CA.
+    fn refuse_connect(&self, _dest: &HostPort, _tls_skip: bool) -> Option<Refusal> {
+        None
+    }
+
     /// Before a raw tunnel's `200`: the refusal, if this destination must not get one (an
     /// endpoint with credentials bound to it).
     fn refuse_raw(&self, _dest: &HostPort) -> Option<Refusal> {

@@ -397,6 +397,15 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     if loaded.network.is_some() {
         super::egress::add_child_env(&mut env);
     }
+    // Credentials and the CA, before the sandbox: the view shows the CA's public files.
+    let credentials = super::egress::run_credentials(&args.credential, loaded.network.as_ref())?;
+    let interception = loaded
+        .network
+        .is_some()
+        .then(super::interception::Interception::prepare);
+    if let Some(i) = &interception {
+        policy.namespaces.files = i.view_files();
+    }
     let limits = policy.limits.clone();
     // Who the child runs as: the switched identity when we are root, else our own.
     let (child_uid, child_gid) = match policy.identity {
@@ -409,9 +418,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let sandbox = Sandbox::new(policy)?;
     sandbox.one_exec_only();
     // The proxy listens in the sandbox's network namespace before anything runs there.
-    let egress = match loaded.network {
-        Some(rules) => Some(super::egress::RunEgress::start(&sandbox, rules)?),
-        None => None,
+    let egress = match (loaded.network, &interception) {
+        (Some(rules), Some(i)) => {
+            let e = super::egress::RunEgress::start(&sandbox, rules, i, credentials)?;
+            super::egress::set_child_env(&mut env, e.child_env());
+            Some(e)
+        }
+        _ => None,
     };
     tl.stamp("sandbox-new");
     // Every write of a run in a workdir it cannot write fails, while the report would say

@@ -225,6 +225,17 @@ fn prepare_inner(
                     fd: std::sync::Arc::new(fd),
                 });
             }
+            // The view's own files (the egress proxy's CA) are in a tmpfs of their own too:
+            // read-only.
+            if let Some((path, fd)) = &view.files {
+                let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
+                rules.push(FsRule {
+                    path: path.clone(),
+                    access: PathAccess::ReadExec,
+                    is_dir: true,
+                    fd: std::sync::Arc::new(fd),
+                });
+            }
             fs_rules = rules
                 .iter()
                 .map(|r| (r.path.clone(), r.access, r.is_dir))
@@ -513,6 +524,7 @@ fn view_request(policy: &Policy) -> namespaces::ViewRequest {
             libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64
         }),
         ipc_userns: None,
+        files: policy.namespaces.files.clone(),
     }
 }
 

@@ -1,5 +1,5 @@
 use super::path::{PathError, canonicalize, query_params};
-use super::rules::{L7Scope, RequestView, Verdict, scope_matches};
+use super::rules::{CompiledRules, L7Scope, RequestView, Verdict, scope_matches};
 use super::{Kind, classify};
 use crate::egress::credentials::{Binding, CredentialError, Credentials, redact};
 use crate::egress::identity::{Caller, ExecKey};
@@ -140,7 +140,8 @@ fn caller() -> Caller {
 fn verdict(rules: &NetworkRules, host: &str, method: &str, target: &str) -> Verdict {
     let c = canonicalize(target, false).unwrap();
     let q = query_params(c.query.as_deref());
-    let scope = L7Scope::of(rules, host, 8080, &caller());
+    let compiled = CompiledRules::compile(rules);
+    let scope = L7Scope::of(&compiled, host, 8080, &caller());
     assert!(!scope.is_empty());
     scope.evaluate(&RequestView {
         method,
@@ -249,10 +250,7 @@ fn store() -> Credentials {
     c.insert(
         "GITHUB_TOKEN",
         "ghp_real".into(),
-        vec![Binding {
-            host: "API.test".into(),
-            port: 443,
-        }],
+        vec![Binding::new("API.test", 443)],
     );
     c
 }

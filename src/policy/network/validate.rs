@@ -335,6 +335,8 @@ fn endpoint(cx: &mut Ctx, at: &str, e: &NetworkEndpoint) -> Result<Endpoint, Net
         path: e.path.clone(),
         allow_encoded_slash: e.allow_encoded_slash,
         advisor_proposed: e.advisor_proposed,
+        request_body_credential_rewrite: e.request_body_credential_rewrite,
+        credential_provider: e.credential_binding.as_ref().map(|b| b.provider.clone()),
     })
 }
 

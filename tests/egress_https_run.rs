@@ -1,0 +1,423 @@
+//! HTTPS egress through `run`, as OpenShell users write it, through the real binary: TLS
+//! interception with the sandbox's own CA (its public files in the view, the trust variables
+//! in the child), `protocol: rest` rules allowing what they allow, `--credential` values that
+//! only ever exist in the supervisor, and the 503 when interception is unavailable.
+//!
+//! The supervisor runs in the test-made outer namespace (tests/egress_support: upstream
+//! addresses on its `lo`, no route anywhere, checked before the first packet), in a private
+//! mount namespace where the test's hosts file is `/etc/hosts` and a bundle holding the tests'
+//! upstream CA is the system bundle, which the proxy trusts upstream as it would any.
+
+mod egress_support;
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
+
+use egress_support::l7_servers::L7Upstream;
+use egress_support::*;
+
+fn have(tool: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{tool} is required for this test (CI=true turns this skip into a failure)");
+        }
+        eprintln!("SKIPPED: {tool} absent");
+    }
+    found
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The world of one test: the L7 upstreams, a workdir, and the binds of the supervisor's
+/// mount namespace.
+struct Https {
+    up: Arc<L7Upstream>,
+    work: PathBuf,
+    binds: Vec<(PathBuf, PathBuf)>,
+}
+
+fn setup(w: &mut World) -> Https {
+    let up = w.rt.block_on(L7Upstream::start());
+    let work = w.tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    // Writable by the run's own uid, whichever it gets.
+    std::fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let bundle = bundle_with(w.tmp.path(), &up.ca_pem);
+    let binds = vec![
+        (w.hosts.clone(), PathBuf::from("/etc/hosts")),
+        (bundle, PathBuf::from(SYSTEM_BUNDLE)),
+    ];
+    Https { up, work, binds }
+}
+
+impl Https {
+    fn run(&self, args: &[&str], env: &[(&str, &str)], script: &str) -> Output {
+        let mut c = osb_in(&self.binds, &self.work);
+        c.args(["run", "--log-level", "warn,egress=info"])
+            .args(args)
+            .args(["--", "sh", "-c", script]);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        finish(c, Duration::from_secs(180))
+    }
+}
+
+const FS: &str = "\
+version: 1
+filesystem_policy:
+  include_workdir: true
+  read_only: [/usr, /lib, /lib64, /bin, /etc]
+  read_write: [/tmp]
+";
+
+#[test]
+fn a_rest_policy_allows_what_it_allows_over_intercepted_https() {
+    if !require() || !have("curl") || !have("python3") {
+        return;
+    }
+    World::run(|w| {
+        let h = setup(w);
+        let policy = format!(
+            "{FS}network_policies:
+  api_ro:
+    endpoints:
+      - host: secure-api.test
+        port: 9443
+        protocol: rest
+        enforcement: enforce
+        access: read-only
+    binaries: [{{path: /usr/bin/curl}}, {{path: \"/usr/bin/python3*\"}}]
+"
+        );
+        std::fs::write(h.work.join("policy.yaml"), policy).unwrap();
+        let script = r#"
+stat -c '%a %U %n' /etc/openshell-tls/* | sed 's#/etc/openshell-tls/##'
+ls -A /etc/openshell-tls | wc -l
+grep -l 'PRIVATE KEY' /etc/openshell-tls/* || echo no-key
+env | grep -E '^(SSL_CERT_FILE|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|GIT_SSL_CAINFO|NODE_EXTRA_CA_CERTS|DENO_CERT)=' | sort
+echo ---
+curl -sS --max-time 20 https://secure-api.test:9443/ok; echo
+curl -sS --max-time 20 -I -o /tmp/head.out -w '%{http_code}\n' https://secure-api.test:9443/head
+echo ---
+curl -sS --max-time 20 -i -X POST https://secure-api.test:9443/x
+echo; echo ---
+python3 -c "import urllib.request;print(urllib.request.urlopen('https://secure-api.test:9443/py').read().decode())"
+curl -sS --max-time 20 -v https://secure-api.test:9443/who 2>&1 | grep -o 'issuer:.*OpenShell Sandbox CA' | head -1
+"#;
+        let out = h.run(
+            &["--policy", "policy.yaml", "--report-json", "report.json"],
+            &[],
+            script,
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        let parts: Vec<&str> = stdout.split("---\n").collect();
+        assert_eq!(parts.len(), 4, "{stdout}");
+        // The two public files, 0444, nothing else there, and no key.
+        let files: Vec<&str> = parts[0].lines().collect();
+        assert_eq!(
+            &files[..4],
+            [
+                "444 root ca-bundle.pem",
+                "444 root openshell-ca.pem",
+                "2",
+                "no-key"
+            ],
+            "{stdout}"
+        );
+        assert_eq!(
+            &files[4..],
+            [
+                "CURL_CA_BUNDLE=/etc/openshell-tls/ca-bundle.pem",
+                "DENO_CERT=/etc/openshell-tls/openshell-ca.pem",
+                "GIT_SSL_CAINFO=/etc/openshell-tls/ca-bundle.pem",
+                "NODE_EXTRA_CA_CERTS=/etc/openshell-tls/openshell-ca.pem",
+                "REQUESTS_CA_BUNDLE=/etc/openshell-tls/ca-bundle.pem",
+                "SSL_CERT_FILE=/etc/openshell-tls/ca-bundle.pem",
+            ],
+            "{stdout}"
+        );
+        // read-only allows GET and HEAD.
+        let ok: Vec<&str> = parts[1].lines().collect();
+        let j: serde_json::Value =
+            serde_json::from_str(ok[0]).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(j["request"], "GET /ok HTTP/1.1");
+        assert_eq!(ok[1], "200", "{stdout}");
+        // ... and denies POST: status, header and body, inside TLS.
+        let denied = parts[2].trim_end();
+        let (line, head, body) = split_response(&denied[denied.rfind("HTTP/1.1 ").unwrap()..]);
+        assert_eq!(line, "HTTP/1.1 403 Forbidden", "{stdout}");
+        let hv = |name: &str| {
+            head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+            })
+        };
+        assert_eq!(hv("x-openshell-policy").as_deref(), Some("api_ro"));
+        assert_eq!(hv("content-type").as_deref(), Some("application/json"));
+        assert_eq!(hv("connection").as_deref(), Some("close"));
+        let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(j["error"], "policy_denied");
+        assert_eq!(j["detail"], "POST /x not permitted by policy");
+        assert_eq!(j["layer"], "l7");
+        assert_eq!(j["protocol"], "rest");
+        assert_eq!(j["binary"], "/usr/bin/curl");
+        // Python's urllib, through the same interception.
+        let py: Vec<&str> = parts[3].lines().collect();
+        assert!(
+            py[0].contains("\"request\":\"GET /py HTTP/1.1\""),
+            "{stdout}"
+        );
+        assert!(py[1].contains("OpenShell Sandbox CA"), "{stdout}");
+        // What the upstream received: the allowed requests only, its SNI the host.
+        let reqs = h.up.requests();
+        assert_eq!(
+            reqs,
+            [
+                "GET /ok HTTP/1.1",
+                "HEAD /head HTTP/1.1",
+                "GET /py HTTP/1.1",
+                "GET /who HTTP/1.1"
+            ],
+            "{stdout}"
+        );
+        assert!(
+            h.up.handshakes
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|(sni, _)| sni.as_deref() == Some("secure-api.test"))
+        );
+        // The report counts connections and requests.
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(h.work.join("report.json")).unwrap()).unwrap();
+        assert_eq!(
+            report["egress"]["requests"],
+            serde_json::json!({"allowed": 4, "audited": 0, "denied": 1}),
+            "{report}"
+        );
+        assert_eq!(report["egress"]["denied"], 0);
+        // And the log says each decision.
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("HTTP:POST [MED] DENIED /usr/bin/curl"),
+            "{stderr}"
+        );
+    });
+}
+
+#[test]
+fn a_credential_reaches_its_bound_endpoint_only_and_never_the_sandbox() {
+    if !require() || !have("curl") {
+        return;
+    }
+    const SECRET: &str = "rg-REAL-9c1d7e5a";
+    World::run(|w| {
+        let h = setup(w);
+        let policy = format!(
+            "{FS}network_policies:
+  tls:
+    endpoints:
+      - {{host: cred.test, port: 9443}}
+      - {{host: secure.test, port: 9443}}
+    binaries: [{{path: /usr/bin/curl}}]
+"
+        );
+        std::fs::write(h.work.join("policy.yaml"), policy).unwrap();
+        let script = r#"
+echo "token=$RG_TOKEN"
+curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" "https://cred.test:9443/quiet/$RG_TOKEN"; echo
+curl -sS --max-time 20 -i -H "Authorization: Bearer $RG_TOKEN" https://secure.test:9443/steal; echo
+echo ---
+cat /proc/self/environ /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -c rg-REAL || true
+grep -rs rg-REAL /tmp /etc/openshell-tls . | wc -l
+"#;
+        let out = h.run(
+            &[
+                "--policy",
+                "policy.yaml",
+                "--credential",
+                "RG_TOKEN@cred.test:9443",
+                "--report-json",
+                "report.json",
+            ],
+            &[("RG_TOKEN", SECRET)],
+            script,
+        );
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[0], "token=openshell:resolve:env:RG_TOKEN", "{stdout}");
+        assert_eq!(lines[1], "quiet ok", "{stdout}");
+        // To an endpoint it is not bound to: refused before it leaves.
+        let at = stdout
+            .find("HTTP/1.1 403")
+            .unwrap_or_else(|| panic!("{stdout}"));
+        let (line, _, body) = split_response(stdout[at..].split("\n---").next().unwrap());
+        assert_eq!(line, "HTTP/1.1 403 Forbidden");
+        let j: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+        assert_eq!(j["error"], "credential_endpoint_mismatch", "{body}");
+        // The upstream got the value where it was bound, no placeholder, and nothing at
+        // secure.test.
+        assert_eq!(h.up.requests(), [format!("GET /quiet/{SECRET} HTTP/1.1")]);
+        let heads = h.up.heads().concat();
+        assert!(
+            heads.contains(&format!("authorization: Bearer {SECRET}")),
+            "{heads}"
+        );
+        assert!(!heads.contains("openshell:resolve"), "{heads}");
+        // Nowhere in the sandbox: its environment, /proc, files; nor the report or our log.
+        let tail: Vec<&str> = stdout.split("---\n").nth(1).unwrap().lines().collect();
+        assert_eq!(tail, ["0", "0"], "{stdout}");
+        assert!(!stdout.contains(SECRET), "{stdout}");
+        let report = std::fs::read_to_string(h.work.join("report.json")).unwrap();
+        assert!(!report.contains(SECRET), "{report}");
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains(SECRET), "{stderr}");
+        assert!(stderr.contains("/quiet/[CREDENTIAL]"), "{stderr}");
+    });
+}
+
+#[test]
+fn credential_flags_are_usage_errors_when_they_cannot_work() {
+    let bin = env!("CARGO_BIN_EXE_openshell-sandbox");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(bin);
+        c.arg("run")
+            .args(args)
+            .args(["--", "true"])
+            .env_remove("NOPE");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        (out.status.code(), text(&out.stderr))
+    };
+    for (args, env, why) in [
+        (
+            vec!["--allow-net", "api.test", "--credential", "NOPE@api.test"],
+            vec![],
+            "--credential NOPE@api.test: the variable NOPE is not set",
+        ),
+        (
+            vec!["--allow-net", "api.test", "--credential", "E@api.test"],
+            vec![("E", "")],
+            "--credential E@api.test: the variable E is not set (or empty)",
+        ),
+        (
+            vec!["--allow-net", "api.test", "--credential", "K@other.test"],
+            vec![("K", "v")],
+            "no network rule allows other.test:443",
+        ),
+        (
+            vec!["--credential", "K@api.test"],
+            vec![("K", "v")],
+            "--credential needs network rules",
+        ),
+        (
+            vec![
+                "--allow-net",
+                "api.test",
+                "--credential",
+                "bad-name@api.test",
+            ],
+            vec![],
+            "NAME must be a variable name",
+        ),
+    ] {
+        let (code, err) = run(&args, &env);
+        assert_eq!(code, Some(125), "{args:?}: {err}");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert!(!err.contains("v\n"), "{err}");
+    }
+}
+
+#[test]
+fn check_explain_lists_credentials_and_bindings_never_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "{FS}network_policies:
+  model:
+    endpoints:
+      - {{host: api.model.test, port: 443, protocol: rest, access: full, credential_binding: {{provider: MODEL_KEY}}}}
+    binaries: [{{path: /usr/bin/python3}}]
+"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_openshell-sandbox"))
+        .arg("check")
+        .arg("--policy")
+        .arg(&policy)
+        .args(["--allow-net", "gh.test", "--credential", "GH@gh.test"])
+        .args(["--credential", "MODEL_KEY", "--explain"])
+        .env("GH", "ghp-secret-1")
+        .env("MODEL_KEY", "sk-model-secret-2")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("  GH -> gh.test:443\n")
+            && stdout.contains("  MODEL_KEY -> api.model.test:443\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[rest]"), "{stdout}");
+    let all = format!("{stdout}{}", text(&out.stderr));
+    assert!(
+        !all.contains("ghp-secret-1") && !all.contains("sk-model-secret-2"),
+        "{all}"
+    );
+}
+
+#[test]
+fn without_a_view_root_for_the_ca_connects_get_503_not_a_raw_tunnel() {
+    if !require() || !have("curl") {
+        return;
+    }
+    World::run(|w| {
+        let h = setup(w);
+        // Granting / leaves the view without a root of its own: the CA cannot be shown.
+        let script = r#"python3 -c "
+import socket
+s = socket.create_connection(('10.200.0.1', 3128))
+s.sendall(b'CONNECT secure.test:9443 HTTP/1.1\r\nHost: secure.test:9443\r\n\r\n')
+out = b''
+while True:
+    b = s.recv(4096)
+    if not b: break
+    out += b
+print(out.decode())
+"
+env | grep -c '^SSL_CERT_FILE=' || true"#;
+        let out = h.run(
+            &["--ro", "/", "--allow-net", "secure.test:9443"],
+            &[],
+            script,
+        );
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("HTTP/1.1 503"), "{out:?}");
+        let at = stdout.find("HTTP/1.1 503").unwrap();
+        let (_, _, body) = split_response(&stdout[at..]);
+        let j: serde_json::Value = serde_json::from_str(body.lines().next().unwrap()).unwrap();
+        assert_eq!(j["error"], "tls_termination_unavailable", "{stdout}");
+        assert!(
+            stdout.trim_end().ends_with('0'),
+            "no trust variables: {stdout}"
+        );
+        assert!(h.up.requests().is_empty());
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("TLS interception unavailable"), "{stderr}");
+    });
+}
