@@ -142,6 +142,7 @@ fn tls_config(up: &mut L7Upstream) -> Arc<rustls::ServerConfig> {
         "raw.test".to_string(),
         "cred.test".to_string(),
         "pkgs.test".to_string(),
+        "body.test".to_string(),
     ])
     .unwrap()
     .signed_by(&key, &issuer)

@@ -42,6 +42,7 @@ pub const CGNAT: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 10);
 pub const HOSTS: &str = "\
 192.88.99.10  pub.test a.wild.test b.c.wild.test x.y.deep.test x.deep.test api.test pkgs.test git.test
 192.88.99.10  rules.test audit.test gitlab.test s.test secure.test secure-api.test raw.test cred.test rawcred.test
+192.88.99.10  ws.test body.test
 10.77.0.10    db.corp.test k8s.corp.test priv.wild.test any1.test
 10.88.0.10    other.test
 100.64.0.10   cgnat.wild.test

@@ -228,7 +228,9 @@ fn endpoint_path_scopes() {
 
 #[test]
 fn other_l7_protocols_are_refused_naming_the_key() {
-    for p in ["graphql", "json-rpc", "mcp", "sql", "websocket"] {
+    let ws = "version: 1\nnetwork_policies:\n  k:\n    endpoints:\n      - {host: a.test, port: 80, protocol: websocket, access: read-write}\n    binaries: [{path: /bin/x}]\n";
+    assert!(NetworkRules::compile(&from_yaml(ws).unwrap().network_policies).is_ok());
+    for p in ["graphql", "json-rpc", "mcp", "sql"] {
         let y = format!(
             "version: 1\nnetwork_policies:\n  k:\n    endpoints:\n      - {{host: a.test, port: 80, protocol: {p}, rules: [{{allow: {{method: GET, path: /x}}}}]}}\n    binaries: [{{path: /bin/x}}]\n"
         );

@@ -12,6 +12,7 @@
 //! request (`relay.rs`), so every text message can be read.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::Mutex;
@@ -198,9 +199,19 @@ where
         .await;
 }
 
-/// Client to upstream: text messages assembled and checked. Returns the close code to send
-/// both sides, or `None` when the client ended.
-async fn client_side<C, U>(mut r: ReadHalf<C>, w: Shared<WriteHalf<U>>, cx: &Context) -> Option<u16>
+/// How one direction of the relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// It passed a close frame on: the other direction may still carry the answer.
+    Closed,
+    /// Its stream ended or failed.
+    Ended,
+    /// Close both sides with this code.
+    Code(u16),
+}
+
+/// Client to upstream: text messages assembled and checked.
+async fn client_side<C, U>(mut r: ReadHalf<C>, w: Shared<WriteHalf<U>>, cx: &Context) -> Side
 where
     C: AsyncRead,
     U: AsyncWrite,
@@ -211,11 +222,11 @@ where
     loop {
         let f = match read_frame(&mut r).await {
             Ok(Some(f)) => f,
-            Ok(None) | Err(ReadError::Io) => return None,
-            Err(ReadError::TooBig) => return Some(TOO_BIG),
+            Ok(None) | Err(ReadError::Io) => return Side::Ended,
+            Err(ReadError::TooBig) => return Side::Code(TOO_BIG),
         };
         if !f.masked || f.rsv != 0 {
-            return Some(PROTOCOL_ERROR);
+            return Side::Code(PROTOCOL_ERROR);
         }
         let whole = match (f.opcode, &mut text, binary_open) {
             (TEXT, None, false) if f.fin => Some(f.payload),
@@ -227,7 +238,7 @@ where
                 buf.extend_from_slice(&f.payload);
                 *n += 1;
                 if buf.len() > MAX_TEXT || *n > MAX_FRAGMENTS {
-                    return Some(TOO_BIG);
+                    return Side::Code(TOO_BIG);
                 }
                 if f.fin {
                     text.take().map(|(b, _)| b)
@@ -239,29 +250,32 @@ where
                 binary_open = !f.fin;
                 let bytes = encode(f.fin, f.opcode, &f.payload, true);
                 if w.lock().await.write_all(&bytes).await.is_err() {
-                    return None;
+                    return Side::Ended;
                 }
                 None
             }
             (op, _, _) if op >= CLOSE && f.fin && f.payload.len() <= 125 => {
                 // Control frames (close, ping, pong) may come between fragments.
                 let bytes = encode(true, op, &f.payload, true);
-                if w.lock().await.write_all(&bytes).await.is_err() || op == CLOSE {
-                    return None;
+                if w.lock().await.write_all(&bytes).await.is_err() {
+                    return Side::Ended;
+                }
+                if op == CLOSE {
+                    return Side::Closed;
                 }
                 None
             }
-            _ => return Some(PROTOCOL_ERROR),
+            _ => return Side::Code(PROTOCOL_ERROR),
         };
         let Some(msg) = whole else { continue };
         if msg.len() > MAX_TEXT {
-            return Some(TOO_BIG);
+            return Side::Code(TOO_BIG);
         }
         if std::str::from_utf8(&msg).is_err() {
-            return Some(INVALID_PAYLOAD);
+            return Side::Code(INVALID_PAYLOAD);
         }
         if cx.check().is_err() {
-            return Some(POLICY_VIOLATION);
+            return Side::Code(POLICY_VIOLATION);
         }
         if w.lock()
             .await
@@ -269,14 +283,14 @@ where
             .await
             .is_err()
         {
-            return None;
+            return Side::Ended;
         }
     }
 }
 
 /// Upstream to client: frames passed as they are (re-encoded whole, so that a close frame of
 /// ours only ever lands between two of them).
-async fn upstream_side<U, C>(mut r: ReadHalf<U>, w: Shared<WriteHalf<C>>) -> Option<u16>
+async fn upstream_side<U, C>(mut r: ReadHalf<U>, w: Shared<WriteHalf<C>>) -> Side
 where
     U: AsyncRead,
     C: AsyncWrite,
@@ -284,15 +298,18 @@ where
     loop {
         let f = match read_frame(&mut r).await {
             Ok(Some(f)) => f,
-            Ok(None) | Err(ReadError::Io) => return None,
-            Err(ReadError::TooBig) => return Some(TOO_BIG),
+            Ok(None) | Err(ReadError::Io) => return Side::Ended,
+            Err(ReadError::TooBig) => return Side::Code(TOO_BIG),
         };
         if f.masked {
-            return Some(PROTOCOL_ERROR);
+            return Side::Code(PROTOCOL_ERROR);
         }
         let bytes = encode(f.fin, f.opcode | (f.rsv << 4), &f.payload, false);
-        if w.lock().await.write_all(&bytes).await.is_err() || f.opcode == CLOSE {
-            return None;
+        if w.lock().await.write_all(&bytes).await.is_err() {
+            return Side::Ended;
+        }
+        if f.opcode == CLOSE {
+            return Side::Closed;
         }
     }
 }
@@ -307,11 +324,26 @@ where
     let (cr, cw) = tokio::io::split(client);
     let (ur, uw) = tokio::io::split(upstream);
     let (cw, uw) = (Arc::new(Mutex::new(cw)), Arc::new(Mutex::new(uw)));
-    // Some(code): close both sides with it.
-    let (end, code) = tokio::select! {
-        c = client_side(cr, uw.clone(), &cx) => (End::Done, c),
-        c = upstream_side(ur, cw.clone()) => (End::Done, c),
-        e = guard.ended() => (e, Some(SERVICE_RESTART)),
+    // Some(code): close both sides with it. A close passed on one way waits (briefly) for
+    // the answer the other way.
+    let client = client_side(cr, uw.clone(), &cx);
+    let upstream = upstream_side(ur, cw.clone());
+    tokio::pin!(client, upstream);
+    let answer = Duration::from_secs(5);
+    let (end, side) = tokio::select! {
+        c = &mut client => match c {
+            Side::Closed => (End::Done, tokio::time::timeout(answer, &mut upstream).await.unwrap_or(Side::Ended)),
+            c => (End::Done, c),
+        },
+        u = &mut upstream => match u {
+            Side::Closed => (End::Done, tokio::time::timeout(answer, &mut client).await.unwrap_or(Side::Ended)),
+            u => (End::Done, u),
+        },
+        e = guard.ended() => (e, Side::Code(SERVICE_RESTART)),
+    };
+    let code = match side {
+        Side::Code(c) => Some(c),
+        Side::Closed | Side::Ended => None,
     };
     if let Some(code) = code {
         close_both(&cw, &uw, code).await;
