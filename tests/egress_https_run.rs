@@ -10,7 +10,7 @@
 
 mod egress_support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
@@ -419,5 +419,159 @@ env | grep -c '^SSL_CERT_FILE=' || true"#;
         assert!(h.up.requests().is_empty());
         let stderr = text(&out.stderr);
         assert!(stderr.contains("TLS interception unavailable"), "{stderr}");
+    });
+}
+
+/// pip's index, a wheel, a bare git repository for dumb HTTP, and a file, under `files`.
+fn tool_files(files: &Path) {
+    std::fs::create_dir_all(files.join("simple/osbdemo")).unwrap();
+    std::fs::create_dir_all(files.join("pkgs")).unwrap();
+    std::fs::write(files.join("hello.txt"), "hello over intercepted tls\n").unwrap();
+    std::fs::write(
+        files.join("simple/osbdemo/index.html"),
+        "<html><body><a href=\"../../pkgs/osbdemo-1.0-py3-none-any.whl\">osbdemo-1.0-py3-none-any.whl</a></body></html>\n",
+    )
+    .unwrap();
+    let wheel = files.join("pkgs/osbdemo-1.0-py3-none-any.whl");
+    let st = std::process::Command::new("python3")
+        .args(["-c", "import sys,zipfile
+z=zipfile.ZipFile(sys.argv[1],'w')
+z.writestr('osbdemo/__init__.py','')
+z.writestr('osbdemo-1.0.dist-info/METADATA','Metadata-Version: 2.1\\nName: osbdemo\\nVersion: 1.0\\n')
+z.writestr('osbdemo-1.0.dist-info/WHEEL','Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')
+z.writestr('osbdemo-1.0.dist-info/RECORD','')
+z.close()"])
+        .arg(&wheel)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let src = files.parent().unwrap().join("repo-src");
+    let sh = format!(
+        "set -e; git init -q {s}; cd {s}; echo tracked > f.txt; git add f.txt; git -c user.email=t@t -c user.name=t commit -qm one; git clone -q --bare {s} {b}; cd {b}; git update-server-info",
+        s = src.display(),
+        b = files.join("repo.git").display()
+    );
+    let st = std::process::Command::new("sh")
+        .args(["-c", &sh])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// Node's own TLS client through an explicit CONNECT (Node before 22.21 has no proxy support
+/// in fetch), trusting the CA through NODE_EXTRA_CA_CERTS; then fetch where Node honours
+/// NODE_USE_ENV_PROXY.
+const NODE: &str = r#"
+const http=require('http'),tls=require('tls');
+const [maj,min]=process.versions.node.split('.').map(Number);
+const req=http.request({host:'10.200.0.1',port:3128,method:'CONNECT',path:'pkgs.test:9443'});
+req.on('connect',(res,socket)=>{
+  if(res.statusCode!==200){console.log('CONNECT '+res.statusCode);return;}
+  const s=tls.connect({socket,servername:'pkgs.test'},()=>s.write('GET /files/hello.txt HTTP/1.1\r\nHost: pkgs.test:9443\r\nConnection: close\r\n\r\n'));
+  let d='';s.on('data',c=>d+=c);s.on('error',e=>console.log('ERR '+e.message));
+  s.on('end',()=>{console.log('tls: '+d.split('\r\n\r\n')[1].trim());
+    if(maj>22||(maj===22&&min>=21)){fetch('https://pkgs.test:9443/files/hello.txt').then(r=>r.text()).then(t=>console.log('fetch: '+t.trim())).catch(e=>console.log('fetch ERR '+(e.cause||e)));}
+    else console.log('fetch: node '+process.versions.node+' has no proxy support in fetch');});
+});
+req.end();
+"#;
+
+#[test]
+fn real_clients_clone_download_and_fetch_over_intercepted_https() {
+    if !require() || !have("curl") || !have("python3") || !have("git") {
+        return;
+    }
+    let git_http = std::process::Command::new("git")
+        .arg("--exec-path")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|p| PathBuf::from(p.trim()).join("git-remote-https"))
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .expect("git-remote-https");
+    let node = have("node");
+    World::run(move |w| {
+        let h = setup(w);
+        let files = w.tmp.path().join("l7files");
+        tool_files(&files);
+        *h.up.files.lock().unwrap() = Some(files);
+        // OpenShell's shape for a package index: read-only REST, enforced.
+        let policy = format!(
+            "{FS}network_policies:
+  pypi_like:
+    endpoints:
+      - {{host: pkgs.test, port: 9443, protocol: rest, enforcement: enforce, access: read-only}}
+    binaries:
+      - {{path: \"/usr/bin/python3*\"}}
+      - {{path: {git}}}
+      - {{path: /usr/bin/node}}
+      - {{path: /usr/bin/curl}}
+",
+            git = git_http.display()
+        );
+        let policy = policy.replace("read_write: [/tmp]", "read_write: [/tmp, /dev/null]");
+        std::fs::write(h.work.join("policy.yaml"), policy).unwrap();
+        let script = format!(
+            r#"
+export GIT_TERMINAL_PROMPT=0 HOME=/tmp
+git clone -q https://pkgs.test:9443/files/repo.git /tmp/repo 2>&1 && cat /tmp/repo/f.txt
+python3 -m pip download -q --no-deps --no-cache-dir --disable-pip-version-check --index-url https://pkgs.test:9443/files/simple/ osbdemo -d /tmp/dl 2>&1; ls /tmp/dl
+python3 -c "import urllib.request;print(urllib.request.urlopen('https://pkgs.test:9443/files/hello.txt').read().decode().strip())"
+curl -sS --max-time 20 https://pkgs.test:9443/files/hello.txt
+python3 -c "import requests" 2>/dev/null && python3 -c "import requests;print(requests.get('https://pkgs.test:9443/files/hello.txt').text.strip())" || echo "requests: absent"
+{node}
+"#,
+            node = if node {
+                format!("node -e '{}'", NODE.replace('\'', "'\\''"))
+            } else {
+                "echo 'tls: hello over intercepted tls'; echo 'fetch: no node'".into()
+            }
+        );
+        let out = h.run(&["--policy", "policy.yaml"], &[], &script);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[0], "tracked", "git clone over https: {stdout}");
+        assert_eq!(
+            lines[1], "osbdemo-1.0-py3-none-any.whl",
+            "pip download: {stdout}"
+        );
+        assert_eq!(lines[2], "hello over intercepted tls", "urllib: {stdout}");
+        assert_eq!(lines[3], "hello over intercepted tls", "curl: {stdout}");
+        if lines[4] == "requests: absent" {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("python3-requests is required (scripts/install-test-deps.sh)");
+            }
+            eprintln!("SKIPPED: python requests is not installed");
+        } else {
+            assert_eq!(lines[4], "hello over intercepted tls", "requests: {stdout}");
+        }
+        assert_eq!(
+            lines[5], "tls: hello over intercepted tls",
+            "node: {stdout}"
+        );
+        assert!(lines[6].starts_with("fetch: "), "{stdout}");
+        if !lines[6].contains("no proxy support") && !lines[6].contains("no node") {
+            assert_eq!(lines[6], "fetch: hello over intercepted tls", "{stdout}");
+        } else {
+            eprintln!("NOTE: {}", lines[6]);
+        }
+        // Every request reached the upstream through interception, as GETs.
+        let reqs = h.up.requests();
+        assert!(
+            reqs.iter()
+                .any(|r| r.starts_with("GET /files/repo.git/info/refs")),
+            "{reqs:?}"
+        );
+        assert!(
+            reqs.iter()
+                .any(|r| r.starts_with("GET /files/pkgs/osbdemo-1.0-py3-none-any.whl")),
+            "{reqs:?}"
+        );
+        assert!(
+            reqs.iter()
+                .all(|r| r.starts_with("GET ") || r.starts_with("HEAD ")),
+            "{reqs:?}"
+        );
     });
 }

@@ -69,9 +69,26 @@ async fn echo(req: Request<Incoming>, up: Arc<L7Upstream>) -> Result<Response<Bo
         let rel = req.uri().path().trim_start_matches("/files/").to_string();
         let body = root
             .filter(|_| !rel.split('/').any(|c| c == ".."))
-            .and_then(|r| std::fs::read(r.join(&rel)).ok());
+            .map(|r| r.join(&rel))
+            .map(|p| if p.is_dir() { p.join("index.html") } else { p })
+            .and_then(|p| {
+                Some((
+                    std::fs::read(&p).ok()?,
+                    p.extension().is_some_and(|e| e == "html"),
+                ))
+            });
         return Ok(match body {
-            Some(b) => Response::new(Full::new(Bytes::from(b)).boxed()),
+            Some((b, html)) => Response::builder()
+                .header(
+                    "content-type",
+                    if html {
+                        "text/html"
+                    } else {
+                        "application/octet-stream"
+                    },
+                )
+                .body(Full::new(Bytes::from(b)).boxed())
+                .unwrap(),
             None => Response::builder()
                 .status(404)
                 .body(Full::new(Bytes::from_static(b"not found")).boxed())
