@@ -299,7 +299,13 @@ fn bind_over(src: &std::path::Path, dst: &str) {
             0
         );
         assert_eq!(
-            libc::mount(s.as_ptr(), d.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()),
+            libc::mount(
+                s.as_ptr(),
+                d.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null()
+            ),
             0,
             "{}",
             std::io::Error::last_os_error()
@@ -368,8 +374,9 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
         std::fs::write(dir.join("sandbox-ca.pem"), ca.cert_pem()).unwrap();
         let up = Arc::new(egress::tls::Upstream::system().unwrap());
         let counters = Arc::new(egress::Counters::default());
-        let interceptor = egress::Interceptor::new(ca, up, egress::Credentials::default(), Arc::new(Quiet))
-            .counted(counters.clone());
+        let interceptor =
+            egress::Interceptor::new(ca, up, egress::Credentials::default(), Arc::new(Quiet))
+                .counted(counters.clone());
         let cfg = ProxyConfig {
             max_connections: 4096,
             max_per_exec: 2048,
@@ -463,10 +470,7 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
 fn https(quick: bool, dir: &std::path::Path, inner: &OwnedFd, proxy: &egress::ProxyHandle) {
     let sandbox_ca = dir.join("sandbox-ca.pem");
     let upstream_ca = dir.join("upstream-ca.pem");
-    let (sca, uca) = (
-        sandbox_ca.to_str().unwrap(),
-        upstream_ca.to_str().unwrap(),
-    );
+    let (sca, uca) = (sandbox_ca.to_str().unwrap(), upstream_ca.to_str().unwrap());
     let sides = [("secure.bench", sca), ("raw.bench", uca)];
     let nums = |out: String| -> Vec<f64> {
         out.lines()
@@ -542,11 +546,14 @@ fn https(quick: bool, dir: &std::path::Path, inner: &OwnedFd, proxy: &egress::Pr
     let n = 1000;
     std::thread::sleep(Duration::from_millis(500));
     let before = rss_kib();
-    let mut holder = client_cmd(Some(inner), &["tls", "hold", "secure.bench", sca, &n.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut holder = client_cmd(
+        Some(inner),
+        &["tls", "hold", "secure.bench", sca, &n.to_string()],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut line = String::new();
     BufReader::new(holder.stdout.take().unwrap())
         .read_line(&mut line)

@@ -60,15 +60,16 @@ async fn answer(
 ) -> Result<hyper::Response<Body>, std::convert::Infallible> {
     if req.uri().path() == "/bulk" {
         let chunk = Bytes::from(vec![7u8; 1 << 20]);
-        let frames =
-            (0..BULK_BYTES / chunk.len()).map(move |_| Ok(Frame::data(chunk.clone())));
+        let frames = (0..BULK_BYTES / chunk.len()).map(move |_| Ok(Frame::data(chunk.clone())));
         let body = StreamBody::new(futures::stream::iter(frames)).boxed();
         return Ok(hyper::Response::builder()
             .header("content-length", BULK_BYTES)
             .body(body)
             .unwrap());
     }
-    Ok(hyper::Response::new(Full::new(Bytes::from_static(b"ok")).boxed()))
+    Ok(hyper::Response::new(
+        Full::new(Bytes::from_static(b"ok")).boxed(),
+    ))
 }
 
 /// The TLS upstream on `ip:9443`, HTTP/1.1 keep-alive behind it.
@@ -111,7 +112,11 @@ fn connect(host: &str, roots_pem: &str) -> Tls {
         assert_eq!(s.read(&mut b).unwrap(), 1, "proxy closed");
         head.push(b[0]);
     }
-    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
     let mut roots = rustls::RootCertStore::empty();
     let certs: Vec<_> = rustls_pemfile::certs(&mut roots_pem.as_bytes())
         .filter_map(Result::ok)
@@ -133,11 +138,7 @@ fn connect(host: &str, roots_pem: &str) -> Tls {
 
 /// One GET on `t`; the body's length.
 fn get(t: &mut Tls, host: &str, path: &str) -> usize {
-    write!(
-        t,
-        "GET {path} HTTP/1.1\r\nHost: {host}:{TLS_PORT}\r\n\r\n"
-    )
-    .unwrap();
+    write!(t, "GET {path} HTTP/1.1\r\nHost: {host}:{TLS_PORT}\r\n\r\n").unwrap();
     t.flush().unwrap();
     let mut head = Vec::new();
     let mut b = [0u8; 1];

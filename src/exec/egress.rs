@@ -283,6 +283,32 @@ pub fn set_child_env<K: AsRef<str>>(env: &mut Vec<(OsString, OsString)>, vars: &
     }
 }
 
+/// What `run` prepares for its proxy before the sandbox exists: the credentials
+/// (`--credential`) and the CA, whose public files the view is to show.
+pub struct RunPlan {
+    credentials: Credentials,
+    interception: Interception,
+}
+
+/// `run`'s plan when it has network rules (the view of `policy` then shows the CA's files);
+/// a `--credential` without rules is refused.
+pub fn plan(
+    credential_args: &[String],
+    rules: Option<&NetworkRules>,
+    policy: &mut crate::policy::Policy,
+) -> Result<Option<RunPlan>, EgressError> {
+    let credentials = run_credentials(credential_args, rules)?;
+    if rules.is_none() {
+        return Ok(None);
+    }
+    let interception = Interception::prepare();
+    policy.namespaces.files = interception.view_files();
+    Ok(Some(RunPlan {
+        credentials,
+        interception,
+    }))
+}
+
 /// `run`'s credentials (`--credential`), their values from our environment.
 pub fn run_credentials(
     args: &[String],
@@ -307,9 +333,13 @@ impl RunEgress {
     pub fn start(
         sandbox: &Sandbox,
         rules: NetworkRules,
-        interception: &Interception,
-        credentials: Credentials,
+        plan: RunPlan,
     ) -> Result<RunEgress, RunError> {
+        let RunPlan {
+            credentials,
+            interception,
+        } = plan;
+        let interception = &interception;
         let mut env: Vec<(String, String)> = interception
             .child_env(sandbox.view_files())
             .into_iter()

@@ -397,15 +397,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     if loaded.network.is_some() {
         super::egress::add_child_env(&mut env);
     }
-    // Credentials and the CA, before the sandbox: the view shows the CA's public files.
-    let credentials = super::egress::run_credentials(&args.credential, loaded.network.as_ref())?;
-    let interception = loaded
-        .network
-        .is_some()
-        .then(super::interception::Interception::prepare);
-    if let Some(i) = &interception {
-        policy.namespaces.files = i.view_files();
-    }
+    // Credentials and the CA before the sandbox: its view shows the CA's public files.
+    let plan = super::egress::plan(&args.credential, loaded.network.as_ref(), &mut policy)?;
     let limits = policy.limits.clone();
     // Who the child runs as: the switched identity when we are root, else our own.
     let (child_uid, child_gid) = match policy.identity {
@@ -418,9 +411,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     let sandbox = Sandbox::new(policy)?;
     sandbox.one_exec_only();
     // The proxy listens in the sandbox's network namespace before anything runs there.
-    let egress = match (loaded.network, &interception) {
-        (Some(rules), Some(i)) => {
-            let e = super::egress::RunEgress::start(&sandbox, rules, i, credentials)?;
+    let egress = match (loaded.network, plan) {
+        (Some(rules), Some(plan)) => {
+            let e = super::egress::RunEgress::start(&sandbox, rules, plan)?;
             super::egress::set_child_env(&mut env, e.child_env());
             Some(e)
         }

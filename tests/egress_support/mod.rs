@@ -13,6 +13,8 @@
 //!   resolver step is off here, because getaddrinfo may ask a daemon outside the namespace.
 #![allow(dead_code)]
 
+#[cfg(feature = "test-pause-points")]
+pub mod l7;
 pub mod l7_servers;
 pub mod servers;
 
