@@ -42,13 +42,20 @@ const BULK_BYTES: usize = 256 << 20;
 
 // ---- the client (re-executed) ---------------------------------------------------------------
 
+/// The second proxy, whose identity lookup is a given caller: the proxy's own cost apart.
+const FIXED_PROXY: &str = "10.200.0.2:3128";
+
 fn dial(proxied: bool, port: u16) -> TcpStream {
-    if !proxied {
+    dial_via(proxied.then_some("10.200.0.1:3128"), port)
+}
+
+fn dial_via(proxy: Option<&str>, port: u16) -> TcpStream {
+    let Some(proxy) = proxy else {
         let s = TcpStream::connect(SocketAddr::new(UPSTREAM.into(), port)).unwrap();
         s.set_nodelay(true).unwrap();
         return s;
-    }
-    let mut s = TcpStream::connect("10.200.0.1:3128").unwrap();
+    };
+    let mut s = TcpStream::connect(proxy).unwrap();
     s.set_nodelay(true).unwrap();
     write!(
         s,
@@ -75,13 +82,17 @@ fn dial(proxied: bool, port: u16) -> TcpStream {
 }
 
 fn client(args: &[String]) {
-    let proxied = args.get(1).map(String::as_str) == Some("proxy");
+    let via = match args.get(1).map(String::as_str) {
+        Some("proxy") => Some("10.200.0.1:3128"),
+        Some("fixed") => Some(FIXED_PROXY),
+        _ => None,
+    };
     match args[0].as_str() {
         "lat" => {
             let n: usize = args[2].parse().unwrap();
             for _ in 0..n {
                 let t = Instant::now();
-                let mut s = dial(proxied, ECHO);
+                let mut s = dial_via(via, ECHO);
                 s.write_all(b"x").unwrap();
                 let mut b = [0u8; 1];
                 s.read_exact(&mut b).unwrap();
@@ -89,7 +100,7 @@ fn client(args: &[String]) {
             }
         }
         "bulk" => {
-            let mut s = dial(proxied, BULK);
+            let mut s = dial_via(via, BULK);
             let t = Instant::now();
             // The client speaks first, as over any CONNECT the proxy classifies.
             s.write_all(b"x").unwrap();
@@ -364,7 +375,7 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
     let socks = egress::netns::open_in(inner.as_fd(), egress::netns::PROXY_ADDR).unwrap();
     let identity = Arc::new(egress::procfs::ProcIdentity::new(inner.as_fd(), socks.diag).unwrap());
     let resolver = Arc::new(egress::SandboxResolver {
-        hosts: Some(hosts),
+        hosts: Some(hosts.clone()),
         system: false,
     });
     let proxy = {
@@ -386,7 +397,7 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
         };
         egress::Proxy::start(
             socks.listener,
-            PolicyHandle::new(rules),
+            PolicyHandle::new(rules.clone()),
             identity,
             resolver,
             Arc::new(Quiet),
@@ -394,23 +405,64 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
         )
         .unwrap()
     };
+    // The same proxy with the caller given: what the identity lookup (a scan of /proc for the
+    // socket's owners) costs shows as the difference.
+    let fixed = {
+        let _g = proxy_rt.enter();
+        let socks = egress::netns::open_in(inner.as_fd(), FIXED_PROXY.parse().unwrap()).unwrap();
+        let caller = egress::Caller {
+            pid: 1,
+            exe: me.display().to_string(),
+            ancestors: Vec::new(),
+            cmdline_paths: Vec::new(),
+            exec: egress::ExecKey(1),
+        };
+        let ca = Arc::new(egress::tls::SandboxCa::generate().unwrap());
+        let up = Arc::new(egress::tls::Upstream::system().unwrap());
+        let interceptor =
+            egress::Interceptor::new(ca, up, egress::Credentials::default(), Arc::new(Quiet));
+        egress::Proxy::start(
+            socks.listener,
+            PolicyHandle::new(rules.clone()),
+            Arc::new(egress::FixedCaller(caller)),
+            Arc::new(egress::SandboxResolver {
+                hosts: Some(hosts.clone()),
+                system: false,
+            }),
+            Arc::new(Quiet),
+            ProxyConfig {
+                inspector: Some(Arc::new(interceptor)),
+                ..ProxyConfig::default()
+            },
+        )
+        .unwrap()
+    };
     std::thread::sleep(Duration::from_millis(200));
 
     // Connect + first byte: interleaved rounds.
     let (rounds, per) = if quick { (3, 50) } else { (7, 200) };
-    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    let (mut direct, mut proxied, mut given) = (Vec::new(), Vec::new(), Vec::new());
     let per_s = per.to_string();
     for _ in 0..rounds {
-        for (side, v) in [("direct", &mut direct), ("proxy", &mut proxied)] {
-            let inner = (side == "proxy").then_some(&inner);
+        for (side, v) in [
+            ("direct", &mut direct),
+            ("proxy", &mut proxied),
+            ("fixed", &mut given),
+        ] {
+            let inner = (side != "direct").then_some(&inner);
             let out = run_client(inner, &["lat", side, &per_s]);
             v.extend(out.lines().map(|l| l.parse::<f64>().unwrap() / 1000.0));
         }
     }
-    let (d50, p50) = (median(&mut direct), median(&mut proxied));
+    let (d50, p50, g50) = (
+        median(&mut direct),
+        median(&mut proxied),
+        median(&mut given),
+    );
     println!(
-        "connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs ({} samples each)",
+        "connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs; with the caller given (no /proc scan) {g50:.0} µs, overhead {:.0} µs ({} samples each)",
         p50 - d50,
+        g50 - d50,
         direct.len()
     );
 
@@ -463,6 +515,7 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
         (after.saturating_sub(before)) as f64 / 1024.0
     );
     https(quick, dir, &inner, &proxy);
+    proxy_rt.block_on(fixed.shutdown());
     proxy_rt.block_on(proxy.shutdown());
 }
 

@@ -169,7 +169,11 @@ fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_pro
                     (&bundle, egress_support::SYSTEM_BUNDLE),
                 ]),
                 // The main process records the environment it was started with.
-                args: vec!["sh".into(), "-c".into(), "env > main.env; exec sleep 600".into()],
+                args: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600".into(),
+                ],
                 ..Default::default()
             };
             let mut sup = Supervisor::start(&gw, opts);
@@ -187,8 +191,13 @@ fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_pro
             }
 
             // The main process: the placeholder and the trust variables, from the start.
-            let main_env = std::fs::read_to_string(sup.workdir.join("main.env"))
-                .unwrap_or_else(|e| panic!("{e}\n{}", sup.log()));
+            let path = sup.workdir.join("main.env");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !path.exists() {
+                assert!(Instant::now() < deadline, "no main.env:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let main_env = std::fs::read_to_string(&path).unwrap();
             for want in [
                 "RG_TOKEN=openshell:resolve:env:RG_TOKEN",
                 "MODEL_URL=https://model.test/v1",
