@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -19,7 +19,8 @@ use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, UidLease};
 
-mod stdio;
+pub(crate) mod stdio;
+mod tty;
 use stdio::*;
 
 pub use super::report::TIMEOUT_EXIT;
@@ -512,54 +513,19 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // With --tty: the pty whose size follows our terminal's (SIGWINCH).
     let mut pty_master = None;
     let (mut child, out_task, err_task, raw_terminal) = if args.tty {
-        let (cols, rows) = our_winsize();
-        let (master, slave) = super::pty::open(cols, rows).map_err(|source| RunError::Io {
-            what: "allocating a pty",
-            source,
-        })?;
-        let child = sandbox
-            .spawn(SpawnSpec {
-                argv: args.command.clone(),
-                env,
-                cwd: None,
-                stdin: Stdio::Fd(slave.stdin),
-                stdout: Stdio::Fd(slave.stdout),
-                stderr: Stdio::Fd(slave.stderr),
-                controlling_tty: true,
-                program_fd: None,
-            })
+        let spawned = tty::spawn(&sandbox, &args.command, env, opts("stdout"))
             .await
-            .map_err(not_started)?;
-        // Raw mode only once the child runs, and undone by drop on every way out.
-        let raw = RawTerminal::enter()?;
-        let writer = master.dup_fd().map_err(|source| RunError::Io {
-            what: "duplicating the pty master",
-            source,
-        })?;
-        std::thread::Builder::new()
-            .name("stdin-feeder".into())
-            .spawn(move || copy_stdin(writer))
-            .map_err(|source| RunError::Io {
-                what: "starting the stdin thread",
-                source,
+            .map_err(|e| match e {
+                tty::TtyError::Spawn(e) => not_started(e),
+                tty::TtyError::Setup(e) => e,
             })?;
-        // The pty carries stdout and stderr together: one stream, capped as stdout.
-        let (mut w, r) = tokio::io::duplex(64 * 1024);
-        let master = std::sync::Arc::new(master);
-        pty_master = Some(master.clone());
-        tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(n @ 1..) = master.read(&mut buf).await {
-                if w.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let o = opts("stdout");
-        let out_task = tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), o).await });
-        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
-        (child, out_task, err_task, raw)
+        pty_master = Some(spawned.master);
+        (
+            spawned.child,
+            spawned.out_task,
+            tokio::spawn(async { Ok(StreamStats::default()) }),
+            spawned.raw,
+        )
     } else if args.merge_output || same_open_file(1, 2) {
         let (r, w, w2) = merged_pipe()?;
         let child = sandbox
