@@ -668,7 +668,7 @@ fn a_hand_over_is_refused_above_a_running_serve() {
     let main = Command::new(BIN)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .arg("--workdir")
+        .args(["--no-gateway", "--workdir"])
         .arg(&served)
         .args(["sh", "-c", &format!("echo one > a; {WAIT}; echo two >> a")])
         .current_dir(&served)

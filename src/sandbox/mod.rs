@@ -386,12 +386,22 @@ fn prepare_inner(
     )?;
     layers.extend(limit_rows);
 
-    let installed = decide::installed(
+    let mut installed = decide::installed(
         &fs_rules,
         landlock.as_ref().map(|p| (p.network_restricted, p.scoped)),
         socket_rules,
         seccomp.is_some(),
     );
+    // Added by each exec in the view (child/mod.rs), where only it can name that root.
+    if view.root && landlock.is_some() {
+        installed.landlock.insert(
+            0,
+            decide::InstalledRule {
+                path: "/ (the view's root)".into(),
+                access: "list (it holds only the grants)".into(),
+            },
+        );
+    }
     Ok(Prepared {
         landlock,
         seccomp,
