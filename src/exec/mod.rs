@@ -16,6 +16,7 @@ pub mod workdir;
 
 pub use error::RunError;
 pub use tree::SweepError;
+pub use usage::ExitInfo;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -74,31 +75,6 @@ pub struct SpawnSpec {
     pub program_fd: Option<Arc<OwnedFd>>,
 }
 
-/// How a child ended.
-#[derive(Debug, Clone, Copy)]
-pub struct ExitInfo {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub user_cpu: Duration,
-    pub sys_cpu: Duration,
-    /// Peak resident set of the child and its reaped descendants, KiB.
-    pub max_rss_kib: u64,
-}
-
-impl ExitInfo {
-    fn from_reaped(r: reaper::Reaped) -> Self {
-        let st = r.status;
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-        ExitInfo {
-            code: libc::WIFEXITED(st).then(|| libc::WEXITSTATUS(st)),
-            signal: libc::WIFSIGNALED(st).then(|| libc::WTERMSIG(st)),
-            user_cpu: tv(r.rusage.ru_utime),
-            sys_cpu: tv(r.rusage.ru_stime),
-            max_rss_kib: r.rusage.ru_maxrss.max(0) as u64,
-        }
-    }
-}
-
 /// A running sandboxed child. Dropping it while it runs kills its whole tree.
 pub struct Child {
     pub stdin: Option<pipe::Sender>,
@@ -111,6 +87,8 @@ pub struct Child {
     init: bool,
     exit: Option<oneshot::Receiver<reaper::Reaped>>,
     done: Option<ExitInfo>,
+    /// What the exec's processes had used when we sent SIGKILL (see [`usage::Usage`]).
+    used_before_kill: Option<usage::Usage>,
     cgroup: Option<Arc<ExecCgroup>>,
     supervisor_pid: libc::pid_t,
     started: Instant,
@@ -346,6 +324,7 @@ impl Sandbox {
             init: started.init,
             exit: Some(started.exit),
             done: None,
+            used_before_kill: None,
             cgroup: started.cgroup,
             supervisor_pid: self.inner.prepared.supervisor_pid,
             started: Instant::now(),
@@ -506,7 +485,7 @@ impl Child {
             .as_mut()
             .expect("exit receiver present until done");
         let info = match rx.await {
-            Ok(r) => ExitInfo::from_reaped(r),
+            Ok(r) => ExitInfo::from_reaped(r).at_least(self.used_before_kill),
             // The reaper never drops a sender; treat it as a kill if it somehow did.
             Err(_) => ExitInfo {
                 code: None,
@@ -530,10 +509,11 @@ impl Child {
     /// forwards SIGTERM, SIGINT and SIGHUP to every process of the namespace (SIGKILL kills
     /// the namespace outright). Without one: its process group, its cgroup when there is one,
     /// and orphans of its session re-parented to the supervisor.
-    pub fn signal_tree(&self, sig: i32) {
+    pub fn signal_tree(&mut self, sig: i32) {
         if self.cleaned {
             return;
         }
+        self.note_usage_before(sig);
         if self.init {
             if self.done.is_none() {
                 pidfd_signal(&self.pidfd, sig);
@@ -552,6 +532,14 @@ impl Child {
             manager::get().registry(),
         ) {
             tracing::warn!(error = %e, "could not signal the exec's processes");
+        }
+    }
+
+    /// Before a SIGKILL of ours to a running exec: what its processes have used so far, which
+    /// their leader's rusage will not show (`usage.rs`).
+    fn note_usage_before(&mut self, sig: i32) {
+        if sig == libc::SIGKILL && self.done.is_none() {
+            self.used_before_kill = Some(usage::snapshot(self.pid));
         }
     }
 
@@ -591,6 +579,7 @@ impl Child {
         }
         if self.init {
             if self.done.is_none() {
+                self.note_usage_before(libc::SIGKILL);
                 pidfd_signal(&self.pidfd, libc::SIGKILL);
             }
             self.wait().await;
