@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -1,9 +1,9 @@
 //! `run`'s standard streams: the stdin feeder, the caller's terminal in raw mode, and whether
 //! our stdout and stderr are one open file.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
-use super::*;
+use crate::exec::RunError;
 
 /// The child's stdin: the read end of a pipe that a thread of ours fills from our own stdin.
 ///
