@@ -392,15 +392,13 @@ fn prepare_inner(
         socket_rules,
         seccomp.is_some(),
     );
-    // Added by each exec in the view (child/mod.rs), where only it can name that root.
+    // Added by each exec in the view (child/mod.rs), where only it can name that root; not
+    // one of the path rules prepared here, so listed beside the network and scope rules.
     if view.root && landlock.is_some() {
-        installed.landlock.insert(
-            0,
-            decide::InstalledRule {
-                path: "/ (the view's root)".into(),
-                access: "list (it holds only the grants)".into(),
-            },
-        );
+        installed.landlock.push(decide::InstalledRule {
+            path: "(view root)".into(),
+            access: "list / in each exec's view (it holds only the grants)".into(),
+        });
     }
     Ok(Prepared {
         landlock,
