@@ -102,6 +102,9 @@ impl AllowNet {
         if host.is_empty() {
             return Err(bad("the host is empty (HOST[:PORT][,BINARY])"));
         }
+        if let Some(why) = crate::policy::network::unreachable_host(host) {
+            return Err(bad(&why));
+        }
         let port = match port {
             None => ALLOW_NET_DEFAULT_PORT,
             Some(p) => match p.parse::<u16>() {
@@ -132,6 +135,7 @@ impl AllowNet {
             }],
             binaries: vec![NetworkBinary {
                 path: self.binary.clone(),
+                ..NetworkBinary::default()
             }],
         }
     }

@@ -11,6 +11,7 @@
 //! rule.
 
 mod glob;
+mod local;
 mod validate;
 
 #[cfg(test)]
@@ -20,6 +21,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 pub use glob::{Glob, GlobError};
+pub use local::unreachable_host;
 pub use ipnet::IpNet;
 
 use super::openshell::{L7Match, NetworkPolicyRule};
@@ -40,7 +42,7 @@ pub struct Rule {
     pub name: String,
     pub endpoints: Vec<Endpoint>,
     /// Empty: the rule matches nothing (OpenShell's strict binary identity).
-    pub binaries: Vec<BinaryPattern>,
+    pub binaries: Vec<Binary>,
 }
 
 /// One endpoint of a rule.
@@ -98,7 +100,36 @@ impl HostPattern {
     }
 }
 
-/// A binary of a rule, matched against the caller's executable and each of its ancestors.
+/// A binary of a rule: its path or glob, and what it admits besides a process running it
+/// (`crate::egress::decide` applies them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binary {
+    pub pattern: BinaryPattern,
+    /// Also admit a process one of whose ancestors matches (OpenShell's ancestor rule, here
+    /// only where the policy asks for it).
+    pub descendants: bool,
+    /// Admit a matching process even when it may run code the sandbox could have written or
+    /// chosen (dynamic-loader preload or audit, executable mappings of writable files).
+    pub allow_untrusted_code: bool,
+}
+
+impl Binary {
+    pub fn matches(&self, exe: &str) -> bool {
+        self.pattern.matches(exe)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.pattern.as_str()
+    }
+
+    /// A glob that admits every executable (`/**`, `**`): who is calling does not matter to
+    /// it, so neither does what the caller loaded.
+    pub fn is_catch_all(&self) -> bool {
+        matches!(&self.pattern, BinaryPattern::Glob(g) if matches!(g.as_str(), "/**" | "**"))
+    }
+}
+
+/// A binary path or glob, matched against an executable path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BinaryPattern {
     /// A path, plus the paths it leads to through symlinks inside the sandbox
@@ -233,7 +264,7 @@ impl NetworkRules {
             .rules
             .iter()
             .flat_map(|r| &r.binaries)
-            .filter_map(|b| match b {
+            .filter_map(|b| match &b.pattern {
                 BinaryPattern::Exact { path, .. } => Some(path.clone()),
                 BinaryPattern::Glob(_) => None,
             })
@@ -248,7 +279,7 @@ impl NetworkRules {
     /// that this stays free of syscalls). Replaces earlier targets.
     pub fn expand_binary_links(&mut self, resolve: &dyn Fn(&str) -> Vec<String>) {
         for b in self.rules.iter_mut().flat_map(|r| r.binaries.iter_mut()) {
-            if let BinaryPattern::Exact { path, targets } = b {
+            if let BinaryPattern::Exact { path, targets } = &mut b.pattern {
                 *targets = resolve(path).into_iter().filter(|t| t != path).collect();
             }
         }
