@@ -27,6 +27,7 @@ const P1: &str = r#"
         port: 8081
     binaries:
       - path: /t/bin/launch
+        descendants: true
   via_glob:
     endpoints:
       - host: pub.test

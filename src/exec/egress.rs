@@ -343,6 +343,7 @@ pub fn answer(
                 ancestors: Vec::new(),
                 cmdline_paths: Vec::new(),
                 exec: ExecKey(0),
+                ..Default::default()
             };
             match egress::decide(&state, host, port, &caller) {
                 Decision::Allow(al) => {
