@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 pub use glob::{Glob, GlobError};
-pub use local::unreachable_host;
 pub use ipnet::IpNet;
+pub use local::unreachable_host;
 
 use super::openshell::{L7Match, NetworkPolicyRule};
 
