@@ -26,7 +26,7 @@
 //! makes it a snapshot. Without a freezer (no cgroup, or a cgroup shared with the
 //! supervisor), it is best effort against such a process (SECURITY.md says so).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, BufRead};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -135,9 +135,19 @@ pub fn scan(netns: u64, freezer: &Freezer) -> Snapshot {
     let frozen = freezer.freeze(&first);
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
-    for pid in members(netns) {
+    // The namespace's unix sockets, read once after the freeze: only theirs have a queue to
+    // look at, and a sandbox may hold thousands of other sockets.
+    let unix = first.first().and_then(|p| unix_inodes(*p));
+    // Frozen, the namespace is listed again: a child forked before the freeze took hold is
+    // in a frozen group but not in the first list. Not frozen, nothing stands still anyway.
+    let now = if frozen.is_some() {
+        members(netns)
+    } else {
+        first.clone()
+    };
+    for pid in now {
         snap.any_member.get_or_insert(pid);
-        scan_process(pid, &mut snap);
+        scan_process(pid, unix.as_ref(), &mut snap);
         seen.push(pid);
     }
     // A snapshot only if the processes read are the ones frozen, and stayed so throughout.
@@ -149,14 +159,28 @@ pub fn scan(netns: u64, freezer: &Freezer) -> Snapshot {
     snap
 }
 
+/// The inodes of every unix socket of `pid`'s network namespace (`/proc/<pid>/net/unix`,
+/// which lists unbound and paired sockets too); `None` when it cannot be read, and then every
+/// socket's fdinfo is read instead.
+fn unix_inodes(pid: u32) -> Option<HashSet<u64>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/net/unix")).ok()?;
+    // Num RefCount Protocol Flags Type St Inode [Path]
+    Some(
+        text.lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(6)?.parse().ok())
+            .collect(),
+    )
+}
+
 /// Every distinct fd table of `pid`'s tasks.
-fn scan_process(pid: u32, snap: &mut Snapshot) {
+fn scan_process(pid: u32, unix: Option<&HashSet<u64>>, snap: &mut Snapshot) {
     let mut read: Vec<u32> = Vec::new();
     for tid in tasks(pid) {
         if read.iter().any(|&r| same_table(r, tid)) {
             continue;
         }
-        match scan_table(pid, tid, snap) {
+        match scan_table(pid, tid, unix, snap) {
             Ok(()) => read.push(tid),
             // The task exited.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
@@ -185,7 +209,12 @@ fn same_table(a: u32, b: u32) -> bool {
 /// Add each socket of one task's fd table; note the unix sockets with descriptors queued.
 /// readlinkat on the directory's descriptor with one buffer: this runs for every descriptor
 /// of the sandbox on each scan.
-fn scan_table(pid: u32, tid: u32, snap: &mut Snapshot) -> io::Result<()> {
+fn scan_table(
+    pid: u32,
+    tid: u32,
+    unix: Option<&HashSet<u64>>,
+    snap: &mut Snapshot,
+) -> io::Result<()> {
     let path = format!("/proc/{pid}/task/{tid}/fd");
     let dir = fs::read_dir(&path)?;
     let c = std::ffi::CString::new(path).map_err(io::Error::other)?;
@@ -236,6 +265,9 @@ fn scan_table(pid: u32, tid: u32, snap: &mut Snapshot) -> io::Result<()> {
         let v = snap.owners.entry(ino).or_default();
         if !v.iter().any(|h| h.pid == pid) {
             v.push(Holder { pid, tid });
+        }
+        if unix.is_some_and(|u| !u.contains(&ino)) {
+            continue;
         }
         match queued_fds(pid, tid, num) {
             Ok(0) => {}

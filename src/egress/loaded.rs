@@ -38,10 +38,21 @@ const MAX_READ: u64 = 4 << 20;
 /// and a file the sandbox could not write stays so.
 type FileKey = (u64, u64, u64, String);
 
-/// The per-file verdicts (`None`: trusted; `Some(why)`).
+/// The per-file verdicts (`None`: trusted; `Some(why)`), and each process's last maps with
+/// the answer they gave.
 #[derive(Default)]
 pub struct CodeCheck {
     verdicts: Mutex<HashMap<FileKey, Option<String>>>,
+    last: Mutex<HashMap<u32, LastMaps>>,
+}
+
+/// A process's maps as last read: the same text of the same executable in the same mount
+/// namespace gives the same answer, without parsing it again (a process making a burst of
+/// connections is checked once per connection).
+struct LastMaps {
+    key: (u64, u64, u64),
+    text: String,
+    answer: Option<String>,
 }
 
 /// The environment variables that make the dynamic loader load code the caller chose.
@@ -79,11 +90,40 @@ impl CodeCheck {
             &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ),
             &mut text,
         )?;
+        let key = (mntns, exe.dev(), exe.ino());
+        if let Some(l) = self
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&pid)
+            && l.key == key
+            && l.text == text
+        {
+            return Ok(l.answer.clone());
+        }
+        let answer = self.parse(pid, &text, mntns, (exe.dev(), exe.ino()));
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.len() >= VERDICTS_MAX {
+            last.clear();
+        }
+        last.insert(
+            pid,
+            LastMaps {
+                key,
+                text,
+                answer: answer.clone(),
+            },
+        );
+        Ok(answer)
+    }
+
+    /// The first untrusted executable mapping of one maps text.
+    fn parse(&self, pid: u32, text: &str, mntns: u64, exe: (u64, u64)) -> Option<String> {
         for line in text.lines() {
             let Some(m) = Mapping::parse(line) else {
                 continue;
             };
-            if !m.exec || m.inode == 0 || (m.dev, m.inode) == (exe.dev(), exe.ino()) {
+            if !m.exec || m.inode == 0 || (m.dev, m.inode) == exe {
                 continue;
             }
             let key = (mntns, m.dev, m.inode, m.path.to_string());
@@ -96,7 +136,7 @@ impl CodeCheck {
             let verdict = match cached {
                 Some(v) => v,
                 None => {
-                    let v = verdict(pid, &m, (exe.dev(), exe.ino()));
+                    let v = verdict(pid, &m, exe);
                     let mut t = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
                     if t.len() >= VERDICTS_MAX {
                         t.clear();
@@ -106,10 +146,10 @@ impl CodeCheck {
                 }
             };
             if verdict.is_some() {
-                return Ok(verdict);
+                return verdict;
             }
         }
-        Ok(None)
+        None
     }
 }
 
