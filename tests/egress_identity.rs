@@ -435,3 +435,65 @@ except urllib.error.HTTPError as e:
         assert_eq!(w.upstream.total(), 1);
     });
 }
+
+#[test]
+fn a_holder_in_another_sandbox_namespace_is_a_holder() {
+    if !ready() {
+        return;
+    }
+    World::run(|w| {
+        use std::os::fd::{AsFd, AsRawFd};
+        use std::os::unix::process::CommandExt;
+        // Two sandboxes of one supervisor (as `serve`'s revisions are): the proxy of the first,
+        // and the identity of a second namespace, which registers it.
+        w.start(
+            &format!("  holder:\n    endpoints: [{{host: pub.test, port: 8080}}]\n    binaries: [{{path: {SLEEP}}}]\n"),
+            openshell_sandbox::egress::ProxyConfig::default(),
+        );
+        let other = new_netns();
+        let _other_identity =
+            openshell_sandbox::egress::procfs::ProcIdentity::new(other.as_fd(), None).unwrap();
+        let hostile = w.tmp.path().join("hostile");
+        cc(&support_file("hostile.c"), &hostile, &["-pthread"]);
+        let path = w.tmp.path().join("handoff.sock");
+        // The receiver, in the other namespace: it takes a socket of the first one over a unix
+        // socket both see, and connects it to the first one's proxy.
+        let mut rx = std::process::Command::new(&hostile);
+        let fd = other.as_raw_fd();
+        // SAFETY: setns on a descriptor that stays open until exec.
+        unsafe {
+            rx.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        rx.arg("receive")
+            .arg(&path)
+            .arg("pub.test:8080")
+            .stdout(std::process::Stdio::piped())
+            .stdin(std::process::Stdio::null());
+        let rx = rx.spawn().unwrap();
+        wait_until("the receiver listens", Duration::from_secs(10), || {
+            path.exists()
+        });
+        // The sender, in the first namespace: `sleep` keeps a copy, the sender gives its own away.
+        let mut tx = w.in_sandbox(&hostile);
+        tx.args(["send", SLEEP]).arg(&path);
+        assert_eq!(output(tx, Duration::from_secs(30)).trim(), "SENT");
+        let out = rx.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let a = answers(&stdout);
+        assert_eq!(a.len(), 1, "{stdout}");
+        let r = reason(&a[0]);
+        assert!(
+            r.starts_with(&format!(
+                "binary '{}' not allowed in policy 'holder'",
+                hostile.display()
+            )),
+            "{r}"
+        );
+        assert_eq!(w.upstream.total(), 0);
+    });
+}

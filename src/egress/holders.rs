@@ -3,6 +3,10 @@
 //!
 //! What can hold a file (so what can keep using a socket) inside a sandbox, on Linux 6.x,
 //! and how each is seen:
+//! The sandbox is every network namespace this supervisor made a proxy for (in `serve`, the
+//! sandboxes of older revisions too): their processes share the workdir, so a unix socket on
+//! a path both see carries a descriptor from one namespace to another.
+//!
 //! - **A process's fd table**, `/proc/<pid>/fd`. That is the table of the thread-group
 //!   leader only. A thread made without `CLONE_FILES` has a table of its own, and once the
 //!   leader has exited (a zombie leader with live threads) `/proc/<pid>/fd` is empty, as are
@@ -75,9 +79,9 @@ impl Snapshot {
     }
 }
 
-/// The processes whose leader is in network namespace `netns`, or whose leader has exited
-/// while a thread of theirs is there.
-pub fn members(netns: u64) -> Vec<u32> {
+/// The processes whose leader is in one of the network namespaces `netns`, or whose leader
+/// has exited while a thread of theirs is there; each with its namespace.
+pub fn members(netns: &[u64]) -> Vec<(u32, u64)> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -86,26 +90,25 @@ pub fn members(netns: u64) -> Vec<u32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        if in_netns(pid, netns) {
-            out.push(pid);
+        if let Some(ns) = netns_of(pid).filter(|ns| netns.contains(ns)) {
+            out.push((pid, ns));
         }
     }
     out
 }
 
-/// Whether `pid` is in `netns`: by its leader, or, when the leader is a zombie (its
-/// namespace links are gone), by its first live thread.
-fn in_netns(pid: u32, netns: u64) -> bool {
+/// The network namespace of `pid`: its leader's, or, when the leader is a zombie (its
+/// namespace links are gone), its first live thread's.
+fn netns_of(pid: u32) -> Option<u64> {
     match ns_inode(pid, "net") {
-        Ok(i) => i == netns,
+        Ok(i) => Some(i),
         Err(e) if e.kind() == io::ErrorKind::NotFound => tasks(pid)
             .into_iter()
             .filter(|t| *t != pid)
-            .find_map(|t| read_ns(&format!("/proc/{pid}/task/{t}/ns/net")))
-            .is_some_and(|i| i == netns),
+            .find_map(|t| read_ns(&format!("/proc/{pid}/task/{t}/ns/net"))),
         // Not ours to read (another user's process, for a supervisor that is not root):
         // the sandbox's processes are always readable by the supervisor that made them.
-        Err(_) => false,
+        Err(_) => None,
     }
 }
 
@@ -127,26 +130,30 @@ fn tasks(pid: u32) -> Vec<u32> {
     v
 }
 
-/// Build a snapshot of every socket reference of the namespace's processes, frozen where
-/// `freezer` can freeze them all.
-pub fn scan(netns: u64, freezer: &Freezer) -> Snapshot {
+/// Build a snapshot of every socket reference of the processes of the namespaces `netns`,
+/// frozen where `freezer` can freeze them all. `own` (one of them) is the namespace whose
+/// member the snapshot names for the `/proc/<pid>/net/tcp` fallback.
+pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
     let started = Instant::now();
     let first = members(netns);
-    let frozen = freezer.freeze(&first);
+    let pids: Vec<u32> = first.iter().map(|m| m.0).collect();
+    let frozen = freezer.freeze(&pids);
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
-    // The namespace's unix sockets, read once after the freeze: only theirs have a queue to
+    // The namespaces' unix sockets, read once after the freeze: only theirs have a queue to
     // look at, and a sandbox may hold thousands of other sockets.
-    let unix = first.first().and_then(|p| unix_inodes(*p));
-    // Frozen, the namespace is listed again: a child forked before the freeze took hold is
+    let unix = unix_inodes(&first);
+    // Frozen, the namespaces are listed again: a child forked before the freeze took hold is
     // in a frozen group but not in the first list. Not frozen, nothing stands still anyway.
     let now = if frozen.is_some() {
         members(netns)
     } else {
-        first.clone()
+        first
     };
-    for pid in now {
-        snap.any_member.get_or_insert(pid);
+    for (pid, ns) in now {
+        if ns == own {
+            snap.any_member.get_or_insert(pid);
+        }
         scan_process(pid, unix.as_ref(), &mut snap);
         seen.push(pid);
     }
@@ -159,18 +166,26 @@ pub fn scan(netns: u64, freezer: &Freezer) -> Snapshot {
     snap
 }
 
-/// The inodes of every unix socket of `pid`'s network namespace (`/proc/<pid>/net/unix`,
-/// which lists unbound and paired sockets too); `None` when it cannot be read, and then every
-/// socket's fdinfo is read instead.
-fn unix_inodes(pid: u32) -> Option<HashSet<u64>> {
-    let text = fs::read_to_string(format!("/proc/{pid}/net/unix")).ok()?;
-    // Num RefCount Protocol Flags Type St Inode [Path]
-    Some(
-        text.lines()
-            .skip(1)
-            .filter_map(|l| l.split_whitespace().nth(6)?.parse().ok())
-            .collect(),
-    )
+/// The inodes of every unix socket of the members' namespaces (`/proc/<pid>/net/unix` of one
+/// member of each, which lists unbound and paired sockets too); `None` when one cannot be
+/// read, and then every socket's fdinfo is read instead.
+fn unix_inodes(members: &[(u32, u64)]) -> Option<HashSet<u64>> {
+    let mut done = Vec::new();
+    let mut out = HashSet::new();
+    for (pid, ns) in members {
+        if done.contains(ns) {
+            continue;
+        }
+        let text = fs::read_to_string(format!("/proc/{pid}/net/unix")).ok()?;
+        // Num RefCount Protocol Flags Type St Inode [Path]
+        out.extend(
+            text.lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().nth(6)?.parse::<u64>().ok()),
+        );
+        done.push(*ns);
+    }
+    Some(out)
 }
 
 /// Every distinct fd table of `pid`'s tasks.

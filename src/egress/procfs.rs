@@ -5,9 +5,9 @@
 //!    `NETLINK_SOCK_DIAG` socket made inside the sandbox's namespace asks the kernel for
 //!    exactly that 4-tuple ([`SockDiag::inode`]): one lookup, however many sockets the sandbox
 //!    holds. Without sock_diag, the namespace's `/proc/<pid>/net/tcp{,6}` is scanned instead.
-//! 2. Its holders: every process of the sandbox's network namespace with the socket in one of
-//!    its fd tables, every thread's table included ([`super::holders`]), read with the
-//!    sandbox frozen where it can be. A socket with references the scan cannot account for
+//! 2. Its holders: every process of the sandbox's network namespaces (every one this
+//!    supervisor made a proxy for) with the socket in one of its fd tables, every thread's
+//!    table included ([`super::holders`]), read with the sandbox frozen where it can be. A socket with references the scan cannot account for
 //!    (descriptors in flight on a unix socket, a table that cannot be read) is refused, not
 //!    guessed. One scan indexes every socket, and a lookup trusts only a scan made after its
 //!    connection was accepted (an older one could name a process that has since passed the
@@ -80,9 +80,49 @@ struct Known {
 /// Callers remembered at most; the table is cleared when full.
 const KNOWN_MAX: usize = 4096;
 
+/// The network namespaces this supervisor made a proxy for, one entry per live
+/// [`ProcIdentity`]. Every scan reads the processes of all of them: a process of another one
+/// (in `serve`, an exec of an older revision's sandbox, which shares the workdir) can be
+/// handed a socket through a unix socket on a shared path, and hold it, or keep it in flight.
+static SANDBOXES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// One namespace's entry in [`SANDBOXES`], removed with its identity.
+struct Registered(u64);
+
+impl Registered {
+    fn new(netns: u64) -> Registered {
+        SANDBOXES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(netns);
+        Registered(netns)
+    }
+
+    /// Every registered namespace, this one first.
+    fn all(&self) -> Vec<u64> {
+        let mut v = vec![self.0];
+        for ns in SANDBOXES.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            if !v.contains(ns) {
+                v.push(*ns);
+            }
+        }
+        v
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut v = SANDBOXES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = v.iter().position(|n| *n == self.0) {
+            v.swap_remove(i);
+        }
+    }
+}
+
 /// The real [`Identify`]: processes of one sandbox network namespace, read from `/proc`.
 pub struct ProcIdentity {
     netns: u64,
+    registered: Registered,
     diag: Option<Mutex<SockDiag>>,
     /// The supervisor's own executable (device, inode): a process running it is the exec's
     /// init or the supervisor, where the ancestor chain stops.
@@ -104,6 +144,7 @@ impl ProcIdentity {
         let me = fs::metadata("/proc/self/exe")?;
         Ok(ProcIdentity {
             netns: ino,
+            registered: Registered::new(ino),
             diag: diag.map(|d| Mutex::new(SockDiag::new(d))),
             own_exe: (me.dev(), me.ino()),
             index: Mutex::new(Snapshot::default()),
@@ -120,7 +161,7 @@ impl ProcIdentity {
 
     /// A fresh snapshot of the namespace's socket references.
     fn scan(&self, idx: &mut Snapshot) {
-        *idx = holders::scan(self.netns, &self.freezer);
+        *idx = holders::scan(self.netns, &self.registered.all(), &self.freezer);
         if !idx.frozen {
             tracing::debug!(target: "egress", "identity scan made without a frozen sandbox (no freezer cgroup of its own): best effort against descriptors moved while it ran");
         }

@@ -7,6 +7,10 @@
  *                                      socket) while the proxy looks, then taken back
  *   hostile flip HOLDER HOST:PORT N    N connections, each moved in and out of flight in a
  *                                      tight loop while the proxy looks
+ *   hostile send HOLDER PATH           a socket not yet connected, with HOLDER holding a copy,
+ *                                      handed over the unix socket at PATH, then closed here
+ *   hostile receive PATH HOST:PORT     (in another network namespace) takes the socket at
+ *                                      PATH, connects it to the proxy and talks
  *
  * HOLDER is run as `HOLDER 5` (sleep). Each connection sends `CONNECT HOST:PORT` and then
  * `hello`, and prints the first line of the answer, then `BODY ` and the rest on one line.
@@ -170,15 +174,49 @@ static void flip(int n) {
     }
 }
 
+static void send_away(const char *path) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) die("socket");
+    spawn_holder();
+    int u = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+    if (connect(u, (struct sockaddr *)&a, sizeof a) != 0) die("connect unix");
+    send_fd(u, s);
+    close(s);
+    printf("SENT\n");
+}
+
+static void receive(const char *path) {
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+    if (bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 1) != 0) die("bind");
+    int c = accept(l, NULL, NULL);
+    if (c < 0) die("accept");
+    int s = recv_fd(c);
+    usleep(200 * 1000); /* the sender has closed its copy: the holder and this one remain */
+    if (proxy_connect(s) != 0) die("connect");
+    talk(s);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 4) {
-        fprintf(stderr, "usage: hostile zombie|park|flip HOLDER HOST:PORT [N]\n");
+        fprintf(stderr, "usage: hostile zombie|park|flip|send|receive ...\n");
         return 2;
     }
     holder = argv[2];
     target = argv[3];
     signal(SIGCHLD, SIG_IGN);
+    if (strcmp(argv[1], "send") == 0) {
+        send_away(argv[3]);
+        return 0;
+    }
+    if (strcmp(argv[1], "receive") == 0) {
+        receive(argv[2]);
+        return 0;
+    }
     if (strcmp(argv[1], "zombie") == 0) zombie();
     else if (strcmp(argv[1], "park") == 0) park();
     else if (strcmp(argv[1], "flip") == 0) flip(argc > 4 ? atoi(argv[4]) : 5);
