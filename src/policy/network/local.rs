@@ -1,11 +1,13 @@
-//! Hosts that can only mean the sandbox's own machine: a rule for one of them can never be
-//! used, because the proxy connects from the supervisor's network namespace and refuses
-//! loopback, link-local and unspecified destinations whatever a rule says
-//! ([`super::is_always_blocked`]). `--allow-net` refuses them when it is parsed; a policy
+//! The addresses that are never a destination (loopback, link-local, unspecified:
+//! [`is_always_blocked`]), and the hosts that can only mean them: a rule for one of those can
+//! never be used, because the proxy connects from the supervisor's network namespace and
+//! refuses such destinations whatever a rule says. `--allow-net` refuses them when it is parsed; a policy
 //! file keeps OpenShell's behaviour (accepted, each connection refused by the address
 //! checks).
 
 use std::net::{IpAddr, Ipv4Addr};
+
+use ipnet::IpNet;
 
 /// Why `host` (a name, an IP literal without brackets, or a numeric form getaddrinfo would
 /// read as an IPv4 address) can never be reached through the proxy; `None` when it may be.
@@ -35,7 +37,7 @@ pub fn unreachable_host(host: &str) -> Option<String> {
         LOOPBACK
     } else if ip.is_unspecified() || v4.is_some_and(|a| a.is_unspecified()) {
         "is the unspecified address, which names the local machine: the proxy never connects to it"
-    } else if super::is_always_blocked(ip) {
+    } else if is_always_blocked(ip) {
         "is a link-local address (the cloud metadata service among them): the proxy never connects to one"
     } else {
         return None;
@@ -80,6 +82,28 @@ fn inet_aton(s: &str) -> Option<Ipv4Addr> {
         return None;
     }
     Some(Ipv4Addr::from(v | last))
+}
+
+/// The address ranges that are refused whatever the policy says: loopback, link-local and
+/// unspecified, in both families and in IPv4-mapped form. `allowed_ips` may not overlap them.
+pub fn always_blocked_nets() -> [IpNet; 9] {
+    let n = |s: &str| s.parse::<IpNet>().expect("constant");
+    [
+        n("127.0.0.0/8"),
+        n("169.254.0.0/16"),
+        n("0.0.0.0/32"),
+        n("::1/128"),
+        n("::/128"),
+        n("fe80::/10"),
+        n("::ffff:127.0.0.0/104"),
+        n("::ffff:169.254.0.0/112"),
+        n("::ffff:0.0.0.0/128"),
+    ]
+}
+
+/// Whether `ip` is in [`always_blocked_nets`].
+pub fn is_always_blocked(ip: IpAddr) -> bool {
+    always_blocked_nets().iter().any(|n| n.contains(&ip))
 }
 
 #[cfg(test)]

@@ -18,11 +18,10 @@ mod validate;
 mod tests;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 pub use glob::{Glob, GlobError};
 pub use ipnet::IpNet;
-pub use local::unreachable_host;
+pub use local::{always_blocked_nets, is_always_blocked, unreachable_host};
 
 use super::openshell::{L7Match, NetworkPolicyRule};
 
@@ -319,26 +318,4 @@ impl Endpoint {
             None => !self.allowed_ips.is_empty(),
         }
     }
-}
-
-/// The address ranges that are refused whatever the policy says: loopback, link-local and
-/// unspecified, in both families and in IPv4-mapped form. `allowed_ips` may not overlap them.
-pub fn always_blocked_nets() -> [IpNet; 9] {
-    let n = |s: &str| s.parse::<IpNet>().expect("constant");
-    [
-        n("127.0.0.0/8"),
-        n("169.254.0.0/16"),
-        n("0.0.0.0/32"),
-        n("::1/128"),
-        n("::/128"),
-        n("fe80::/10"),
-        n("::ffff:127.0.0.0/104"),
-        n("::ffff:169.254.0.0/112"),
-        n("::ffff:0.0.0.0/128"),
-    ]
-}
-
-/// Whether `ip` is in [`always_blocked_nets`].
-pub fn is_always_blocked(ip: IpAddr) -> bool {
-    always_blocked_nets().iter().any(|n| n.contains(&ip))
 }
