@@ -328,6 +328,71 @@ mod tests {
         assert_eq!(f.v2.as_ref().unwrap().own, "/sup");
     }
 
+    /// The real hierarchies: a child in a fresh group of each freezer this machine has (v1,
+    /// and v2 on its own), frozen, seen frozen, and thawed when the guard drops.
+    #[test]
+    fn each_hierarchy_freezes_a_group_and_thaws_it() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("root is required to make cgroups (CI=true turns this skip into a failure)");
+            }
+            eprintln!("SKIPPED: not root, cannot make a cgroup to freeze");
+            return;
+        }
+        let full = Freezer::new();
+        let mut tried = Vec::new();
+        for v2 in [false, true] {
+            let f = Freezer {
+                v1: full.v1.clone().filter(|_| !v2),
+                v2: full.v2.clone().filter(|_| v2),
+            };
+            let Some(h) = f.v1.as_ref().or(f.v2.as_ref()) else {
+                continue;
+            };
+            let rel = format!("osb-freeze-test-{}-{v2}", std::process::id());
+            let dir = h.mount.join(&rel);
+            if fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            let mut child = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+            let g = Group {
+                dir: dir.clone(),
+                v2,
+            };
+            let frozen = f.freeze(&[pid]).expect("the group freezes");
+            assert!(frozen.still_frozen() && frozen.covers(&[pid]));
+            assert_eq!(g.state(), Some(State::Frozen));
+            drop(frozen);
+            assert_eq!(g.state(), Some(State::Thawed));
+            // A group someone else froze is left frozen.
+            g.set(true).unwrap();
+            let start = Instant::now();
+            while g.state() != Some(State::Frozen) && start.elapsed() < FREEZE_WAIT {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(f.freeze(&[pid]).expect("already frozen"));
+            assert_eq!(g.state(), Some(State::Frozen));
+            g.set(false).unwrap();
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = fs::remove_dir(&dir);
+            tried.push(if v2 { "v2" } else { "v1" });
+        }
+        if tried.is_empty() {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("no writable freezer hierarchy (CI=true turns this skip into a failure)");
+            }
+            eprintln!("SKIPPED: no writable freezer hierarchy");
+        }
+        eprintln!("froze and thawed: {tried:?}");
+    }
+
     #[test]
     fn nothing_to_freeze_without_a_hierarchy() {
         assert!(Freezer::none().freeze(&[std::process::id()]).is_none());
