@@ -12,6 +12,15 @@
 //! be frozen when the scan ends), and never the root group or one holding the supervisor
 //! itself: then there is no snapshot, and the scan is best effort. Every group this froze is
 //! thawed when the [`Frozen`] guard drops.
+//!
+//! Two things share these groups with us. The exec's kill (`sandbox::cgroup`) freezes a v1
+//! group around reading and signalling its members: if it thaws the group during a scan, the
+//! scan sees it no longer frozen and is not taken for a snapshot; if this thaws a group the
+//! kill froze after us, a member may fork between its read and its signal, and the kill's
+//! loop until the group is empty takes the child. A supervisor killed while a v1 group is
+//! frozen leaves it frozen (v1 tasks do not die frozen); the next supervisor's sweep of stale
+//! groups freezes, kills and thaws them. A freeze lasts one scan: about 0.6 ms for a group of
+//! five idle tasks (v1, measured with a loop of 200 freezes and thaws).
 
 use std::fs;
 use std::path::{Path, PathBuf};
