@@ -105,9 +105,12 @@ const EGRESS_LAYERS: &[&[&str]] = &[
         "response",
         "revision",
     ],
-    // What the proxy looks up or holds: the caller in /proc, the sandbox's netns, DNS, the
+    // What the proxy looks up or holds: the caller in /proc (the socket by sock_diag, its
+    // holders with the sandbox frozen, the code each may run), the sandbox's netns, DNS, the
     // interception CA.
-    &["netns", "procfs", "resolve", "tls"],
+    &[
+        "freeze", "holders", "loaded", "netns", "procfs", "resolve", "sockdiag", "tls",
+    ],
     // The decision on a connection.
     &["decide"],
     // The relays: plain, forward proxy, L7.
