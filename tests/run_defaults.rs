@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{BIN, Workdir};
+use common::{BIN, Workdir, require_root};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -128,6 +128,47 @@ fn tmpdir_is_the_private_tmp_or_the_scratch_directory() {
         !Path::new(tmpdir.trim()).exists(),
         "the scratch directory was left"
     );
+}
+
+/// `/tmp` and `/dev/shm` are the view's own tmpfs mounts: as a workdir, named or implicit,
+/// they are refused with the reason, and nothing is written there.
+#[test]
+fn a_workdir_of_tmp_or_dev_shm_is_refused_with_a_reason() {
+    if !require_root() {
+        return;
+    }
+    for dir in ["/tmp", "/dev/shm"] {
+        let out = Command::new(BIN)
+            .args([
+                "run",
+                "-q",
+                "--workdir",
+                dir,
+                "--",
+                "sh",
+                "-c",
+                "echo x > osb-x",
+            ])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "--workdir {dir}: {err}");
+        assert!(
+            err.contains(dir) && err.contains("private tmpfs"),
+            "--workdir {dir}: {err}"
+        );
+        assert!(!Path::new(dir).join("osb-x").exists());
+    }
+    // `run` started in /tmp: the same, with the same reason.
+    let out = Command::new(BIN)
+        .args(["run", "-q", "--", "sh", "-c", "echo x > osb-x"])
+        .current_dir("/tmp")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("private tmpfs"), "{err}");
 }
 
 /// In /tmp the refusal names what works; `--scratch` does not change the workdir, and the
