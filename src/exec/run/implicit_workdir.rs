@@ -22,8 +22,8 @@ pub(super) fn refusal(
         (format!("a home directory ({})", h.display()), true)
     } else if let Some(h) = home.filter(|h| h.starts_with(cwd)) {
         (format!("above the home directory {}", h.display()), true)
-    } else if crate::sys::walk::in_system_tree(cwd) {
-        let trees = "(/usr, /etc, /opt, /var, /run, /boot, ...)";
+    } else if system_for_a_workdir(cwd) {
+        let trees = "(/usr, /etc, /run, /boot, /var/lib, /opt/PACKAGE, ...)";
         (format!("in the system's own trees {trees}"), false)
     } else {
         return None;
@@ -39,6 +39,19 @@ pub(super) fn refusal(
             String::new()
         }
     ))
+}
+
+/// In the system's own trees as far as an implicit workdir goes. `/var` and `/opt` hold the
+/// system's data and packages at their first level (`/var/lib`, `/var/log`, `/opt/PACKAGE`),
+/// but projects deeper down are common (`/var/lib/jenkins/workspace/job`, `/var/www/site`,
+/// `/opt/app/src`): those are taken as a workdir like any other directory, and the policy's
+/// usual checks still apply to them.
+fn system_for_a_workdir(cwd: &Path) -> bool {
+    if !crate::sys::walk::in_system_tree(cwd) {
+        return false;
+    }
+    let deep_below = |top: &str| cwd.starts_with(top) && cwd.components().count() > 3;
+    !(deep_below("/var") || deep_below("/opt"))
 }
 
 /// `$HOME`, made absolute and resolved where it exists.
@@ -103,7 +116,17 @@ mod tests {
         ] {
             assert!(refused(d, Some("/home/a"), None).is_some(), "{d}");
         }
-        for d in ["/srv/app", "/data/x", "/tmp/w"] {
+        for d in ["/var", "/var/log", "/opt"] {
+            assert!(refused(d, Some("/home/a"), None).is_some(), "{d}");
+        }
+        for d in [
+            "/srv/app",
+            "/data/x",
+            "/tmp/w",
+            "/var/lib/jenkins/workspace",
+            "/var/www/site",
+            "/opt/app/src",
+        ] {
             assert_eq!(refused(d, Some("/home/a"), None), None, "{d}");
         }
     }
