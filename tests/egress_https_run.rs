@@ -15,6 +15,7 @@ use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
+use egress_support::binary::finish;
 use egress_support::l7_servers::L7Upstream;
 use egress_support::*;
 

@@ -59,6 +59,7 @@ fn policy() -> SandboxPolicy {
         .collect();
     let curl = vec![NetworkBinary {
         path: "/usr/bin/curl".into(),
+        ..Default::default()
     }];
     let rest = NetworkEndpoint {
         protocol: "rest".into(),

@@ -592,6 +592,8 @@ impl Conn<'_> {
             shared.resolver.resolve(&self.dest.host, port),
         )
         .await;
+        // A failed resolution keeps OpenShell's `ssrf_denied`, but the client is told the
+        // real reason rather than an address-check kind that did not apply.
         let addrs: Vec<IpAddr> = match resolved {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
@@ -599,7 +601,7 @@ impl Conn<'_> {
                 return self
                     .address_denied(
                         &mut stream,
-                        allow.plan.kind(),
+                        &detail.clone(),
                         detail,
                         &caller,
                         rev.generation,
@@ -614,7 +616,7 @@ impl Conn<'_> {
                 return self
                     .address_denied(
                         &mut stream,
-                        allow.plan.kind(),
+                        &detail.clone(),
                         detail,
                         &caller,
                         rev.generation,

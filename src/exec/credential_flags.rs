@@ -11,7 +11,13 @@ use std::ffi::OsString;
 use crate::egress::credentials::{Binding, Credentials};
 use crate::policy::network::{HostPattern, NetworkRules};
 
-use super::egress::EgressError;
+/// A `--credential` that cannot work, and why (a usage error, 125).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--credential {arg}: {why}")]
+pub struct CredentialFlagError {
+    pub arg: String,
+    pub why: String,
+}
 
 /// The port of a binding without one.
 pub const DEFAULT_PORT: u16 = 443;
@@ -24,8 +30,8 @@ pub struct CredentialFlag {
     pub binding: Option<(String, u16)>,
 }
 
-fn bad(arg: &str, why: impl Into<String>) -> EgressError {
-    EgressError::Credential {
+fn bad(arg: &str, why: impl Into<String>) -> CredentialFlagError {
+    CredentialFlagError {
         arg: arg.to_string(),
         why: why.into(),
     }
@@ -33,7 +39,7 @@ fn bad(arg: &str, why: impl Into<String>) -> EgressError {
 
 impl CredentialFlag {
     /// Parse `NAME[@HOST[:PORT]]`. NAME is what a placeholder can carry: `[A-Za-z0-9_]+`.
-    pub fn parse(arg: &str) -> Result<CredentialFlag, EgressError> {
+    pub fn parse(arg: &str) -> Result<CredentialFlag, CredentialFlagError> {
         let (name, at) = match arg.split_once('@') {
             Some((n, a)) => (n, Some(a)),
             None => (arg, None),
@@ -81,7 +87,7 @@ pub fn credentials(
     args: &[String],
     rules: Option<&NetworkRules>,
     lookup: &dyn Fn(&str) -> Option<OsString>,
-) -> Result<Credentials, EgressError> {
+) -> Result<Credentials, CredentialFlagError> {
     let mut creds = Credentials::new(0, "");
     let mut named = Vec::new();
     for arg in args {

@@ -49,8 +49,8 @@ pub enum EgressError {
     NetworkAll,
     #[error("starting the egress proxy in the sandbox's network namespace: {0}")]
     Listen(#[from] egress::netns::NetnsError),
-    #[error("--credential {arg}: {why}")]
-    Credential { arg: String, why: String },
+    #[error(transparent)]
+    Credential(#[from] super::credential_flags::CredentialFlagError),
     #[error(
         "--credential needs network rules to bind to (--allow-net or the policy's network_policies)"
     )]
@@ -109,6 +109,9 @@ impl AllowNet {
         if host.is_empty() {
             return Err(bad("the host is empty (HOST[:PORT][,BINARY])"));
         }
+        if let Some(why) = crate::policy::network::unreachable_host(host) {
+            return Err(bad(&why));
+        }
         let port = match port {
             None => ALLOW_NET_DEFAULT_PORT,
             Some(p) => match p.parse::<u16>() {
@@ -139,6 +142,7 @@ impl AllowNet {
             }],
             binaries: vec![NetworkBinary {
                 path: self.binary.clone(),
+                ..NetworkBinary::default()
             }],
         }
     }
@@ -317,7 +321,9 @@ pub fn run_credentials(
     if !args.is_empty() && rules.is_none() {
         return Err(EgressError::CredentialWithoutRules);
     }
-    super::credential_flags::credentials(args, rules, &|k| std::env::var_os(k))
+    Ok(super::credential_flags::credentials(args, rules, &|k| {
+        std::env::var_os(k)
+    })?)
 }
 
 /// `run`'s proxy: started once the sandbox exists, counted into the report at the end.
@@ -443,6 +449,7 @@ pub fn answer(
                 ancestors: Vec::new(),
                 cmdline_paths: Vec::new(),
                 exec: ExecKey(0),
+                ..Default::default()
             };
             match egress::decide(&state, host, port, &caller) {
                 Decision::Allow(al) => {

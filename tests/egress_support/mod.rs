@@ -13,6 +13,7 @@
 //!   resolver step is off here, because getaddrinfo may ask a daemon outside the namespace.
 #![allow(dead_code)]
 
+pub mod binary;
 #[cfg(feature = "test-pause-points")]
 pub mod l7;
 pub mod l7_servers;
@@ -476,23 +477,4 @@ pub fn bundle_with(dir: &Path, extra_pem: &str) -> PathBuf {
     let p = dir.join("bundle-with-test-ca.pem");
     std::fs::write(&p, b).unwrap();
     p
-}
-
-/// Run `c` to its end within `limit`.
-pub fn finish(mut c: Command, limit: Duration) -> std::process::Output {
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            // SAFETY: kill of our own child's pid.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("{c:?} did not finish in {limit:?}");
-        }
-    }
 }

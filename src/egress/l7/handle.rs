@@ -12,9 +12,9 @@ use super::super::response;
 use super::body::{self, ScanBody};
 use super::event::L7Decision;
 use super::path::{self, PathError};
-use super::relay::{Closed, Tunnel, Upgrade, UpgradeSlot};
 use super::respond::{self, Body, Denied, from_raw};
 use super::rules::{L7Scope, RequestView, Verdict};
+use super::tunnel::{Closed, Tunnel, Upgrade, UpgradeSlot};
 use super::websocket;
 use crate::policy::network::Protocol;
 

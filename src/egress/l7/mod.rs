@@ -17,6 +17,7 @@ pub mod path;
 pub mod relay;
 mod respond;
 pub mod rules;
+mod tunnel;
 pub mod websocket;
 
 #[cfg(test)]

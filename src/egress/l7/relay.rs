@@ -7,7 +7,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -15,88 +15,19 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::super::credentials::{self, CredentialStore};
-use super::super::event::{EventSink, L7Decision, L7Event};
-use super::super::identity::Caller;
 use super::super::relay::{End, Guard};
-use super::super::request::HostPort;
-use super::super::revision::Revision;
 use super::handle::handle;
 use super::idle::{Activity, Expired, InFlight, Watched};
 use super::respond::{Body, BoxError};
-use super::rules::CompiledRules;
+pub use super::tunnel::Tunnel;
+use super::tunnel::{Closed, Upgrade, UpgradeSlot};
 use super::websocket;
 
 /// Header block of one request inside a relay.
 pub const MAX_RELAY_HEAD: usize = 16 * 1024;
-
-/// What one inspected tunnel's requests are checked against.
-pub struct Tunnel {
-    pub dest: HostPort,
-    /// Inside TLS: the authority's default port is 443, else 80.
-    pub tls: bool,
-    pub caller: Caller,
-    pub revision: Arc<Revision>,
-    /// The revision's compiled L7 rules, when the connection was admitted under an L7
-    /// endpoint (`None`: an L4 endpoint whose requests are only parsed and logged).
-    pub compiled: Option<Arc<CompiledRules>>,
-    pub credentials: CredentialStore,
-    pub events: Arc<dyn EventSink>,
-    /// A request head must arrive within this of its first byte.
-    pub head_timeout: Duration,
-    /// The tunnel closes after this without a byte either way.
-    pub idle_timeout: Option<Duration>,
-}
-
-impl Tunnel {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn emit(
-        &self,
-        decision: L7Decision,
-        method: &str,
-        rule: &str,
-        path: &str,
-        reason: Option<String>,
-        generation: u64,
-        injected: bool,
-    ) {
-        self.events.emit_l7(&L7Event {
-            decision,
-            method: method.to_string(),
-            dest: self.dest.display(),
-            path: credentials::redact(path),
-            rule: rule.to_string(),
-            reason,
-            caller: self.caller.clone(),
-            generation,
-            credentials_injected: injected,
-        });
-    }
-}
-
-/// An upgrade a request won: both sides' hand-overs, and for a `websocket` endpoint what its
-/// messages are checked against.
-pub(super) struct Upgrade {
-    pub client: OnUpgrade,
-    pub upstream: OnUpgrade,
-    pub websocket: Option<websocket::Context>,
-}
-
-/// Where the service leaves an upgrade for [`serve`] to relay.
-pub(super) type UpgradeSlot = Arc<Mutex<Option<Upgrade>>>;
-
-/// Why a request ended its tunnel without a response.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum Closed {
-    #[error("{0}")]
-    Path(super::path::PathError),
-    #[error("policy changed")]
-    Stale,
-}
 
 /// A response body that holds its request's [`InFlight`] until it has been written.
 struct Held {

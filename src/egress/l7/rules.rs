@@ -7,7 +7,7 @@
 //! function of the compiled revision, the destination, the caller and the request.
 
 use crate::policy::network::{
-    AccessPreset, BinaryPattern, Endpoint, Enforcement, Glob, NetworkRules, Protocol,
+    AccessPreset, Endpoint, Enforcement, Glob, NetworkRules, Protocol, Rule,
 };
 use crate::policy::openshell::{L7Match, QueryMatcher};
 
@@ -150,8 +150,9 @@ pub struct CompiledEndpoint {
 
 #[derive(Debug, Clone)]
 struct CompiledRule {
-    key: String,
-    binaries: Vec<BinaryPattern>,
+    /// The rule itself: whom it admits is decided as for the connection
+    /// (`egress::decide::admits`).
+    rule: Rule,
     endpoints: Vec<CompiledEndpoint>,
 }
 
@@ -168,8 +169,7 @@ impl CompiledRules {
             .rules()
             .iter()
             .map(|r| CompiledRule {
-                key: r.key.clone(),
-                binaries: r.binaries.clone(),
+                rule: r.clone(),
                 endpoints: r
                     .endpoints
                     .iter()
@@ -211,16 +211,12 @@ impl<'r> L7Scope<'r> {
     pub fn of(rules: &'r CompiledRules, host: &str, port: u16, caller: &Caller) -> L7Scope<'r> {
         let mut endpoints = Vec::new();
         for rule in &rules.rules {
-            let binary_ok = rule
-                .binaries
-                .iter()
-                .any(|b| b.matches(&caller.exe) || caller.ancestors.iter().any(|a| b.matches(a)));
-            if !binary_ok {
+            if !crate::egress::decide::admits(&rule.rule, caller) {
                 continue;
             }
             for e in &rule.endpoints {
                 if e.endpoint.matches(host, port) {
-                    endpoints.push((rule.key.as_str(), e));
+                    endpoints.push((rule.rule.key.as_str(), e));
                 }
             }
         }
