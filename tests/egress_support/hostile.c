@@ -11,6 +11,14 @@
  *                                      handed over the unix socket at PATH, then closed here
  *   hostile receive PATH HOST:PORT     (in another network namespace) takes the socket at
  *                                      PATH, connects it to the proxy and talks
+ *   hostile drop HOLDER HOST:PORT MODE  writes its whole request at once (MODE `connect`: a
+ *                                      CONNECT and `hello`; `get`: a forwarded GET), then
+ *                                      closes its copy before the proxy can look: only the
+ *                                      holder has the socket then; prints DROPPED
+ *
+ *   hostile conn HOST:PORT              connects and talks, nothing else
+ *   hostile reap CMD ARGS...           a subreaper that runs CMD and waits for every process
+ *                                      below it (orphans included) before it exits
  *
  * HOLDER is run as `HOLDER 5` (sleep). Each connection sends `CONNECT HOST:PORT` and then
  * `hello`, and prints the first line of the answer, then `BODY ` and the rest on one line.
@@ -25,10 +33,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,8 +210,44 @@ static void receive(const char *path) {
     talk(s);
 }
 
+static void drop(const char *mode) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) die("socket");
+    spawn_holder();
+    if (proxy_connect(s) != 0) die("connect");
+    char head[512];
+    int n = strcmp(mode, "get") == 0
+        ? snprintf(head, sizeof head, "GET http://%s/dropped HTTP/1.1\r\nHost: %s\r\n\r\n",
+                   target, target)
+        : snprintf(head, sizeof head, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nhello", target,
+                   target);
+    if (write(s, head, n) != n) die("write");
+    close(s);
+    printf("DROPPED\n");
+}
+
+static int reap(char **cmd) {
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) die("prctl");
+    pid_t p = fork();
+    if (p < 0) die("fork");
+    if (p == 0) {
+        execvp(cmd[0], cmd);
+        _exit(127);
+    }
+    for (;;)
+        if (wait(NULL) < 0 && errno == ECHILD) return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 2 && strcmp(argv[1], "reap") == 0) return reap(argv + 2);
+    if (argc == 3 && strcmp(argv[1], "conn") == 0) {
+        target = argv[2];
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0 || proxy_connect(s) != 0) die("connect");
+        talk(s);
+        return 0;
+    }
     if (argc < 4) {
         fprintf(stderr, "usage: hostile zombie|park|flip|send|receive ...\n");
         return 2;
@@ -220,6 +266,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "zombie") == 0) zombie();
     else if (strcmp(argv[1], "park") == 0) park();
     else if (strcmp(argv[1], "flip") == 0) flip(argc > 4 ? atoi(argv[4]) : 5);
+    else if (strcmp(argv[1], "drop") == 0) drop(argc > 4 ? argv[4] : "connect");
     else return 2;
     return 0;
 }
