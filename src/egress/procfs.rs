@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::freeze::Freezer;
+use super::freeze::{Freezer, NotFrozen};
 use super::holders::{self, Holder, Snapshot};
 use super::identity::{Caller, ExecKey, Identify, IdentityError, UntrustedCode, ns_inode};
 use super::loaded::CodeCheck;
@@ -49,6 +49,16 @@ const IN_FLIGHT_RETRIES: [Duration; 3] = [
     Duration::from_millis(5),
     Duration::from_millis(20),
     Duration::from_millis(50),
+];
+/// Pauses before scanning again while the sandbox's own cgroups do not freeze (each attempt
+/// also waits up to 100 ms for them): a task busy in the kernel (a long `fsync`) is done within
+/// them; a sandbox that keeps one so is refused after them, rather than decided on a scan
+/// that is not a snapshot.
+const FREEZE_RETRIES: [Duration; 4] = [
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
 ];
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
@@ -162,8 +172,14 @@ impl ProcIdentity {
     /// A fresh snapshot of the namespace's socket references.
     fn scan(&self, idx: &mut Snapshot) {
         *idx = holders::scan(self.netns, &self.registered.all(), &self.freezer);
-        if !idx.frozen {
-            tracing::debug!(target: "egress", "identity scan made without a frozen sandbox (no freezer cgroup of its own): best effort against descriptors moved while it ran");
+        match &idx.frozen {
+            Ok(()) => {}
+            Err(NotFrozen::Unavailable) => {
+                tracing::debug!(target: "egress", "identity scan made without a frozen sandbox (no freezer cgroup of its own): best effort against descriptors moved while it ran")
+            }
+            Err(NotFrozen::Failed(why)) => {
+                tracing::debug!(target: "egress", "identity scan not frozen: {why}")
+            }
         }
     }
 
@@ -197,19 +213,36 @@ impl ProcIdentity {
 
     /// Every holder of `inode`, from a scan made after `accepted`; refused when the scan
     /// cannot account for the socket's references. While descriptors are in flight it scans
-    /// again after each of [`IN_FLIGHT_RETRIES`].
+    /// again after each of [`IN_FLIGHT_RETRIES`]; while the sandbox could be frozen but was
+    /// not, after each of [`FREEZE_RETRIES`].
     fn holders(&self, inode: u64, accepted: Instant) -> Result<Vec<Holder>, IdentityError> {
         let mut idx = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        for attempt in 0..=IN_FLIGHT_RETRIES.len() {
-            if attempt > 0 || idx.built.is_none_or(|b| b < accepted) {
+        let (mut flights, mut freezes) = (0, 0);
+        let mut first = true;
+        loop {
+            if !first || idx.built.is_none_or(|b| b < accepted) {
                 self.scan(&mut idx);
             }
-            if idx.in_flight.is_empty() {
+            first = false;
+            let pause = if matches!(idx.frozen, Err(NotFrozen::Failed(_))) {
+                freezes += 1;
+                FREEZE_RETRIES.get(freezes - 1)
+            } else if !idx.in_flight.is_empty() {
+                flights += 1;
+                IN_FLIGHT_RETRIES.get(flights - 1)
+            } else {
                 break;
+            };
+            match pause {
+                Some(p) => std::thread::sleep(*p),
+                None => break,
             }
-            if let Some(pause) = IN_FLIGHT_RETRIES.get(attempt) {
-                std::thread::sleep(*pause);
-            }
+        }
+        if let Err(NotFrozen::Failed(why)) = &idx.frozen {
+            return Err(IdentityError::NotFrozen {
+                inode,
+                why: why.clone(),
+            });
         }
         let (unreadable, flight) = idx.gaps();
         if let Some((what, e)) = unreadable {

@@ -1,0 +1,168 @@
+//! Who is calling, when the sandbox changes while the proxy looks: races between the proxy's
+//! reads of `/proc` and a hostile child, through the real binary (`run --policy`), made
+//! certain with the supervisor's pause points (src/pause.rs): the test does the attacker's
+//! part at the worst moment, every time. The world is tests/egress_support's (upstreams in a
+//! test-made namespace with no route).
+
+mod common;
+mod egress_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{PauseDir, require_pause_points};
+use egress_support::binary::*;
+use egress_support::identity::*;
+use egress_support::*;
+
+const CURL: &str = "/usr/bin/curl";
+
+/// Run `c` (a `run`, with `pause`'s environment) to its end, calling `on_hit(run_pid, n)`
+/// each time the supervisor is held at `point` (n counts from 0) before letting it go on.
+fn held(
+    mut c: Command,
+    pause: &PauseDir,
+    point: &str,
+    mut on_hit: impl FnMut(u32, usize),
+) -> (Output, usize) {
+    c.envs(pause.env(point));
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let reached = pause.dir.path().join(format!("{point}.reached"));
+    let go = pause.dir.path().join(format!("{point}.go"));
+    let end = Instant::now() + Duration::from_secs(120);
+    let mut hits = 0;
+    loop {
+        if let Ok(out) = rx.try_recv() {
+            return (out.unwrap(), hits);
+        }
+        if Instant::now() > end {
+            // SAFETY: kill of our own child's pid.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("the run did not finish");
+        }
+        if reached.exists() && !go.exists() {
+            on_hit(pid, hits);
+            hits += 1;
+            pause.release(point);
+            // The supervisor removes `.go`, then `.reached`: a hit is counted once.
+            let settle = Instant::now() + Duration::from_secs(1);
+            while (go.exists() || reached.exists()) && Instant::now() < settle {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Every process below `root` (host pids).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        parent.push((pid, ppid));
+    }
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// The processes of the run `run_pid` running `exe`.
+fn running(run_pid: u32, exe: &Path) -> Vec<u32> {
+    descendants(run_pid)
+        .into_iter()
+        .filter(|p| std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe))
+        .collect()
+}
+
+/// The file that freezes and thaws the cgroup of `pid`, and the value that thaws it: the v1
+/// freezer where there is one (as the supervisor chooses), else v2.
+fn freeze_control(pid: u32) -> Option<(PathBuf, &'static str)> {
+    let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = |v1: bool| {
+        info.lines().find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let r: Vec<&str> = right.split(' ').collect();
+            let ok = if v1 {
+                r[0] == "cgroup" && r.get(2)?.split(',').any(|o| o == "freezer")
+            } else {
+                r[0] == "cgroup2"
+            };
+            ok.then(|| PathBuf::from(left.split(' ').nth(4).unwrap()))
+        })
+    };
+    for line in cg.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+        if ctl.split(',').any(|c| c == "freezer") {
+            let dir = mount(true)?.join(path.trim_start_matches('/'));
+            return Some((dir.join("freezer.state"), "THAWED"));
+        }
+    }
+    let path = cg.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = mount(false)?.join(path.trim_start_matches('/'));
+    Some((dir.join("cgroup.freeze"), "0"))
+}
+
+#[test]
+fn a_sandbox_that_does_not_freeze_is_not_decided_on() {
+    if !ready() || !require_pause_points() || !have_path(CURL) {
+        return;
+    }
+    World::run(|w| {
+        let work = workdir(w, &policy(&format!("      - path: {CURL}\n")));
+        let pause = PauseDir::new();
+        let c = run_command(w, &work, &[CURL, "-sS", "http://pub.test:8080/held"]);
+        let mut thawed = 0;
+        // Each time the proxy has frozen the exec's group, it is thawed again: the sandbox
+        // does not stand still, as when one of its tasks is busy in the kernel (a long fsync)
+        // and the freezer cannot stop it.
+        let (out, hits) = held(c, &pause, "identity-freeze", |run_pid, _| {
+            for p in running(run_pid, Path::new(CURL)) {
+                if let Some((file, value)) = freeze_control(p) {
+                    std::fs::write(&file, value).unwrap();
+                    thawed += 1;
+                }
+            }
+        });
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(thawed > 0, "no group to thaw\n{stderr}");
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 1, "{stdout}\n{stderr}");
+        assert_eq!(j[0]["error"], "policy_denied", "{}", j[0]);
+        let r = j[0]["reason"].as_str().unwrap();
+        assert!(
+            r.starts_with("failed to resolve peer binary: socket inode ")
+                && r.ends_with(": the sandbox could not be held still while its holders were read (its cgroups did not freeze within 100ms), so they cannot be accounted for"),
+            "{r}"
+        );
+        // The first scan, and one after each pause of the retries.
+        assert_eq!(hits, 5, "{stderr}");
+        assert_eq!(w.upstream.total(), 0);
+    });
+}
