@@ -7,6 +7,8 @@
 mod common;
 mod egress_support;
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -163,6 +165,202 @@ fn a_sandbox_that_does_not_freeze_is_not_decided_on() {
         );
         // The first scan, and one after each pause of the retries.
         assert_eq!(hits, 5, "{stderr}");
+        assert_eq!(w.upstream.total(), 0);
+    });
+}
+
+/// A FIFO in the workdir that the parent of the connecting process blocks on: written, the
+/// parent exits.
+fn fifo(work: &Path) -> PathBuf {
+    let f = work.join("go-away");
+    let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo and chmod (past the umask: the sandbox's uid reads it) of a new path.
+    unsafe {
+        assert_eq!(libc::mkfifo(c.as_ptr(), 0o666), 0);
+        assert_eq!(libc::chmod(c.as_ptr(), 0o666), 0);
+    }
+    f
+}
+
+/// The process of the run `run_pid` whose pid in its own namespace is `ns_pid`.
+fn host_pid(run_pid: u32, ns_pid: u32) -> u32 {
+    descendants(run_pid)
+        .into_iter()
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/status")).is_ok_and(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok())
+                    == Some(ns_pid)
+            })
+        })
+        .unwrap_or_else(|| panic!("no process {ns_pid} in the run"))
+}
+
+/// Make the parent (blocked on `fifo`) exit, and start `/usr/bin/sleep` at its pids (in the
+/// sandbox's namespaces, those of `witness`, and in ours, which the supervisor reads): the
+/// process the proxy is reading is no longer the parent, and its pid names an allowed binary.
+fn replace_parent(run_pid: u32, work: &Path, fifo: &Path, witness: u32) -> u32 {
+    let ppid: u32 = std::fs::read_to_string(work.join("ppid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let host = host_pid(run_pid, ppid);
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo)
+        {
+            Ok(mut f) => {
+                f.write_all(b"x\n").unwrap();
+                break;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("the parent never waited on the FIFO: {e}"),
+        }
+    }
+    let helper = work.join("reuse_pid");
+    let out = Command::new(&helper)
+        .arg(format!("/proc/{witness}/ns/net"))
+        .arg(format!("/proc/{witness}/ns/pid"))
+        .arg(ppid.to_string())
+        .arg(host.to_string())
+        .args(["/usr/bin/sleep", "5"])
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    let reused: u32 = line
+        .strip_prefix("REUSED ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line} {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(reused, host);
+    eprintln!("pid {ppid} of the sandbox, {host} here, is now /usr/bin/sleep");
+    reused
+}
+
+/// `hostile reap ENV… /bin/sh -c '…'`: a shell (the parent) that writes its pid, starts
+/// `hostile conn pub.test:8080` (the connecting process) and blocks on the FIFO; the reaper
+/// above it waits for both.
+fn parent_and_child(work: &Path, fifo: &Path, env: &[&str]) -> Vec<String> {
+    let hostile = work.join("hostile");
+    let script = format!(
+        "echo $$ > {}; {} conn pub.test:8080 & read x < {}",
+        work.join("ppid").display(),
+        hostile.display(),
+        fifo.display()
+    );
+    let mut v = vec![hostile.display().to_string(), "reap".into(), "env".into()];
+    v.extend(env.iter().map(|s| s.to_string()));
+    v.extend(["/bin/sh".into(), "-c".into(), script]);
+    v
+}
+
+#[test]
+fn a_parent_that_exits_while_it_is_read_is_not_taken_for_what_reuses_its_pid() {
+    if !ready() || !require_pause_points() {
+        return;
+    }
+    World::run(|w| {
+        // A rule that admits what `sleep` runs. The connecting process's parent is a shell;
+        // the attacker lets it exit just after the proxy read its pid, and an allowed binary
+        // gets that pid before the proxy reads what it runs.
+        let work = workdir(
+            w,
+            &policy(&format!("      - {{path: {SLEEP}, descendants: true}}\n")),
+        );
+        cc(&support_file("reuse_pid.c"), &work.join("reuse_pid"), &[]);
+        let fifo = fifo(&work);
+        let args = parent_and_child(&work, &fifo, &[]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let pause = PauseDir::new();
+        let hostile = work.join("hostile");
+        let mut stray = 0;
+        let (out, hits) = held(
+            run_command(w, &work, &args),
+            &pause,
+            "identity-ancestor",
+            |run_pid, n| {
+                if n == 0 {
+                    let witness = running(run_pid, &hostile)[0];
+                    stray = replace_parent(run_pid, &work, &fifo, witness);
+                }
+            },
+        );
+        common::kill(stray as i32);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(hits >= 1, "{stderr}");
+        let a = answers(&stdout);
+        assert_eq!(a.len(), 1, "{stdout}\n{stderr}");
+        let r = reason(&a[0]);
+        assert!(
+            r.starts_with(&format!(
+                "binary '{}' not allowed in policy 'holder' (ancestors: [],",
+                hostile.display()
+            )),
+            "{r}\n{stderr}"
+        );
+        assert_eq!(w.upstream.total(), 0);
+    });
+}
+
+#[test]
+fn an_ancestor_that_exits_while_its_code_is_checked_is_not_vouched_for() {
+    if !ready() || !require_pause_points() {
+        return;
+    }
+    World::run(|w| {
+        // The shell is allowed with what it runs, but this one was started with a preload of
+        // the sandbox's: refused. The attacker lets it exit just before the proxy reads its
+        // environment, and a clean process gets its pid.
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let work = workdir(
+            w,
+            &policy(&format!(
+                "      - {{path: {}, descendants: true}}\n",
+                sh.display()
+            )),
+        );
+        cc(&support_file("reuse_pid.c"), &work.join("reuse_pid"), &[]);
+        let so = evil_so(&work);
+        let fifo = fifo(&work);
+        let preload = format!("LD_PRELOAD={}", so.display());
+        let args = parent_and_child(&work, &fifo, &[&preload]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let pause = PauseDir::new();
+        let hostile = work.join("hostile");
+        let mut stray = 0;
+        let (out, hits) = held(
+            run_command(w, &work, &args),
+            &pause,
+            "identity-code",
+            |run_pid, n| {
+                if n == 0 {
+                    let witness = running(run_pid, &hostile)[0];
+                    stray = replace_parent(run_pid, &work, &fifo, witness);
+                }
+            },
+        );
+        common::kill(stray as i32);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(hits >= 1, "{stderr}");
+        assert!(stderr.contains("injected"), "the preload ran: {stderr}");
+        let a = answers(&stdout);
+        assert_eq!(a.len(), 1, "{stdout}\n{stderr}");
+        let r = reason(&a[0]);
+        assert!(
+            r.ends_with(&format!(
+                "; '{}' may run code the sandbox could have written or chosen (it exited while its code was checked), which the rule admits only with allow_untrusted_code: true",
+                sh.display()
+            )),
+            "{r}\n{stderr}"
+        );
         assert_eq!(w.upstream.total(), 0);
     });
 }

@@ -366,6 +366,7 @@ impl ProcIdentity {
             if ppid <= 1 || !self.in_netns(ppid) || self.is_own_binary(ppid) {
                 break;
             }
+            crate::pause::point("identity-ancestor");
             let Ok(a) = self.exe(ppid) else { break };
             self.verify(ppid, &a).map_err(|e| match e {
                 IdentityError::Integrity { .. } => IdentityError::Io {
@@ -374,6 +375,11 @@ impl ProcIdentity {
                 },
                 e => e,
             })?;
+            if !is_parent(cur, ppid) {
+                // The parent exited after its pid was read: the chain ends there, as the
+                // kernel's reparenting ends it.
+                break;
+            }
             ancestors.push(a);
             chain.push(ppid);
             cur = ppid;
@@ -430,7 +436,10 @@ impl ProcIdentity {
     fn untrusted(&self, chain: &[u32]) -> Vec<UntrustedCode> {
         let mut out = Vec::new();
         for (depth, pid) in chain.iter().enumerate() {
-            let what = match self.code.environment(*pid) {
+            if depth > 0 {
+                crate::pause::point("identity-code");
+            }
+            let mut what = match self.code.environment(*pid) {
                 Ok(Some(w)) => Some(w),
                 Err(e) => Some(format!("its environment could not be read: {e}")),
                 Ok(None) => match self.code.mappings(*pid) {
@@ -438,6 +447,10 @@ impl ProcIdentity {
                     Err(e) => Some(format!("its mappings could not be read: {e}")),
                 },
             };
+            // What was read is the ancestor's only if it was still the parent afterwards.
+            if depth > 0 && !is_parent(chain[depth - 1], *pid) {
+                what = Some("it exited while its code was checked".to_string());
+            }
             if let Some(what) = what {
                 out.push(UntrustedCode { depth, what });
             }
@@ -464,6 +477,16 @@ fn stat(pid: u32) -> Option<(u32, u64)> {
     // The command name may hold spaces and parentheses; the fields start after the last ')'.
     let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
     Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+}
+
+/// Whether `parent` is still the parent of `child`. A process's parent changes only when the
+/// parent exits (the child is reparented to a reaper), and a pid is free for another process
+/// only after that: so `/proc/<parent>/...` read between an earlier look at `child`'s parent and
+/// a true answer here was the parent's. Without this, a parent that exits while it is read can
+/// hand its pid to a process the sandbox started meanwhile (it can cycle its pid space), and
+/// the chain would name that process.
+fn is_parent(child: u32, parent: u32) -> bool {
+    ppid(child) == Some(parent)
 }
 
 fn ppid(pid: u32) -> Option<u32> {
