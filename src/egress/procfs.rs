@@ -89,6 +89,8 @@ struct Known {
 
 /// Callers remembered at most; the table is cleared when full.
 const KNOWN_MAX: usize = 4096;
+/// Executable images pinned at most ([`pin_or_check`]).
+const PINS_MAX: usize = 16384;
 
 /// The network namespaces this supervisor made a proxy for, one entry per live
 /// [`ProcIdentity`]. Every scan reads the processes of all of them: a process of another one
@@ -310,27 +312,7 @@ impl ProcIdentity {
         }
         let sha256 = hex::encode(h.finalize());
         let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        match pins.get_mut(path) {
-            Some(pin) if pin.sha256 != sha256 => Err(IdentityError::Integrity {
-                path: path.to_string(),
-                cached: pin.sha256.clone(),
-                current: sha256,
-            }),
-            Some(pin) => {
-                pin.fingerprint = fp;
-                Ok(())
-            }
-            None => {
-                pins.insert(
-                    path.to_string(),
-                    Pin {
-                        fingerprint: fp,
-                        sha256,
-                    },
-                );
-                Ok(())
-            }
-        }
+        pin_or_check(&mut pins, PINS_MAX, path, fp, sha256)
     }
 
     /// A remembered caller, re-checked: a few reads per process of its chain instead of the
@@ -470,6 +452,45 @@ impl ProcIdentity {
     }
 }
 
+/// Check `sha256` against the pin of `path`, or pin it. A table of `max` pins takes no new
+/// path: the sandbox chooses its executables' paths (links in `/tmp` cost it nothing), so an
+/// unbounded table would be supervisor memory it could grow without end, and the pins already
+/// taken (the images first seen, before any such flood) are the ones worth keeping.
+fn pin_or_check(
+    pins: &mut HashMap<String, Pin>,
+    max: usize,
+    path: &str,
+    fingerprint: (u64, i64, i64, u64, u64),
+    sha256: String,
+) -> Result<(), IdentityError> {
+    let full = pins.len() >= max;
+    match pins.get_mut(path) {
+        Some(pin) if pin.sha256 != sha256 => Err(IdentityError::Integrity {
+            path: path.to_string(),
+            cached: pin.sha256.clone(),
+            current: sha256,
+        }),
+        Some(pin) => {
+            pin.fingerprint = fingerprint;
+            Ok(())
+        }
+        None if full => {
+            tracing::debug!(target: "egress", "{max} executables pinned already: {path} is not pinned");
+            Ok(())
+        }
+        None => {
+            pins.insert(
+                path.to_string(),
+                Pin {
+                    fingerprint,
+                    sha256,
+                },
+            );
+            Ok(())
+        }
+    }
+}
+
 /// `(ppid, starttime)` from `/proc/<pid>/stat`: the start time tells a process from a later
 /// one with the same pid.
 fn stat(pid: u32) -> Option<(u32, u64)> {
@@ -606,4 +627,32 @@ pub fn links_in_root(root: &Path, path: &str) -> Vec<String> {
     out.retain(|p| !p.split('/').any(|c| c == ".." || c == "."));
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_hold_their_first_image_and_the_table_is_bounded() {
+        let mut pins = HashMap::new();
+        let fp = (1, 2, 3, 4, 5);
+        let pin = |pins: &mut HashMap<String, Pin>, path: &str, sha: &str| {
+            pin_or_check(pins, 2, path, fp, sha.to_string())
+        };
+        pin(&mut pins, "/a", "aa").unwrap();
+        pin(&mut pins, "/a", "aa").unwrap();
+        let e = pin(&mut pins, "/a", "bb").unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("/a hash changed (cached: aa, current: bb)"),
+            "{e}"
+        );
+        pin(&mut pins, "/b", "bb").unwrap();
+        // Full: a new path is not pinned, and the pins taken stay.
+        pin(&mut pins, "/c", "cc").unwrap();
+        pin(&mut pins, "/c", "dd").unwrap();
+        assert_eq!(pins.len(), 2);
+        assert!(pin(&mut pins, "/a", "bb").is_err());
+    }
 }
