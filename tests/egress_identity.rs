@@ -395,3 +395,61 @@ fn a_holder_in_another_sandbox_namespace_is_a_holder() {
         assert_eq!(w.upstream.total(), 0);
     });
 }
+
+#[test]
+fn an_allowed_binarys_image_from_elsewhere_does_not_speak_as_it() {
+    if !ready() || !have_path("/usr/bin/curl") || !have_path("/usr/bin/python3") {
+        return;
+    }
+    World::run(|w| {
+        let strict = "  strict:
+    endpoints:
+      - {host: pub.test, port: 8080}
+    binaries: [{path: /usr/bin/curl}]
+";
+        let work = workdir(w, &with_rules(strict));
+        let libcurl = std::fs::canonicalize("/lib/x86_64-linux-gnu/libcurl.so.4")
+            .or_else(|_| std::fs::canonicalize("/usr/lib/x86_64-linux-gnu/libcurl.so.4"))
+            .unwrap();
+        // The copies are made in the sandbox: the sandbox's own files.
+        let memfd = "import os, sys
+fd = os.memfd_create('curl')
+os.write(fd, open('/usr/bin/curl', 'rb').read())
+os.execv(f'/proc/self/fd/{fd}', ['curl', '-sS', 'http://pub.test:8080/memfd'])
+";
+        std::fs::write(work.join("memfd.py"), memfd).unwrap();
+        let script = format!(
+            "cp /usr/bin/curl ./curl && ./curl -sS http://pub.test:8080/copy; echo
+mkdir -p usr/bin && cp /usr/bin/curl usr/bin/curl && ./usr/bin/curl -sS http://pub.test:8080/nested; echo
+/usr/bin/python3 memfd.py; echo
+mkdir -p lib && cp {} lib/libcurl.so.4 && LD_LIBRARY_PATH=$PWD/lib curl -sS http://pub.test:8080/library; echo
+curl -sS http://pub.test:8080/real; echo",
+            libcurl.display()
+        );
+        let (stdout, stderr) = run(w, &work, &["sh", "-c", &script]);
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 5, "{stdout}\n{stderr}");
+        let refused = |v: &serde_json::Value, start: &str, end: &str| {
+            assert_eq!(v["error"], "policy_denied", "{v}");
+            let r = v["reason"].as_str().unwrap();
+            assert!(r.starts_with(start) && r.ends_with(end), "{start}: {r}");
+        };
+        let w_ = work.display();
+        refused(&j[0], &format!("binary '{w_}/curl' not allowed"), "");
+        refused(
+            &j[1],
+            &format!("binary '{w_}/usr/bin/curl' not allowed"),
+            "",
+        );
+        refused(&j[2], "binary '/memfd:curl' not allowed", "");
+        refused(
+            &j[3],
+            "binary '/usr/bin/curl' not allowed",
+            &format!(
+                "; '/usr/bin/curl' may run code the sandbox could have written or chosen (maps {w_}/lib/libcurl.so.4, a file the sandbox could write), which the rule admits only with allow_untrusted_code: true"
+            ),
+        );
+        assert_eq!(j[4]["request"], "GET /real HTTP/1.1");
+        assert_eq!(w.upstream.total(), 1);
+    });
+}
