@@ -453,3 +453,62 @@ curl -sS http://pub.test:8080/real; echo",
         assert_eq!(w.upstream.total(), 1);
     });
 }
+
+#[test]
+fn code_a_root_sandbox_wrote_is_not_the_systems() {
+    if !ready() || !have_path("/usr/bin/python3") {
+        return;
+    }
+    World::run(|w| {
+        // `--uid 0`: root without capabilities still owns what it writes, so a root-owned
+        // file is no sign that the sandbox could not have written it.
+        let rules = "  py:
+    endpoints:
+      - {host: pub.test, port: 8080}
+    binaries: [{path: /usr/bin/python3}]
+";
+        let work = workdir(w, &with_rules(rules));
+        let so = evil_so(&work);
+        let py = "import ctypes, shutil, sys, urllib.request
+if sys.argv[1] == 'evil':
+    shutil.copy(sys.argv[2], '/tmp/evil.so')
+    ctypes.CDLL('/tmp/evil.so')
+try:
+    print(urllib.request.urlopen('http://pub.test:8080/' + sys.argv[1]).read().decode())
+except urllib.error.HTTPError as e:
+    print(e.read().decode())
+";
+        std::fs::write(work.join("client.py"), py).unwrap();
+        let c = run_command_with(
+            w,
+            &work,
+            &["--uid", "0"],
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "/usr/bin/python3 client.py evil {so}; /usr/bin/python3 client.py plain",
+                    so = so.display()
+                ),
+            ],
+        );
+        let out = finish(c, Duration::from_secs(120));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("injected"),
+            "the object was loaded: {stderr}"
+        );
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 2, "{stdout}\n{stderr}");
+        assert_eq!(j[0]["error"], "policy_denied", "{}", j[0]);
+        let r = j[0]["reason"].as_str().unwrap();
+        assert!(
+            r.contains("(maps /tmp/evil.so, a file the sandbox could write)"),
+            "{r}"
+        );
+        // The system's libraries come through read-only mounts: still trusted.
+        assert_eq!(j[1]["request"], "GET /plain HTTP/1.1");
+        assert_eq!(w.upstream.total(), 1);
+    });
+}

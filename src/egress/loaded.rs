@@ -11,11 +11,13 @@
 //!   integrity pin covers). The file is opened through `/proc/<pid>/map_files/`, which gives
 //!   the very mount it was mapped through, and is trusted when that mount is read-only
 //!   (`fstatvfs`: the sandbox's view binds every read-only grant so), or when the file is
-//!   root's and not writable by group or others (the sandbox never runs as root: a system
-//!   library on a writable mount, without the view). Anything else (the sandbox's `/tmp`,
+//!   root's and not writable by group or others while the process itself has no root uid (a
+//!   system library on a writable mount, without the view; a `--uid 0` sandbox owns what it
+//!   writes, so for it only the read-only mount counts). Anything else (the sandbox's `/tmp`,
 //!   the workdir, a memfd, a deleted file of the sandbox's) is untrusted. Where
 //!   `map_files` is refused (it needs `CAP_SYS_ADMIN`), the path the maps show is looked up
-//!   in the process's root and trusted only when it is the same inode and root's.
+//!   in the process's root and trusted only when it is the same inode and root's (and the
+//!   process not root).
 //!
 //! Not seen: code the process makes itself in anonymous memory (an interpreter running a
 //! script it was given, a JIT): a binary that runs whatever it is told is that code's voice,
@@ -34,9 +36,9 @@ const VERDICTS_MAX: usize = 4096;
 /// The part of an environment or a maps file read.
 const MAX_READ: u64 = 4 << 20;
 
-/// (mount namespace, device, inode, path): within one mount namespace a path is one mount,
-/// and a file the sandbox could not write stays so.
-type FileKey = (u64, u64, u64, String);
+/// (mount namespace, device, inode, path, whether the process is root): within one mount
+/// namespace a path is one mount, and a file the sandbox could not write stays so.
+type FileKey = (u64, u64, u64, String, bool);
 
 /// The per-file verdicts (`None`: trusted; `Some(why)`), and each process's last maps with
 /// the answer they gave.
@@ -50,7 +52,7 @@ pub struct CodeCheck {
 /// namespace gives the same answer, without parsing it again (a process making a burst of
 /// connections is checked once per connection).
 struct LastMaps {
-    key: (u64, u64, u64),
+    key: (u64, u64, u64, bool),
     text: String,
     answer: Option<String>,
 }
@@ -85,12 +87,13 @@ impl CodeCheck {
     pub fn mappings(&self, pid: u32) -> io::Result<Option<String>> {
         let exe = fs::metadata(format!("/proc/{pid}/exe"))?;
         let mntns = ns_inode(pid, "mnt")?;
+        let root = has_root_uid(pid)?;
         let mut text = String::new();
         io::Read::read_to_string(
             &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ),
             &mut text,
         )?;
-        let key = (mntns, exe.dev(), exe.ino());
+        let key = (mntns, exe.dev(), exe.ino(), root);
         if let Some(l) = self
             .last
             .lock()
@@ -101,7 +104,7 @@ impl CodeCheck {
         {
             return Ok(l.answer.clone());
         }
-        let answer = self.parse(pid, &text, mntns, (exe.dev(), exe.ino()));
+        let answer = self.parse(pid, &text, mntns, (exe.dev(), exe.ino()), root);
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if last.len() >= VERDICTS_MAX {
             last.clear();
@@ -118,7 +121,14 @@ impl CodeCheck {
     }
 
     /// The first untrusted executable mapping of one maps text.
-    fn parse(&self, pid: u32, text: &str, mntns: u64, exe: (u64, u64)) -> Option<String> {
+    fn parse(
+        &self,
+        pid: u32,
+        text: &str,
+        mntns: u64,
+        exe: (u64, u64),
+        root: bool,
+    ) -> Option<String> {
         for line in text.lines() {
             let Some(m) = Mapping::parse(line) else {
                 continue;
@@ -126,7 +136,7 @@ impl CodeCheck {
             if !m.exec || m.inode == 0 || (m.dev, m.inode) == exe {
                 continue;
             }
-            let key = (mntns, m.dev, m.inode, m.path.to_string());
+            let key = (mntns, m.dev, m.inode, m.path.to_string(), root);
             let cached = self
                 .verdicts
                 .lock()
@@ -136,7 +146,7 @@ impl CodeCheck {
             let verdict = match cached {
                 Some(v) => v,
                 None => {
-                    let v = verdict(pid, &m, exe);
+                    let v = verdict(pid, &m, exe, root);
                     let mut t = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
                     if t.len() >= VERDICTS_MAX {
                         t.clear();
@@ -202,8 +212,10 @@ impl Mapping<'_> {
     }
 }
 
-/// `None`: the sandbox could not have written the file. `Some(why)` otherwise.
-fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64)) -> Option<String> {
+/// `None`: the sandbox could not have written the file. `Some(why)` otherwise. `root`: the
+/// process has uid 0 (`--uid 0`), and root's files are no sign of the system's.
+fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64), root: bool) -> Option<String> {
+    let roots_only = |meta: &fs::Metadata| !root && roots_only(meta);
     let untrusted = || Some(format!("maps {}, a file the sandbox could write", m.path));
     let via = fs::OpenOptions::new()
         .read(true)
@@ -243,7 +255,18 @@ fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64)) -> Option<String> {
     }
 }
 
-/// Root's, and writable by nobody else: the sandbox (never root) cannot have written it.
+/// Whether any of `pid`'s uids (real, effective, saved, filesystem) is root's: a sandbox run
+/// with `--uid 0` owns what it writes as root (without capabilities, it cannot change uid).
+fn has_root_uid(pid: u32) -> io::Result<bool> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let uids = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .ok_or_else(|| io::Error::other(format!("no Uid line in /proc/{pid}/status")))?;
+    Ok(uids.split_whitespace().any(|u| u == "0"))
+}
+
+/// Root's, and writable by nobody else: a sandbox that is not root cannot have written it.
 fn roots_only(meta: &fs::Metadata) -> bool {
     meta.uid() == 0 && meta.mode() & 0o022 == 0
 }
@@ -277,10 +300,38 @@ mod tests {
     fn this_process_runs_only_trusted_code_and_says_why_not_otherwise() {
         let c = CodeCheck::default();
         let me = std::process::id();
-        // The test binary itself is excluded; the system's libraries are root's.
-        if let Some(why) = c.mappings(me).unwrap() {
+        let exe = fs::metadata("/proc/self/exe").unwrap();
+        let exe = (exe.dev(), exe.ino());
+        let mntns = ns_inode(me, "mnt").unwrap();
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        // The test binary itself is excluded; the system's libraries are root's, which is
+        // enough for a process that is not root.
+        if let Some(why) = c.parse(me, &maps, mntns, exe, false) {
             panic!("the test runner maps untrusted code: {why}");
         }
+        // For a root process, only a read-only mount vouches for them.
+        let libc_ro = maps
+            .lines()
+            .filter_map(Mapping::parse)
+            .find(|m| m.exec && m.path.contains("/libc.so"))
+            .and_then(|m| {
+                let f = fs::File::open(m.path).ok()?;
+                // SAFETY: a zeroed statvfs, filled by fstatvfs on a descriptor we own.
+                let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+                // SAFETY: fstatvfs writes into the struct it is given.
+                let r = unsafe { libc::fstatvfs(std::os::fd::AsRawFd::as_raw_fd(&f), &mut sv) };
+                (r == 0).then_some(sv.f_flag & libc::ST_RDONLY != 0)
+            });
+        if libc_ro == Some(false) {
+            let why = c
+                .parse(me, &maps, mntns, exe, true)
+                .expect("untrusted as root");
+            assert!(why.ends_with(", a file the sandbox could write"), "{why}");
+        }
+        assert_eq!(
+            c.mappings(me).unwrap().is_some(),
+            has_root_uid(me).unwrap() && libc_ro == Some(false)
+        );
         let env = c.environment(me).unwrap();
         assert_eq!(
             env.is_some(),

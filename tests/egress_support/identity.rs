@@ -33,16 +33,16 @@ pub fn workdir(w: &World, yaml: &str) -> PathBuf {
 
 /// `run --policy policy.yaml -- ARGS` (not started), logging the egress decisions.
 pub fn run_command(w: &World, work: &Path, args: &[&str]) -> Command {
+    run_command_with(w, work, &[], args)
+}
+
+/// `run FLAGS --policy policy.yaml -- ARGS` (not started).
+pub fn run_command_with(w: &World, work: &Path, flags: &[&str], args: &[&str]) -> Command {
     let mut c = osb(&w.hosts, work);
-    c.args([
-        "run",
-        "--log-level",
-        "warn,egress=debug",
-        "--policy",
-        "policy.yaml",
-        "--",
-    ])
-    .args(args);
+    c.args(["run", "--log-level", "warn,egress=debug"])
+        .args(flags)
+        .args(["--policy", "policy.yaml", "--"])
+        .args(args);
     c
 }
 
