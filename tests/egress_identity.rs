@@ -512,3 +512,44 @@ except urllib.error.HTTPError as e:
         assert_eq!(w.upstream.total(), 1);
     });
 }
+
+/// KNOWN GAP (SECURITY.md, "What a `binaries` rule is"): the evidence of injected code is
+/// read from the process when it connects, and code that ran before can remove it. A
+/// preloaded object that rewrites its `LD_PRELOAD=` in the environment block and unmaps its
+/// own code (tests/egress_support/hide.c) leaves an allowed curl that is admitted. This
+/// asserts what happens today.
+#[test]
+fn known_gap_a_preload_that_hides_before_the_connection_is_not_seen() {
+    if !ready() || !have_path("/usr/bin/curl") {
+        return;
+    }
+    World::run(|w| {
+        let strict = "  strict:
+    endpoints:
+      - {host: pub.test, port: 8080}
+    binaries: [{path: /usr/bin/curl}]
+";
+        let work = workdir(w, &with_rules(strict));
+        let so = work.join("hide.so");
+        cc(
+            &support_file("hide.c"),
+            &so,
+            &["-O2", "-fno-stack-protector", "-shared", "-fPIC"],
+        );
+        let script = format!(
+            "LD_PRELOAD={so} curl -sS http://pub.test:8080/hidden; echo",
+            so = so.display()
+        );
+        let (stdout, stderr) = run(w, &work, &["sh", "-c", &script]);
+        assert!(stderr.contains("injected"), "the object ran: {stderr}");
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 1, "{stdout}\n{stderr}");
+        assert_eq!(j[0]["request"], "GET /hidden HTTP/1.1", "{}", j[0]);
+        assert_eq!(w.upstream.total(), 1);
+        // Past the harness's capture: a known gap shows on every run.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"KNOWN GAP [egress identity] a preloaded object that scrubbed its LD_PRELOAD and unmapped its code was not seen in an allowed curl\n",
+        );
+    });
+}

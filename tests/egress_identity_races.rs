@@ -364,3 +364,52 @@ fn an_ancestor_that_exits_while_its_code_is_checked_is_not_vouched_for() {
         assert_eq!(w.upstream.total(), 0);
     });
 }
+
+/// KNOWN GAP (SECURITY.md, "What a `binaries` rule is"): the holders are read after the proxy
+/// accepted the connection, and a client writes before that. One that writes its whole
+/// request, then lets go of the socket, leaves it to whoever holds it when the proxy looks:
+/// here `sleep`, which inherited it. The pause makes certain what the client wins anyway but
+/// on a loaded machine (its write and close take microseconds, the proxy's look at least a
+/// scan). This asserts what happens today; closing it needs the holders when the connection
+/// is made (SECURITY.md says how).
+#[test]
+fn known_gap_a_request_written_before_the_proxy_looks_is_the_holders() {
+    if !ready() || !require_pause_points() {
+        return;
+    }
+    World::run(|w| {
+        let work = workdir(w, &policy(&format!("      - path: {SLEEP}\n")));
+        let hostile = work.join("hostile");
+        for (n, mode) in ["get", "connect"].into_iter().enumerate() {
+            let h = hostile.to_str().unwrap();
+            let args = [h, "reap", h, "drop", SLEEP, "pub.test:8080", mode];
+            let pause = PauseDir::new();
+            let (out, _) = held(
+                run_command(w, &work, &args),
+                &pause,
+                "identity-scan",
+                |run_pid, _| {
+                    // Until the writer has let go: only the reaper runs `hostile` then.
+                    let end = Instant::now() + Duration::from_secs(10);
+                    while running(run_pid, &hostile).len() > 1 {
+                        assert!(Instant::now() < end, "the writer never let go");
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                },
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(stdout.trim(), "DROPPED", "{stderr}");
+            assert!(
+                stderr.contains(&format!("ALLOWED {SLEEP}(")),
+                "{mode}: {stderr}"
+            );
+            assert_eq!(w.upstream.total(), n + 1, "{mode}: {stderr}");
+            // Past the harness's capture: a known gap shows on every run.
+            let _ = writeln!(
+                std::io::stderr(),
+                "KNOWN GAP [egress identity] a {mode} request written before the proxy looked, by a process the policy does not admit, reached the upstream as {SLEEP}'s"
+            );
+        }
+    });
+}

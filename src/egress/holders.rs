@@ -150,6 +150,7 @@ fn tasks(pid: u32) -> Vec<u32> {
 /// frozen where `freezer` can freeze them all. `own` (one of them) is the namespace whose
 /// member the snapshot names for the `/proc/<pid>/net/tcp` fallback.
 pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
+    crate::pause::point("identity-scan");
     let started = Instant::now();
     let first = members(netns);
     let pids: Vec<u32> = first.iter().map(|m| m.0).collect();
