@@ -553,3 +553,42 @@ fn known_gap_a_preload_that_hides_before_the_connection_is_not_seen() {
         );
     });
 }
+
+#[test]
+fn the_argv_of_a_chain_is_bounded_in_what_the_proxy_reads_and_reports() {
+    if !ready() {
+        return;
+    }
+    World::run(|w| {
+        // Absolute paths among the argv of the caller's chain go into the refusal and the log,
+        // for hints. A chain whose every process has thousands of distinct ones must cost the
+        // proxy little and say little.
+        let work = workdir(w, &policy(&format!("      - path: {SLEEP}\n")));
+        let hostile = work.join("hostile");
+        let (stdout, stderr) = run(
+            w,
+            &work,
+            &[
+                hostile.to_str().unwrap(),
+                "argv",
+                "3",
+                "3000",
+                "pub.test:8080",
+            ],
+        );
+        let a = answers(&stdout);
+        assert_eq!(a.len(), 1, "{stdout}\n{stderr}");
+        let r = reason(&a[0]);
+        let list = r
+            .split_once("cmdline: [")
+            .and_then(|(_, rest)| rest.split_once(']'))
+            .map(|(l, _)| l)
+            .unwrap_or_else(|| panic!("{r}"));
+        let paths: Vec<&str> = list.split(", ").collect();
+        assert_eq!(paths.len(), 33, "{r}");
+        assert_eq!(paths[0], "/1/0");
+        assert_eq!(paths[32], "…");
+        assert!(r.len() < 4096, "{} bytes", r.len());
+        assert_eq!(w.upstream.total(), 0);
+    });
+}

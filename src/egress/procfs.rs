@@ -43,6 +43,8 @@ pub use super::sockdiag::{SockDiag, tcp_table_inode};
 const MAX_DEPTH: usize = 64;
 /// The part of a cmdline read.
 const MAX_CMDLINE: u64 = 64 * 1024;
+/// Absolute argv paths kept per caller ([`cmdline_paths`]).
+const MAX_CMDLINE_PATHS: usize = 32;
 /// Pauses before scanning again while descriptors are in flight: a program passing one on
 /// is done within them; a socket parked in flight is refused after them.
 const IN_FLIGHT_RETRIES: [Duration; 3] = [
@@ -366,18 +368,7 @@ impl ProcIdentity {
             chain.push(ppid);
             cur = ppid;
         }
-        let mut cmdline_paths = Vec::new();
-        for p in &chain {
-            for arg in cmdline(*p) {
-                if arg.starts_with('/')
-                    && arg != exe
-                    && !ancestors.contains(&arg)
-                    && !cmdline_paths.contains(&arg)
-                {
-                    cmdline_paths.push(arg);
-                }
-            }
-        }
+        let cmdline_paths = cmdline_paths(&chain, &exe, &ancestors);
         let exec = ExecKey(ns_inode(pid, "pid").map_err(io_err(format!("/proc/{pid}/ns/pid")))?);
         let caller = Caller {
             pid,
@@ -515,6 +506,28 @@ fn ppid(pid: u32) -> Option<u32> {
     s.lines()
         .find_map(|l| l.strip_prefix("PPid:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The absolute paths among the argv of `chain`, minus the executables: the first
+/// [`MAX_CMDLINE_PATHS`], then `…` if there were more. They are for logs and hints only, and
+/// the sandbox chooses them: 64 processes of 64 KiB of argv each would otherwise be a refusal
+/// of megabytes, and a quadratic search for repeats.
+fn cmdline_paths(chain: &[u32], exe: &str, ancestors: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in chain {
+        for arg in cmdline(*p) {
+            if !arg.starts_with('/') || arg == exe || ancestors.contains(&arg) || out.contains(&arg)
+            {
+                continue;
+            }
+            if out.len() == MAX_CMDLINE_PATHS {
+                out.push("…".to_string());
+                return out;
+            }
+            out.push(arg);
+        }
+    }
+    out
 }
 
 fn cmdline(pid: u32) -> Vec<String> {

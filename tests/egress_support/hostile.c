@@ -19,6 +19,9 @@
  *   hostile conn HOST:PORT              connects and talks, nothing else
  *   hostile reap CMD ARGS...           a subreaper that runs CMD and waits for every process
  *                                      below it (orphans included) before it exits
+ *   hostile argv DEPTH N HOST:PORT     a chain of DEPTH processes below this one, each exec'd
+ *                                      with N distinct absolute paths as arguments; the last
+ *                                      connects and talks
  *
  * HOLDER is run as `HOLDER 5` (sleep). Each connection sends `CONNECT HOST:PORT` and then
  * `hello`, and prints the first line of the answer, then `BODY ` and the rest on one line.
@@ -238,9 +241,42 @@ static int reap(char **cmd) {
         if (wait(NULL) < 0 && errno == ECHILD) return 0;
 }
 
+static int argv_chain(char **argv) {
+    int depth = atoi(argv[2]), n = atoi(argv[3]);
+    target = argv[4];
+    if (depth == 0) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0 || proxy_connect(s) != 0) die("connect");
+        talk(s);
+        return 0;
+    }
+    char **a = calloc(n + 6, sizeof *a);
+    char d[16];
+    snprintf(d, sizeof d, "%d", depth - 1);
+    a[0] = argv[0];
+    a[1] = "argv";
+    a[2] = d;
+    a[3] = argv[3];
+    a[4] = argv[4];
+    for (int i = 0; i < n; i++) {
+        a[5 + i] = malloc(24);
+        snprintf(a[5 + i], 24, "/%d/%d", depth, i);
+    }
+    pid_t p = fork();
+    if (p < 0) die("fork");
+    if (p == 0) {
+        execv("/proc/self/exe", a);
+        die("exec");
+    }
+    int st;
+    waitpid(p, &st, 0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 2 && strcmp(argv[1], "reap") == 0) return reap(argv + 2);
+    if (argc >= 5 && strcmp(argv[1], "argv") == 0) return argv_chain(argv);
     if (argc == 3 && strcmp(argv[1], "conn") == 0) {
         target = argv[2];
         int s = socket(AF_INET, SOCK_STREAM, 0);
