@@ -592,3 +592,66 @@ fn the_argv_of_a_chain_is_bounded_in_what_the_proxy_reads_and_reports() {
         assert_eq!(w.upstream.total(), 0);
     });
 }
+
+/// The peak resident memory of process `pid` (`VmHWM`), in KiB.
+fn peak_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches(" kB")
+        .parse()
+        .ok()
+}
+
+#[test]
+fn what_the_proxy_keeps_of_each_process_is_small() {
+    if !ready() {
+        return;
+    }
+    World::run(|w| {
+        // 48 processes with about 4 MiB of /proc/<pid>/maps text each (the most the proxy
+        // reads), each making a connection: what the proxy remembers per process must not be
+        // that text.
+        let work = workdir(w, &policy(&format!("      - path: {SLEEP}\n")));
+        let hostile = work.join("hostile");
+        let mut c = run_command(
+            w,
+            &work,
+            &[hostile.to_str().unwrap(), "bigmaps", "48", "pub.test:8080"],
+        );
+        c.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = c.spawn().unwrap();
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let mut peak = 0;
+        let out = loop {
+            if let Some(p) = peak_kib(pid) {
+                peak = peak.max(p);
+            }
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(o) => break o.unwrap(),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let a = answers(&stdout);
+        assert_eq!(a.len(), 48, "{stdout}");
+        for x in &a {
+            assert!(
+                reason(x).starts_with(&format!(
+                    "binary '{}' not allowed in policy 'holder'",
+                    hostile.display()
+                )),
+                "{x:?}"
+            );
+        }
+        eprintln!("the supervisor's peak resident memory: {} MiB", peak / 1024);
+        assert!(peak < 128 * 1024, "{} MiB", peak / 1024);
+    });
+}

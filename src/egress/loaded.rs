@@ -29,6 +29,8 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::Mutex;
 
+use sha2::{Digest, Sha256};
+
 use super::identity::ns_inode;
 
 /// Verdicts remembered at most; the table is cleared when full.
@@ -50,10 +52,12 @@ pub struct CodeCheck {
 
 /// A process's maps as last read: the same text of the same executable in the same mount
 /// namespace gives the same answer, without parsing it again (a process making a burst of
-/// connections is checked once per connection).
+/// connections is checked once per connection). The text is kept as its SHA-256: it is up to
+/// [`MAX_READ`] of the sandbox's choosing per process, which for every remembered process
+/// would be gigabytes of the supervisor's memory.
 struct LastMaps {
     key: (u64, u64, u64, bool),
-    text: String,
+    digest: [u8; 32],
     answer: Option<String>,
 }
 
@@ -94,13 +98,14 @@ impl CodeCheck {
             &mut text,
         )?;
         let key = (mntns, exe.dev(), exe.ino(), root);
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         if let Some(l) = self
             .last
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&pid)
             && l.key == key
-            && l.text == text
+            && l.digest == digest
         {
             return Ok(l.answer.clone());
         }
@@ -113,7 +118,7 @@ impl CodeCheck {
             pid,
             LastMaps {
                 key,
-                text,
+                digest,
                 answer: answer.clone(),
             },
         );

@@ -19,6 +19,10 @@
  *   hostile conn HOST:PORT              connects and talks, nothing else
  *   hostile reap CMD ARGS...           a subreaper that runs CMD and waits for every process
  *                                      below it (orphans included) before it exits
+ *   hostile bigmaps N HOST:PORT        N processes, each with about 4 MiB of /proc/<pid>/maps
+ *                                      text (1100 mappings of a file at a 3800-byte path in
+ *                                      the current directory), each connects and talks; then
+ *                                      2 s of sleep
  *   hostile argv DEPTH N HOST:PORT     a chain of DEPTH processes below this one, each exec'd
  *                                      with N distinct absolute paths as arguments; the last
  *                                      connects and talks
@@ -29,6 +33,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -36,7 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -273,8 +280,42 @@ static int argv_chain(char **argv) {
     return 0;
 }
 
+static int bigmaps(int n) {
+    char path[4096] = ".", name[251];
+    memset(name, 'd', 250);
+    name[250] = 0;
+    for (int i = 0; i < 15; i++) {
+        strcat(path, "/");
+        strcat(path, name);
+        if (mkdir(path, 0700) != 0 && errno != EEXIST) die("mkdir");
+    }
+    strcat(path, "/f");
+    int fd = open(path, O_CREAT | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) die("file");
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p < 0) die("fork");
+        if (p == 0) {
+            /* Offset 0 each time: no two mappings merge. */
+            for (int j = 0; j < 1100; j++)
+                if (mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0) == MAP_FAILED) die("mmap");
+            int s = socket(AF_INET, SOCK_STREAM, 0);
+            if (s < 0 || proxy_connect(s) != 0) die("connect");
+            talk(s);
+            _exit(0);
+        }
+    }
+    while (wait(NULL) > 0 || errno == EINTR) {}
+    sleep(2);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 4 && strcmp(argv[1], "bigmaps") == 0) {
+        target = argv[3];
+        return bigmaps(atoi(argv[2]));
+    }
     if (argc > 2 && strcmp(argv[1], "reap") == 0) return reap(argv + 2);
     if (argc >= 5 && strcmp(argv[1], "argv") == 0) return argv_chain(argv);
     if (argc == 3 && strcmp(argv[1], "conn") == 0) {
