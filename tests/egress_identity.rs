@@ -655,3 +655,60 @@ fn what_the_proxy_keeps_of_each_process_is_small() {
         assert!(peak < 128 * 1024, "{} MiB", peak / 1024);
     });
 }
+
+#[test]
+fn code_mapped_past_what_the_proxy_reads_is_not_hidden_by_it() {
+    if !ready() || !have_path("/usr/bin/python3") {
+        return;
+    }
+    World::run(|w| {
+        // The proxy reads at most 4 MiB of a process's maps. An allowed Python puts more than
+        // that below its own code (a thousand mappings of a file at a long path, at fixed low
+        // addresses), then loads an object from the workdir, which lands above them.
+        let rules = "  py:
+    endpoints:
+      - {host: pub.test, port: 8080}
+    binaries: [{path: /usr/bin/python3}]
+";
+        let work = workdir(w, &with_rules(rules));
+        let so = evil_so(&work);
+        let py = "import ctypes, os, sys, urllib.request
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+path = '.'
+for _ in range(15):
+    path += '/' + 'd' * 250
+    os.makedirs(path, exist_ok=True)
+fd = os.open(path + '/f', os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+for i in range(1100):
+    # PROT_READ, MAP_PRIVATE | MAP_FIXED_NOREPLACE
+    assert libc.mmap(0x100000000 + i * 0x2000, 4096, 1, 0x2 | 0x100000, fd, 0) == 0x100000000 + i * 0x2000
+ctypes.CDLL(sys.argv[1])
+try:
+    print(urllib.request.urlopen('http://pub.test:8080/past').read().decode())
+except urllib.error.HTTPError as e:
+    print(e.read().decode())
+";
+        std::fs::write(work.join("client.py"), py).unwrap();
+        let (stdout, stderr) = run(
+            w,
+            &work,
+            &["/usr/bin/python3", "client.py", so.to_str().unwrap()],
+        );
+        assert!(
+            stderr.contains("injected"),
+            "the object was loaded: {stderr}"
+        );
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 1, "{stdout}\n{stderr}");
+        assert_eq!(j[0]["error"], "policy_denied", "{}", j[0]);
+        let r = j[0]["reason"].as_str().unwrap();
+        assert!(
+            r.contains("(its mappings are more than 4 MiB of text, past what is read)"),
+            "{r}"
+        );
+        assert_eq!(w.upstream.total(), 0);
+    });
+}

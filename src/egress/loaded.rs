@@ -69,9 +69,19 @@ impl CodeCheck {
     pub fn environment(&self, pid: u32) -> io::Result<Option<String>> {
         let mut b = Vec::new();
         io::Read::read_to_end(
-            &mut io::Read::take(fs::File::open(format!("/proc/{pid}/environ"))?, MAX_READ),
+            &mut io::Read::take(
+                fs::File::open(format!("/proc/{pid}/environ"))?,
+                MAX_READ + 1,
+            ),
             &mut b,
         )?;
+        // The loader reads all of it (a raised stack limit allows more than the cut).
+        if b.len() as u64 > MAX_READ {
+            return Ok(Some(format!(
+                "its environment is more than {} MiB, past what is read",
+                MAX_READ >> 20
+            )));
+        }
         for var in b.split(|c| *c == 0) {
             for name in LOADER_VARS {
                 if let Some(v) = var
@@ -94,9 +104,17 @@ impl CodeCheck {
         let root = has_root_uid(pid)?;
         let mut text = String::new();
         io::Read::read_to_string(
-            &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ),
+            &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ + 1),
             &mut text,
         )?;
+        // The rest is not read, and the process chooses what lies there (maps are in address
+        // order, and it can put mappings below its own): more than the cut is evidence.
+        if text.len() as u64 > MAX_READ {
+            return Ok(Some(format!(
+                "its mappings are more than {} MiB of text, past what is read",
+                MAX_READ >> 20
+            )));
+        }
         let key = (mntns, exe.dev(), exe.ino(), root);
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         if let Some(l) = self
