@@ -553,3 +553,51 @@ fn known_gap_a_preload_that_hides_before_the_connection_is_not_seen() {
         );
     });
 }
+
+#[test]
+fn no_process_of_the_sandbox_can_write_into_or_take_from_an_allowed_one() {
+    if !ready() || !have_path("/usr/bin/python3") {
+        return;
+    }
+    World::run(|w| {
+        // The ways to make an allowed binary's connection, or its memory, another process's:
+        // each refused by the kernel with its exact errno (the view's /proc is read-only;
+        // seccomp refuses the rest).
+        let work = workdir(w, &policy(&format!("      - path: {SLEEP}\n")));
+        let py = "import ctypes, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *a):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])
+    return r, ctypes.get_errno()
+p = subprocess.Popen(['/usr/bin/sleep', '5'])
+try:
+    os.open(f'/proc/{p.pid}/mem', os.O_RDWR)
+    print('mem opened')
+except OSError as e:
+    print('mem', e.errno)
+print('ptrace', sc(101, 16, p.pid, 0, 0)[1])  # PTRACE_ATTACH
+buf = ctypes.create_string_buffer(8)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+print('process_vm_writev', sc(311, p.pid, ctypes.addressof(iov), 1, ctypes.addressof(iov), 1, 0)[1])
+pidfd, e = sc(434, p.pid, 0)
+print('pidfd_open', e)
+print('pidfd_getfd', sc(438, pidfd, 0, 0)[1])
+p.kill()
+";
+        std::fs::write(work.join("steal.py"), py).unwrap();
+        let (stdout, stderr) = run(w, &work, &["/usr/bin/python3", "steal.py"]);
+        assert_eq!(
+            stdout.lines().collect::<Vec<_>>(),
+            [
+                format!("mem {}", libc::EROFS),
+                format!("ptrace {}", libc::EPERM),
+                format!("process_vm_writev {}", libc::EPERM),
+                "pidfd_open 0".to_string(),
+                format!("pidfd_getfd {}", libc::EPERM),
+            ],
+            "{stderr}"
+        );
+    });
+}
