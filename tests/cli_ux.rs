@@ -389,9 +389,10 @@ fn a_mistyped_serve_flag_is_a_usage_error_never_the_main_command() {
         let (code, err) = serve_mode(env, &["serve", "--bogus"]);
         assert_eq!(code, Some(125), "{err}");
     }
-    // The shapes a pod uses still parse: flags, then the main command with its own flags.
+    // The shapes a pod uses still parse: flags, then the main command with its own flags
+    // (run here with no gateway, which takes --no-gateway).
     let wd = Workdir::new();
-    let mut args = vec!["--workdir", wd.path().to_str().unwrap()];
+    let mut args = vec!["--no-gateway", "--workdir", wd.path().to_str().unwrap()];
     if !is_root() {
         args.push("--allow-degraded");
     }

@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -19,7 +18,11 @@ use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, UidLease};
 
-mod stdio;
+mod implicit_workdir;
+mod scratch;
+pub(crate) mod stdio;
+mod tty;
+use scratch::Scratch;
 use stdio::*;
 
 pub use super::report::TIMEOUT_EXIT;
@@ -220,53 +223,6 @@ fn child_env(
     Ok(env)
 }
 
-/// A fresh scratch directory, owned by the sandbox identity, removed on drop.
-struct Scratch {
-    path: PathBuf,
-}
-
-impl Scratch {
-    fn create(owner: Option<Identity>) -> Result<Scratch, RunError> {
-        let base = std::env::temp_dir();
-        let io = |what, source| RunError::Io { what, source };
-        for _ in 0..16 {
-            let name = format!(
-                "openshell-scratch-{}-{:016x}",
-                std::process::id(),
-                rand::random::<u64>()
-            );
-            let path = base.join(name);
-            match std::fs::create_dir(&path) {
-                Ok(()) => {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-                        .map_err(|e| io("setting scratch dir permissions", e))?;
-                    if let Some(id) = owner {
-                        // Never follows a link: the directory is ours, fresh, in a sticky dir.
-                        std::os::unix::fs::lchown(&path, Some(id.uid), Some(id.gid))
-                            .map_err(|e| io("giving the scratch dir to the sandbox uid", e))?;
-                    }
-                    return Ok(Scratch { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(io("creating the scratch dir", e)),
-            }
-        }
-        Err(io(
-            "creating the scratch dir",
-            std::io::Error::from_raw_os_error(libc::EEXIST),
-        ))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.path) {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the scratch dir");
-        }
-    }
-}
-
 /// The signals `run` hands to the command's job instead of acting on them itself (docker
 /// run's `--sig-proxy` set; SIGWINCH is a resize of the pty, with --tty).
 const FORWARDED: [(SignalKind, &str); 6] = [
@@ -332,6 +288,15 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         what: "reading the current directory",
         source,
     })?;
+    if args.flags.workdir.is_none() {
+        let (home, owner_home) = (
+            implicit_workdir::home_env(),
+            implicit_workdir::owner_home(&cwd),
+        );
+        if let Some(why) = implicit_workdir::refusal(&cwd, home.as_deref(), owner_home.as_deref()) {
+            return Err(RunError::Usage(why));
+        }
+    }
     let loaded = load_policy(
         &args.flags,
         args.policy_file.as_deref(),
@@ -408,6 +373,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // One run, one exec: no cgroup is made ahead for a next exec.
     let sandbox = Sandbox::new(policy)?;
     sandbox.one_exec_only();
+    let owner = root.then_some(Identity {
+        uid: child_uid,
+        gid: child_gid,
+    });
+    scratch::set_home(&mut env, &args, &sandbox, owner, scratch.as_ref())?;
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match loaded.network {
         Some(rules) => Some(super::egress::RunEgress::start(&sandbox, rules)?),
@@ -512,54 +482,19 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // With --tty: the pty whose size follows our terminal's (SIGWINCH).
     let mut pty_master = None;
     let (mut child, out_task, err_task, raw_terminal) = if args.tty {
-        let (cols, rows) = our_winsize();
-        let (master, slave) = super::pty::open(cols, rows).map_err(|source| RunError::Io {
-            what: "allocating a pty",
-            source,
-        })?;
-        let child = sandbox
-            .spawn(SpawnSpec {
-                argv: args.command.clone(),
-                env,
-                cwd: None,
-                stdin: Stdio::Fd(slave.stdin),
-                stdout: Stdio::Fd(slave.stdout),
-                stderr: Stdio::Fd(slave.stderr),
-                controlling_tty: true,
-                program_fd: None,
-            })
+        let spawned = tty::spawn(&sandbox, &args.command, env, opts("stdout"))
             .await
-            .map_err(not_started)?;
-        // Raw mode only once the child runs, and undone by drop on every way out.
-        let raw = RawTerminal::enter()?;
-        let writer = master.dup_fd().map_err(|source| RunError::Io {
-            what: "duplicating the pty master",
-            source,
-        })?;
-        std::thread::Builder::new()
-            .name("stdin-feeder".into())
-            .spawn(move || copy_stdin(writer))
-            .map_err(|source| RunError::Io {
-                what: "starting the stdin thread",
-                source,
+            .map_err(|e| match e {
+                tty::TtyError::Spawn(e) => not_started(e),
+                tty::TtyError::Setup(e) => e,
             })?;
-        // The pty carries stdout and stderr together: one stream, capped as stdout.
-        let (mut w, r) = tokio::io::duplex(64 * 1024);
-        let master = std::sync::Arc::new(master);
-        pty_master = Some(master.clone());
-        tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(n @ 1..) = master.read(&mut buf).await {
-                if w.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let o = opts("stdout");
-        let out_task = tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), o).await });
-        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
-        (child, out_task, err_task, raw)
+        pty_master = Some(spawned.master);
+        (
+            spawned.child,
+            spawned.out_task,
+            tokio::spawn(async { Ok(StreamStats::default()) }),
+            spawned.raw,
+        )
     } else if args.merge_output || same_open_file(1, 2) {
         let (r, w, w2) = merged_pipe()?;
         let child = sandbox

@@ -86,6 +86,9 @@ pub struct PreparedRuleset {
     read_exec_bits: u64,
 }
 
+/// The right [`PreparedRuleset::add_view_root_rule`] grants: listing a directory.
+const READ_DIR_BITS: u64 = 1 << 3; // LANDLOCK_ACCESS_FS_READ_DIR
+
 /// Build the ruleset for these rules. `want_net_restriction` and `want_scopes` are requested
 /// only when the kernel supports them; the caller decides (fail closed or degrade) when it does
 /// not, from `support`.
@@ -162,14 +165,33 @@ impl PreparedRuleset {
     /// stays in the ruleset after the exec: about a hundred bytes per exec, and inert once that
     /// proc instance is unmounted. Async-signal-safe: raw syscalls only.
     pub fn add_fresh_proc_rule(&self) -> Result<(), i32> {
+        self.add_rule_here(c"/proc", self.read_exec_bits)
+    }
+
+    /// Child side, in the view, before [`PreparedRuleset::enforce`]: allow listing the view's
+    /// root (`ls /`, `find /`, shells and build tools that read it). The root is a tmpfs that
+    /// holds only the grants (view_root.rs), so listing it shows nothing else; it exists only
+    /// in the view, so the supervisor cannot name it. The right covers every directory below
+    /// too, as Landlock rules do: there it adds nothing to a grant's own rights, the covers of
+    /// denied paths are mode 000 to the sandbox (which holds no capability to override that),
+    /// and what it newly lets be listed is the view's own scaffolding (`/dev` holding only the
+    /// granted devices, the directories leading to a grant). Only where the view has that
+    /// root: on the host's root this would list the whole filesystem. Async-signal-safe.
+    pub fn add_view_root_rule(&self) -> Result<(), i32> {
+        self.add_rule_here(c"/", READ_DIR_BITS)
+    }
+
+    /// Add a path-beneath rule with `access` on `path` as this process sees it (the ruleset is
+    /// shared, see [`PreparedRuleset::add_fresh_proc_rule`]). Raw syscalls only.
+    fn add_rule_here(&self, path: &std::ffi::CStr, access: u64) -> Result<(), i32> {
         const LANDLOCK_RULE_PATH_BENEATH: u32 = 1;
-        // SAFETY: open of a static path; the fd is closed below.
-        let fd = unsafe { libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        // SAFETY: open of a NUL-terminated path; the fd is closed below.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
         if fd < 0 {
             return Err(crate::sys::errno());
         }
         let attr = PathBeneathAttr {
-            allowed_access: self.read_exec_bits,
+            allowed_access: access,
             parent_fd: fd,
         };
         // SAFETY: the ruleset fd is live; `attr` is a valid packed attr on our stack.

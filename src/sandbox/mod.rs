@@ -386,12 +386,20 @@ fn prepare_inner(
     )?;
     layers.extend(limit_rows);
 
-    let installed = decide::installed(
+    let mut installed = decide::installed(
         &fs_rules,
         landlock.as_ref().map(|p| (p.network_restricted, p.scoped)),
         socket_rules,
         seccomp.is_some(),
     );
+    // Added by each exec in the view (child/mod.rs), where only it can name that root; not
+    // one of the path rules prepared here, so listed beside the network and scope rules.
+    if view.root && landlock.is_some() {
+        installed.landlock.push(decide::InstalledRule {
+            path: "(view root)".into(),
+            access: "list / in each exec's view (it holds only the grants)".into(),
+        });
+    }
     Ok(Prepared {
         landlock,
         seccomp,

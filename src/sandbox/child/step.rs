@@ -94,6 +94,7 @@ steps! {
     NoNewPrivs => "set no_new_privs",
     ParentDeath => "set parent-death signal",
     LandlockProcRule => "grant read on the exec's /proc",
+    LandlockRootRule => "grant listing the view's root",
     Landlock => "landlock",
     CloseFds => "close fds",
     ResetSignals => "reset signal dispositions and mask",
