@@ -11,9 +11,9 @@
 //!   integrity pin covers). The file is opened through `/proc/<pid>/map_files/`, which gives
 //!   the very mount it was mapped through, and is trusted when that mount is read-only
 //!   (`fstatvfs`: the sandbox's view binds every read-only grant so), or when the file is
-//!   root's and not writable by group or others while the process itself has no root uid (a
-//!   system library on a writable mount, without the view; a `--uid 0` sandbox owns what it
-//!   writes, so for it only the read-only mount counts). Anything else (the sandbox's `/tmp`,
+//!   root's and not writable by group or others, unless the process is a sandbox's running as
+//!   root (a system library on a writable mount, without the view; a `--uid 0` sandbox owns
+//!   what it writes, so for it only the read-only mount counts). Anything else (the sandbox's `/tmp`,
 //!   the workdir, a memfd, a deleted file of the sandbox's) is untrusted. Where
 //!   `map_files` is refused (it needs `CAP_SYS_ADMIN`), the path the maps show is looked up
 //!   in the process's root and trusted only when it is the same inode and root's (and the
@@ -38,7 +38,7 @@ const VERDICTS_MAX: usize = 4096;
 /// The part of an environment or a maps file read.
 const MAX_READ: u64 = 4 << 20;
 
-/// (mount namespace, device, inode, path, whether the process is root): within one mount
+/// (mount namespace, device, inode, path, [`sandboxed_root`]): within one mount
 /// namespace a path is one mount, and a file the sandbox could not write stays so.
 type FileKey = (u64, u64, u64, String, bool);
 
@@ -101,7 +101,7 @@ impl CodeCheck {
     pub fn mappings(&self, pid: u32) -> io::Result<Option<String>> {
         let exe = fs::metadata(format!("/proc/{pid}/exe"))?;
         let mntns = ns_inode(pid, "mnt")?;
-        let root = has_root_uid(pid)?;
+        let root = sandboxed_root(pid)?;
         let mut text = String::new();
         io::Read::read_to_string(
             &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ + 1),
@@ -236,7 +236,8 @@ impl Mapping<'_> {
 }
 
 /// `None`: the sandbox could not have written the file. `Some(why)` otherwise. `root`: the
-/// process has uid 0 (`--uid 0`), and root's files are no sign of the system's.
+/// process is a sandbox's running as root ([`sandboxed_root`]), and root's files are no sign
+/// of the system's.
 fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64), root: bool) -> Option<String> {
     let roots_only = |meta: &fs::Metadata| !root && roots_only(meta);
     let untrusted = || Some(format!("maps {}, a file the sandbox could write", m.path));
@@ -278,15 +279,21 @@ fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64), root: bool) -> Option<Str
     }
 }
 
-/// Whether any of `pid`'s uids (real, effective, saved, filesystem) is root's: a sandbox run
-/// with `--uid 0` owns what it writes as root (without capabilities, it cannot change uid).
-fn has_root_uid(pid: u32) -> io::Result<bool> {
+/// Whether `pid` is a process of a sandbox that runs as root (`--uid 0`): a root uid (real,
+/// effective, saved or filesystem) under no_new_privs, which the sandbox sets on every process
+/// it starts and no process can clear. Such a process owns what it writes as root (without
+/// capabilities, it cannot change uid). A root process without no_new_privs is none of a
+/// sandbox's (a test's client, the supervisor's own), and keeps the plain rule.
+fn sandboxed_root(pid: u32) -> io::Result<bool> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let uids = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .ok_or_else(|| io::Error::other(format!("no Uid line in /proc/{pid}/status")))?;
-    Ok(uids.split_whitespace().any(|u| u == "0"))
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .ok_or_else(|| io::Error::other(format!("no {name} line in /proc/{pid}/status")))
+    };
+    let root = field("Uid:")?.split_whitespace().any(|u| u == "0");
+    Ok(root && field("NoNewPrivs:")?.trim() == "1")
 }
 
 /// Root's, and writable by nobody else: a sandbox that is not root cannot have written it.
@@ -353,7 +360,7 @@ mod tests {
         }
         assert_eq!(
             c.mappings(me).unwrap().is_some(),
-            has_root_uid(me).unwrap() && libc_ro == Some(false)
+            sandboxed_root(me).unwrap() && libc_ro == Some(false)
         );
         let env = c.environment(me).unwrap();
         assert_eq!(
