@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod identity;
 pub mod l7_servers;
 pub mod servers;
 
