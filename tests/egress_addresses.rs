@@ -159,3 +159,65 @@ fn a_name_that_does_not_resolve_is_reported_as_such() {
         assert_eq!(w.upstream.total(), 0);
     });
 }
+
+#[test]
+fn every_spelling_of_a_private_address_is_internal_to_a_glob() {
+    if !require() {
+        return;
+    }
+    World::run(|w| {
+        // Host globs of three and four labels match numeric hosts that are not dotted quads
+        // (inet_aton's hex, octal and short forms, which the supervisor's resolver reads as
+        // IPv4) and IPv6 forms that embed an IPv4 address: each is the private upstream, and a
+        // glob reaches public addresses only.
+        let work = w.tmp.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(
+            work.join("policy.yaml"),
+            "version: 1
+filesystem_policy:
+  include_workdir: true
+  read_only: [/usr, /lib, /lib64, /bin, /etc]
+network_policies:
+  globs:
+    endpoints:
+      - {host: \"*.*.*\", port: 8080}
+      - {host: \"*.*.*.*\", port: 8080}
+    binaries: [{path: \"/**\"}]
+",
+        )
+        .unwrap();
+        let hostile = work.join("hostile");
+        cc(&support_file("hostile.c"), &hostile, &["-pthread"]);
+        let forms = [
+            "0x0a.0x4d.0.0x0a",
+            "012.0115.0.012",
+            "10.77.10",
+            "0x0a.0x4d.0x0a",
+            "[::ffff:10.77.0.10]",
+            "[::ffff:0:10.77.0.10]",
+            "[64:ff9b::10.77.0.10]",
+            "[::10.77.0.10]",
+        ];
+        let script: Vec<String> = forms
+            .iter()
+            .map(|f| format!("{} conn {f}:8080", hostile.display()))
+            .collect();
+        let mut c = osb(&w.hosts, &work);
+        c.args(["run", "--policy", "policy.yaml", "--", "sh", "-c"])
+            .arg(script.join("; "));
+        let out = finish(c, Duration::from_secs(120));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let answers: Vec<&str> = stdout.lines().collect();
+        assert_eq!(answers.len(), 2 * forms.len(), "{out:?}");
+        for (i, form) in forms.iter().enumerate() {
+            assert_eq!(answers[2 * i], "HTTP/1.1 403 Forbidden", "{form}: {stdout}");
+            let body: serde_json::Value =
+                serde_json::from_str(answers[2 * i + 1].strip_prefix("BODY ").unwrap()).unwrap();
+            assert_eq!(body["error"], "ssrf_denied", "{form}: {body}");
+            let d = body["detail"].as_str().unwrap();
+            assert!(d.ends_with("blocked: internal address"), "{form}: {d}");
+        }
+        assert_eq!(w.upstream.count(PRIVATE), 0);
+    });
+}

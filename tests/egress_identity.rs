@@ -5,78 +5,11 @@
 
 mod egress_support;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use egress_support::binary::*;
+use egress_support::identity::*;
 use egress_support::*;
-
-const SLEEP: &str = "/usr/bin/sleep";
-
-/// One rule, `holder`, for pub.test:8080 with these `binaries` entries.
-fn policy(binaries: &str) -> String {
-    with_rules(&format!(
-        "  holder:\n    endpoints:\n      - host: pub.test\n        port: 8080\n    binaries:\n{binaries}"
-    ))
-}
-
-/// The workdir of one run, with `policy.yaml` and the hostile child built into it.
-fn workdir(w: &World, yaml: &str) -> PathBuf {
-    let work = w.tmp.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(work.join("policy.yaml"), yaml).unwrap();
-    cc(
-        &support_file("hostile.c"),
-        &work.join("hostile"),
-        &["-pthread"],
-    );
-    work
-}
-
-/// `run --policy policy.yaml -- ARGS`, its stdout and stderr.
-fn run(w: &World, work: &Path, args: &[&str]) -> (String, String) {
-    let mut c = osb(&w.hosts, work);
-    c.args([
-        "run",
-        "--log-level",
-        "warn,egress=debug",
-        "--policy",
-        "policy.yaml",
-        "--",
-    ])
-    .args(args);
-    let out = finish(c, Duration::from_secs(120));
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Each answer the hostile child printed: (status line, the JSON body when refused).
-fn answers(stdout: &str) -> Vec<(String, Option<serde_json::Value>)> {
-    let mut out: Vec<(String, Option<serde_json::Value>)> = Vec::new();
-    for l in stdout.lines() {
-        if let Some(b) = l.strip_prefix("BODY ") {
-            if let Some(last) = out.last_mut() {
-                last.1 = serde_json::from_str(b).ok();
-            }
-        } else {
-            out.push((l.to_string(), None));
-        }
-    }
-    out
-}
-
-fn reason(a: &(String, Option<serde_json::Value>)) -> String {
-    assert_eq!(a.0, "HTTP/1.1 403 Forbidden", "{a:?}");
-    let b = a.1.as_ref().expect("a JSON refusal");
-    assert_eq!(b["error"], "policy_denied", "{b}");
-    b["reason"].as_str().unwrap_or_default().to_string()
-}
-
-fn ready() -> bool {
-    require() && have_path(SLEEP)
-}
 
 #[test]
 fn a_thread_of_an_exited_leader_is_a_holder_of_its_socket() {
@@ -255,41 +188,6 @@ fn the_allowed_holder_alone_is_still_allowed() {
         );
         assert_eq!(w.upstream.total(), 1);
     });
-}
-
-/// A shared object whose constructor announces itself: code the sandbox wrote, loaded into
-/// an allowed binary.
-const EVIL_C: &str = "#include <stdio.h>\n__attribute__((constructor)) static void hi(void) { fputs(\"injected\\n\", stderr); }\n";
-
-fn evil_so(work: &Path) -> PathBuf {
-    let src = work.join("evil.c");
-    std::fs::write(&src, EVIL_C).unwrap();
-    let so = work.join("evil.so");
-    cc(&src, &so, &["-shared", "-fPIC"]);
-    so
-}
-
-/// The lines of `sh -c SCRIPT` run in the sandbox, each a JSON body (the upstream's echo of
-/// the request, or the proxy's refusal).
-fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
-    stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
-}
-
-/// A policy of `rules` (the `network_policies` entries, indented by two).
-fn with_rules(rules: &str) -> String {
-    format!(
-        "version: 1
-filesystem_policy:
-  include_workdir: true
-  read_only: [/usr, /lib, /lib64, /bin, /etc]
-  read_write: [/tmp, /dev/null]
-network_policies:
-{rules}"
-    )
 }
 
 #[test]
@@ -495,5 +393,211 @@ fn a_holder_in_another_sandbox_namespace_is_a_holder() {
             "{r}"
         );
         assert_eq!(w.upstream.total(), 0);
+    });
+}
+
+#[test]
+fn an_allowed_binarys_image_from_elsewhere_does_not_speak_as_it() {
+    if !ready() || !have_path("/usr/bin/curl") || !have_path("/usr/bin/python3") {
+        return;
+    }
+    World::run(|w| {
+        let strict = "  strict:
+    endpoints:
+      - {host: pub.test, port: 8080}
+    binaries: [{path: /usr/bin/curl}]
+";
+        let work = workdir(w, &with_rules(strict));
+        let libcurl = std::fs::canonicalize("/lib/x86_64-linux-gnu/libcurl.so.4")
+            .or_else(|_| std::fs::canonicalize("/usr/lib/x86_64-linux-gnu/libcurl.so.4"))
+            .unwrap();
+        // The copies are made in the sandbox: the sandbox's own files.
+        let memfd = "import os, sys
+fd = os.memfd_create('curl')
+os.write(fd, open('/usr/bin/curl', 'rb').read())
+os.execv(f'/proc/self/fd/{fd}', ['curl', '-sS', 'http://pub.test:8080/memfd'])
+";
+        std::fs::write(work.join("memfd.py"), memfd).unwrap();
+        let script = format!(
+            "cp /usr/bin/curl ./curl && ./curl -sS http://pub.test:8080/copy; echo
+mkdir -p usr/bin && cp /usr/bin/curl usr/bin/curl && ./usr/bin/curl -sS http://pub.test:8080/nested; echo
+/usr/bin/python3 memfd.py; echo
+mkdir -p lib && cp {} lib/libcurl.so.4 && LD_LIBRARY_PATH=$PWD/lib curl -sS http://pub.test:8080/library; echo
+curl -sS http://pub.test:8080/real; echo",
+            libcurl.display()
+        );
+        let (stdout, stderr) = run(w, &work, &["sh", "-c", &script]);
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 5, "{stdout}\n{stderr}");
+        let refused = |v: &serde_json::Value, start: &str, end: &str| {
+            assert_eq!(v["error"], "policy_denied", "{v}");
+            let r = v["reason"].as_str().unwrap();
+            assert!(r.starts_with(start) && r.ends_with(end), "{start}: {r}");
+        };
+        let w_ = work.display();
+        refused(&j[0], &format!("binary '{w_}/curl' not allowed"), "");
+        refused(
+            &j[1],
+            &format!("binary '{w_}/usr/bin/curl' not allowed"),
+            "",
+        );
+        refused(&j[2], "binary '/memfd:curl' not allowed", "");
+        refused(
+            &j[3],
+            "binary '/usr/bin/curl' not allowed",
+            &format!(
+                "; '/usr/bin/curl' may run code the sandbox could have written or chosen (maps {w_}/lib/libcurl.so.4, a file the sandbox could write), which the rule admits only with allow_untrusted_code: true"
+            ),
+        );
+        assert_eq!(j[4]["request"], "GET /real HTTP/1.1");
+        assert_eq!(w.upstream.total(), 1);
+    });
+}
+
+#[test]
+fn code_a_root_sandbox_wrote_is_not_the_systems() {
+    if !ready() || !have_path("/usr/bin/python3") {
+        return;
+    }
+    World::run(|w| {
+        // `--uid 0`: root without capabilities still owns what it writes, so a root-owned
+        // file is no sign that the sandbox could not have written it.
+        let rules = "  py:
+    endpoints:
+      - {host: pub.test, port: 8080}
+    binaries: [{path: /usr/bin/python3}]
+";
+        let work = workdir(w, &with_rules(rules));
+        let so = evil_so(&work);
+        let py = "import ctypes, shutil, sys, urllib.request
+if sys.argv[1] == 'evil':
+    shutil.copy(sys.argv[2], '/tmp/evil.so')
+    ctypes.CDLL('/tmp/evil.so')
+try:
+    print(urllib.request.urlopen('http://pub.test:8080/' + sys.argv[1]).read().decode())
+except urllib.error.HTTPError as e:
+    print(e.read().decode())
+";
+        std::fs::write(work.join("client.py"), py).unwrap();
+        let c = run_command_with(
+            w,
+            &work,
+            &["--uid", "0"],
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "/usr/bin/python3 client.py evil {so}; /usr/bin/python3 client.py plain",
+                    so = so.display()
+                ),
+            ],
+        );
+        let out = finish(c, Duration::from_secs(120));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("injected"),
+            "the object was loaded: {stderr}"
+        );
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 2, "{stdout}\n{stderr}");
+        assert_eq!(j[0]["error"], "policy_denied", "{}", j[0]);
+        let r = j[0]["reason"].as_str().unwrap();
+        assert!(
+            r.contains("(maps /tmp/evil.so, a file the sandbox could write)"),
+            "{r}"
+        );
+        // The system's libraries come through read-only mounts: still trusted.
+        assert_eq!(j[1]["request"], "GET /plain HTTP/1.1");
+        assert_eq!(w.upstream.total(), 1);
+    });
+}
+
+/// KNOWN GAP (SECURITY.md, "What a `binaries` rule is"): the evidence of injected code is
+/// read from the process when it connects, and code that ran before can remove it. A
+/// preloaded object that rewrites its `LD_PRELOAD=` in the environment block and unmaps its
+/// own code (tests/egress_support/hide.c) leaves an allowed curl that is admitted. This
+/// asserts what happens today.
+#[test]
+fn known_gap_a_preload_that_hides_before_the_connection_is_not_seen() {
+    if !ready() || !have_path("/usr/bin/curl") {
+        return;
+    }
+    World::run(|w| {
+        let strict = "  strict:
+    endpoints:
+      - {host: pub.test, port: 8080}
+    binaries: [{path: /usr/bin/curl}]
+";
+        let work = workdir(w, &with_rules(strict));
+        let so = work.join("hide.so");
+        cc(
+            &support_file("hide.c"),
+            &so,
+            &["-O2", "-fno-stack-protector", "-shared", "-fPIC"],
+        );
+        let script = format!(
+            "LD_PRELOAD={so} curl -sS http://pub.test:8080/hidden; echo",
+            so = so.display()
+        );
+        let (stdout, stderr) = run(w, &work, &["sh", "-c", &script]);
+        assert!(stderr.contains("injected"), "the object ran: {stderr}");
+        let j = json_lines(&stdout);
+        assert_eq!(j.len(), 1, "{stdout}\n{stderr}");
+        assert_eq!(j[0]["request"], "GET /hidden HTTP/1.1", "{}", j[0]);
+        assert_eq!(w.upstream.total(), 1);
+        // Past the harness's capture: a known gap shows on every run.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"KNOWN GAP [egress identity] a preloaded object that scrubbed its LD_PRELOAD and unmapped its code was not seen in an allowed curl\n",
+        );
+    });
+}
+
+#[test]
+fn no_process_of_the_sandbox_can_write_into_or_take_from_an_allowed_one() {
+    if !ready() || !have_path("/usr/bin/python3") {
+        return;
+    }
+    World::run(|w| {
+        // The ways to make an allowed binary's connection, or its memory, another process's:
+        // each refused by the kernel with its exact errno (the view's /proc is read-only;
+        // seccomp refuses the rest).
+        let work = workdir(w, &policy(&format!("      - path: {SLEEP}\n")));
+        let py = "import ctypes, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *a):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])
+    return r, ctypes.get_errno()
+p = subprocess.Popen(['/usr/bin/sleep', '5'])
+try:
+    os.open(f'/proc/{p.pid}/mem', os.O_RDWR)
+    print('mem opened')
+except OSError as e:
+    print('mem', e.errno)
+print('ptrace', sc(101, 16, p.pid, 0, 0)[1])  # PTRACE_ATTACH
+buf = ctypes.create_string_buffer(8)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+print('process_vm_writev', sc(311, p.pid, ctypes.addressof(iov), 1, ctypes.addressof(iov), 1, 0)[1])
+pidfd, e = sc(434, p.pid, 0)
+print('pidfd_open', e)
+print('pidfd_getfd', sc(438, pidfd, 0, 0)[1])
+p.kill()
+";
+        std::fs::write(work.join("steal.py"), py).unwrap();
+        let (stdout, stderr) = run(w, &work, &["/usr/bin/python3", "steal.py"]);
+        assert_eq!(
+            stdout.lines().collect::<Vec<_>>(),
+            [
+                format!("mem {}", libc::EROFS),
+                format!("ptrace {}", libc::EPERM),
+                format!("process_vm_writev {}", libc::EPERM),
+                "pidfd_open 0".to_string(),
+                format!("pidfd_getfd {}", libc::EPERM),
+            ],
+            "{stderr}"
+        );
     });
 }

@@ -147,21 +147,28 @@ impl Freezer {
         dir.join(file).exists().then_some(Group { dir, v2: is_v2 })
     }
 
-    /// Freeze the groups of `pids`; `None` (nothing left frozen) when any of them cannot be.
-    pub fn freeze(&self, pids: &[u32]) -> Option<Frozen> {
+    /// Freeze the groups of `pids`. [`NotFrozen::Unavailable`] when one of them is not ours to
+    /// freeze (no hierarchy, the root group, the supervisor's own); [`NotFrozen::Failed`] when
+    /// they are but did not freeze, which the sandbox can cause (a task the freezer cannot
+    /// stop for a while): nothing is left frozen either way.
+    pub fn freeze(&self, pids: &[u32]) -> Result<Frozen, NotFrozen> {
         if self.v1.is_none() && self.v2.is_none() {
             tracing::debug!(target: "egress", "no freezer hierarchy with a group of the supervisor's: scans are not frozen");
-            return None;
+            return Err(NotFrozen::Unavailable);
         }
         let mut groups: Vec<Group> = Vec::new();
         for &pid in pids {
-            // A process that exited since it was listed holds nothing.
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                continue;
-            }
-            let g = self.group_of(pid)?;
-            if !groups.contains(&g) {
-                groups.push(g);
+            match self.group_of(pid) {
+                Some(g) => {
+                    if !groups.contains(&g) {
+                        groups.push(g);
+                    }
+                }
+                // A process that exited since it was listed holds nothing; asking only after
+                // the read failed leaves no moment at which a process of the sandbox that
+                // exits makes the whole scan unfrozen.
+                None if !Path::new(&format!("/proc/{pid}")).exists() => {}
+                None => return Err(NotFrozen::Unavailable),
             }
         }
         let mut f = Frozen {
@@ -170,25 +177,51 @@ impl Freezer {
             all: groups.clone(),
         };
         for g in groups {
-            match g.state()? {
-                State::Thawed => {
-                    g.set(true)?;
+            match g.state() {
+                Some(State::Thawed) => {
+                    if g.set(true).is_none() {
+                        return Err(NotFrozen::Failed(format!(
+                            "{} could not be frozen",
+                            g.dir.display()
+                        )));
+                    }
                     f.ours.push(g);
                 }
                 // Someone else's freeze (the exec's kill): left to them.
-                State::Frozen | State::Freezing => {}
+                Some(State::Frozen | State::Freezing) => {}
+                None => {
+                    return Err(NotFrozen::Failed(format!(
+                        "the state of {} could not be read",
+                        g.dir.display()
+                    )));
+                }
             }
         }
+        crate::pause::point("identity-freeze");
         let start = Instant::now();
         while !f.all.iter().all(|g| g.state() == Some(State::Frozen)) {
             if start.elapsed() > FREEZE_WAIT {
-                tracing::debug!(target: "egress", "the sandbox's cgroups did not freeze within {FREEZE_WAIT:?}: this scan is not frozen");
-                return None;
+                tracing::debug!(target: "egress", "the sandbox's cgroups did not freeze within {FREEZE_WAIT:?}");
+                return Err(NotFrozen::Failed(format!(
+                    "its cgroups did not freeze within {FREEZE_WAIT:?}"
+                )));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        Some(f)
+        Ok(f)
     }
+}
+
+/// Why a scan was not made with the sandbox frozen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotFrozen {
+    /// Nothing to freeze with: no freezer hierarchy, or a process in a group that is not the
+    /// sandbox's own (the root group, the supervisor's). Scans are best effort, as SECURITY.md
+    /// says.
+    Unavailable,
+    /// The sandbox's own groups did not stand still (see [`Freezer::freeze`]), or one was
+    /// thawed, or a process was outside them, while the scan ran.
+    Failed(String),
 }
 
 /// The groups of one scan, frozen; the ones this froze thaw on drop.
@@ -404,6 +437,9 @@ mod tests {
 
     #[test]
     fn nothing_to_freeze_without_a_hierarchy() {
-        assert!(Freezer::none().freeze(&[std::process::id()]).is_none());
+        assert_eq!(
+            Freezer::none().freeze(&[std::process::id()]).err(),
+            Some(NotFrozen::Unavailable)
+        );
     }
 }

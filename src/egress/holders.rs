@@ -28,7 +28,9 @@
 //! in and out of flight can be caught at neither place unless the sandbox stands still: the
 //! scan runs with the sandbox's cgroups frozen where they can be ([`super::freeze`]), which
 //! makes it a snapshot. Without a freezer (no cgroup, or a cgroup shared with the
-//! supervisor), it is best effort against such a process (SECURITY.md says so).
+//! supervisor), it is best effort against such a process (SECURITY.md says so). A freeze that
+//! could have held and did not (a task the freezer cannot stop yet, a group thawed meanwhile)
+//! is reported as such, and the lookup does not decide on that scan.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -36,7 +38,7 @@ use std::io::{self, BufRead};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
-use super::freeze::Freezer;
+use super::freeze::{Freezer, NotFrozen};
 use super::identity::ns_inode;
 
 /// One process holding a socket: its thread-group id, and a task whose fd table holds it
@@ -48,7 +50,7 @@ pub struct Holder {
 }
 
 /// A view of every socket reference in one network namespace.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Snapshot {
     pub built: Option<Instant>,
     /// socket inode -> its holders, one per process.
@@ -59,8 +61,22 @@ pub struct Snapshot {
     pub in_flight: Vec<(u32, u32, u32)>,
     /// What could not be read, and why: the first such place.
     pub unreadable: Option<(String, io::Error)>,
-    /// Whether every process of the namespace stood still (frozen) while it was read.
-    pub frozen: bool,
+    /// Whether every process of the namespaces stood still (frozen) while they were read:
+    /// `Ok(())`, or why not.
+    pub frozen: Result<(), NotFrozen>,
+}
+
+impl Default for Snapshot {
+    fn default() -> Snapshot {
+        Snapshot {
+            built: None,
+            owners: HashMap::new(),
+            any_member: None,
+            in_flight: Vec::new(),
+            unreadable: None,
+            frozen: Err(NotFrozen::Unavailable),
+        }
+    }
 }
 
 impl Snapshot {
@@ -134,6 +150,7 @@ fn tasks(pid: u32) -> Vec<u32> {
 /// frozen where `freezer` can freeze them all. `own` (one of them) is the namespace whose
 /// member the snapshot names for the `/proc/<pid>/net/tcp` fallback.
 pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
+    crate::pause::point("identity-scan");
     let started = Instant::now();
     let first = members(netns);
     let pids: Vec<u32> = first.iter().map(|m| m.0).collect();
@@ -145,7 +162,7 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
     let unix = unix_inodes(&first);
     // Frozen, the namespaces are listed again: a child forked before the freeze took hold is
     // in a frozen group but not in the first list. Not frozen, nothing stands still anyway.
-    let now = if frozen.is_some() {
+    let now = if frozen.is_ok() {
         members(netns)
     } else {
         first
@@ -158,9 +175,16 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
         seen.push(pid);
     }
     // A snapshot only if the processes read are the ones frozen, and stayed so throughout.
-    snap.frozen = frozen
-        .as_ref()
-        .is_some_and(|f| f.covers(&seen) && f.still_frozen());
+    snap.frozen = match &frozen {
+        Ok(f) if !f.covers(&seen) => Err(NotFrozen::Failed(
+            "a process joined the sandbox from outside its frozen cgroups while it was read".into(),
+        )),
+        Ok(f) if !f.still_frozen() => Err(NotFrozen::Failed(
+            "its cgroups were thawed while it was read".into(),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.clone()),
+    };
     drop(frozen);
     snap.built = Some(started);
     snap

@@ -81,6 +81,10 @@ pub enum IdentityError {
     )]
     InFlight { inode: u64, where_: String },
     #[error(
+        "socket inode {inode}: the sandbox could not be held still while its holders were read ({why}), so they cannot be accounted for"
+    )]
+    NotFrozen { inode: u64, why: String },
+    #[error(
         "socket inode {inode}: {what}, so the socket's holders cannot be accounted for: {source}"
     )]
     Unreadable {

@@ -11,11 +11,13 @@
 //!   integrity pin covers). The file is opened through `/proc/<pid>/map_files/`, which gives
 //!   the very mount it was mapped through, and is trusted when that mount is read-only
 //!   (`fstatvfs`: the sandbox's view binds every read-only grant so), or when the file is
-//!   root's and not writable by group or others (the sandbox never runs as root: a system
-//!   library on a writable mount, without the view). Anything else (the sandbox's `/tmp`,
+//!   root's and not writable by group or others, unless the process is a sandbox's running as
+//!   root (a system library on a writable mount, without the view; a `--uid 0` sandbox owns
+//!   what it writes, so for it only the read-only mount counts). Anything else (the sandbox's `/tmp`,
 //!   the workdir, a memfd, a deleted file of the sandbox's) is untrusted. Where
 //!   `map_files` is refused (it needs `CAP_SYS_ADMIN`), the path the maps show is looked up
-//!   in the process's root and trusted only when it is the same inode and root's.
+//!   in the process's root and trusted only when it is the same inode and root's (and the
+//!   process not root).
 //!
 //! Not seen: code the process makes itself in anonymous memory (an interpreter running a
 //! script it was given, a JIT): a binary that runs whatever it is told is that code's voice,
@@ -27,6 +29,8 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::Mutex;
 
+use sha2::{Digest, Sha256};
+
 use super::identity::ns_inode;
 
 /// Verdicts remembered at most; the table is cleared when full.
@@ -34,9 +38,9 @@ const VERDICTS_MAX: usize = 4096;
 /// The part of an environment or a maps file read.
 const MAX_READ: u64 = 4 << 20;
 
-/// (mount namespace, device, inode, path): within one mount namespace a path is one mount,
-/// and a file the sandbox could not write stays so.
-type FileKey = (u64, u64, u64, String);
+/// (mount namespace, device, inode, path, [`sandboxed_root`]): within one mount
+/// namespace a path is one mount, and a file the sandbox could not write stays so.
+type FileKey = (u64, u64, u64, String, bool);
 
 /// The per-file verdicts (`None`: trusted; `Some(why)`), and each process's last maps with
 /// the answer they gave.
@@ -48,10 +52,12 @@ pub struct CodeCheck {
 
 /// A process's maps as last read: the same text of the same executable in the same mount
 /// namespace gives the same answer, without parsing it again (a process making a burst of
-/// connections is checked once per connection).
+/// connections is checked once per connection). The text is kept as its SHA-256: it is up to
+/// [`MAX_READ`] of the sandbox's choosing per process, which for every remembered process
+/// would be gigabytes of the supervisor's memory.
 struct LastMaps {
-    key: (u64, u64, u64),
-    text: String,
+    key: (u64, u64, u64, bool),
+    digest: [u8; 32],
     answer: Option<String>,
 }
 
@@ -63,9 +69,19 @@ impl CodeCheck {
     pub fn environment(&self, pid: u32) -> io::Result<Option<String>> {
         let mut b = Vec::new();
         io::Read::read_to_end(
-            &mut io::Read::take(fs::File::open(format!("/proc/{pid}/environ"))?, MAX_READ),
+            &mut io::Read::take(
+                fs::File::open(format!("/proc/{pid}/environ"))?,
+                MAX_READ + 1,
+            ),
             &mut b,
         )?;
+        // The loader reads all of it (a raised stack limit allows more than the cut).
+        if b.len() as u64 > MAX_READ {
+            return Ok(Some(format!(
+                "its environment is more than {} MiB, past what is read",
+                MAX_READ >> 20
+            )));
+        }
         for var in b.split(|c| *c == 0) {
             for name in LOADER_VARS {
                 if let Some(v) = var
@@ -85,23 +101,33 @@ impl CodeCheck {
     pub fn mappings(&self, pid: u32) -> io::Result<Option<String>> {
         let exe = fs::metadata(format!("/proc/{pid}/exe"))?;
         let mntns = ns_inode(pid, "mnt")?;
+        let root = sandboxed_root(pid)?;
         let mut text = String::new();
         io::Read::read_to_string(
-            &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ),
+            &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ + 1),
             &mut text,
         )?;
-        let key = (mntns, exe.dev(), exe.ino());
+        // The rest is not read, and the process chooses what lies there (maps are in address
+        // order, and it can put mappings below its own): more than the cut is evidence.
+        if text.len() as u64 > MAX_READ {
+            return Ok(Some(format!(
+                "its mappings are more than {} MiB of text, past what is read",
+                MAX_READ >> 20
+            )));
+        }
+        let key = (mntns, exe.dev(), exe.ino(), root);
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         if let Some(l) = self
             .last
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&pid)
             && l.key == key
-            && l.text == text
+            && l.digest == digest
         {
             return Ok(l.answer.clone());
         }
-        let answer = self.parse(pid, &text, mntns, (exe.dev(), exe.ino()));
+        let answer = self.parse(pid, &text, mntns, (exe.dev(), exe.ino()), root);
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if last.len() >= VERDICTS_MAX {
             last.clear();
@@ -110,7 +136,7 @@ impl CodeCheck {
             pid,
             LastMaps {
                 key,
-                text,
+                digest,
                 answer: answer.clone(),
             },
         );
@@ -118,7 +144,14 @@ impl CodeCheck {
     }
 
     /// The first untrusted executable mapping of one maps text.
-    fn parse(&self, pid: u32, text: &str, mntns: u64, exe: (u64, u64)) -> Option<String> {
+    fn parse(
+        &self,
+        pid: u32,
+        text: &str,
+        mntns: u64,
+        exe: (u64, u64),
+        root: bool,
+    ) -> Option<String> {
         for line in text.lines() {
             let Some(m) = Mapping::parse(line) else {
                 continue;
@@ -126,7 +159,7 @@ impl CodeCheck {
             if !m.exec || m.inode == 0 || (m.dev, m.inode) == exe {
                 continue;
             }
-            let key = (mntns, m.dev, m.inode, m.path.to_string());
+            let key = (mntns, m.dev, m.inode, m.path.to_string(), root);
             let cached = self
                 .verdicts
                 .lock()
@@ -136,7 +169,7 @@ impl CodeCheck {
             let verdict = match cached {
                 Some(v) => v,
                 None => {
-                    let v = verdict(pid, &m, exe);
+                    let v = verdict(pid, &m, exe, root);
                     let mut t = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
                     if t.len() >= VERDICTS_MAX {
                         t.clear();
@@ -202,8 +235,11 @@ impl Mapping<'_> {
     }
 }
 
-/// `None`: the sandbox could not have written the file. `Some(why)` otherwise.
-fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64)) -> Option<String> {
+/// `None`: the sandbox could not have written the file. `Some(why)` otherwise. `root`: the
+/// process is a sandbox's running as root ([`sandboxed_root`]), and root's files are no sign
+/// of the system's.
+fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64), root: bool) -> Option<String> {
+    let roots_only = |meta: &fs::Metadata| !root && roots_only(meta);
     let untrusted = || Some(format!("maps {}, a file the sandbox could write", m.path));
     let via = fs::OpenOptions::new()
         .read(true)
@@ -243,7 +279,24 @@ fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64)) -> Option<String> {
     }
 }
 
-/// Root's, and writable by nobody else: the sandbox (never root) cannot have written it.
+/// Whether `pid` is a process of a sandbox that runs as root (`--uid 0`): a root uid (real,
+/// effective, saved or filesystem) under no_new_privs, which the sandbox sets on every process
+/// it starts and no process can clear. Such a process owns what it writes as root (without
+/// capabilities, it cannot change uid). A root process without no_new_privs is none of a
+/// sandbox's (a test's client, the supervisor's own), and keeps the plain rule.
+fn sandboxed_root(pid: u32) -> io::Result<bool> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .ok_or_else(|| io::Error::other(format!("no {name} line in /proc/{pid}/status")))
+    };
+    let root = field("Uid:")?.split_whitespace().any(|u| u == "0");
+    Ok(root && field("NoNewPrivs:")?.trim() == "1")
+}
+
+/// Root's, and writable by nobody else: a sandbox that is not root cannot have written it.
 fn roots_only(meta: &fs::Metadata) -> bool {
     meta.uid() == 0 && meta.mode() & 0o022 == 0
 }
@@ -277,10 +330,38 @@ mod tests {
     fn this_process_runs_only_trusted_code_and_says_why_not_otherwise() {
         let c = CodeCheck::default();
         let me = std::process::id();
-        // The test binary itself is excluded; the system's libraries are root's.
-        if let Some(why) = c.mappings(me).unwrap() {
+        let exe = fs::metadata("/proc/self/exe").unwrap();
+        let exe = (exe.dev(), exe.ino());
+        let mntns = ns_inode(me, "mnt").unwrap();
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        // The test binary itself is excluded; the system's libraries are root's, which is
+        // enough for a process that is not root.
+        if let Some(why) = c.parse(me, &maps, mntns, exe, false) {
             panic!("the test runner maps untrusted code: {why}");
         }
+        // For a root process, only a read-only mount vouches for them.
+        let libc_ro = maps
+            .lines()
+            .filter_map(Mapping::parse)
+            .find(|m| m.exec && m.path.contains("/libc.so"))
+            .and_then(|m| {
+                let f = fs::File::open(m.path).ok()?;
+                // SAFETY: a zeroed statvfs, filled by fstatvfs on a descriptor we own.
+                let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+                // SAFETY: fstatvfs writes into the struct it is given.
+                let r = unsafe { libc::fstatvfs(std::os::fd::AsRawFd::as_raw_fd(&f), &mut sv) };
+                (r == 0).then_some(sv.f_flag & libc::ST_RDONLY != 0)
+            });
+        if libc_ro == Some(false) {
+            let why = c
+                .parse(me, &maps, mntns, exe, true)
+                .expect("untrusted as root");
+            assert!(why.ends_with(", a file the sandbox could write"), "{why}");
+        }
+        assert_eq!(
+            c.mappings(me).unwrap().is_some(),
+            sandboxed_root(me).unwrap() && libc_ro == Some(false)
+        );
         let env = c.environment(me).unwrap();
         assert_eq!(
             env.is_some(),

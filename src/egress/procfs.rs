@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::freeze::Freezer;
+use super::freeze::{Freezer, NotFrozen};
 use super::holders::{self, Holder, Snapshot};
 use super::identity::{Caller, ExecKey, Identify, IdentityError, UntrustedCode, ns_inode};
 use super::loaded::CodeCheck;
@@ -43,12 +43,24 @@ pub use super::sockdiag::{SockDiag, tcp_table_inode};
 const MAX_DEPTH: usize = 64;
 /// The part of a cmdline read.
 const MAX_CMDLINE: u64 = 64 * 1024;
+/// Absolute argv paths kept per caller ([`cmdline_paths`]).
+const MAX_CMDLINE_PATHS: usize = 32;
 /// Pauses before scanning again while descriptors are in flight: a program passing one on
 /// is done within them; a socket parked in flight is refused after them.
 const IN_FLIGHT_RETRIES: [Duration; 3] = [
     Duration::from_millis(5),
     Duration::from_millis(20),
     Duration::from_millis(50),
+];
+/// Pauses before scanning again while the sandbox's own cgroups do not freeze (each attempt
+/// also waits up to 100 ms for them): a task busy in the kernel (a long `fsync`) is done within
+/// them; a sandbox that keeps one so is refused after them, rather than decided on a scan
+/// that is not a snapshot.
+const FREEZE_RETRIES: [Duration; 4] = [
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
 ];
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
@@ -79,6 +91,8 @@ struct Known {
 
 /// Callers remembered at most; the table is cleared when full.
 const KNOWN_MAX: usize = 4096;
+/// Executable images pinned at most ([`pin_or_check`]).
+const PINS_MAX: usize = 16384;
 
 /// The network namespaces this supervisor made a proxy for, one entry per live
 /// [`ProcIdentity`]. Every scan reads the processes of all of them: a process of another one
@@ -162,8 +176,14 @@ impl ProcIdentity {
     /// A fresh snapshot of the namespace's socket references.
     fn scan(&self, idx: &mut Snapshot) {
         *idx = holders::scan(self.netns, &self.registered.all(), &self.freezer);
-        if !idx.frozen {
-            tracing::debug!(target: "egress", "identity scan made without a frozen sandbox (no freezer cgroup of its own): best effort against descriptors moved while it ran");
+        match &idx.frozen {
+            Ok(()) => {}
+            Err(NotFrozen::Unavailable) => {
+                tracing::debug!(target: "egress", "identity scan made without a frozen sandbox (no freezer cgroup of its own): best effort against descriptors moved while it ran")
+            }
+            Err(NotFrozen::Failed(why)) => {
+                tracing::debug!(target: "egress", "identity scan not frozen: {why}")
+            }
         }
     }
 
@@ -197,19 +217,36 @@ impl ProcIdentity {
 
     /// Every holder of `inode`, from a scan made after `accepted`; refused when the scan
     /// cannot account for the socket's references. While descriptors are in flight it scans
-    /// again after each of [`IN_FLIGHT_RETRIES`].
+    /// again after each of [`IN_FLIGHT_RETRIES`]; while the sandbox could be frozen but was
+    /// not, after each of [`FREEZE_RETRIES`].
     fn holders(&self, inode: u64, accepted: Instant) -> Result<Vec<Holder>, IdentityError> {
         let mut idx = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        for attempt in 0..=IN_FLIGHT_RETRIES.len() {
-            if attempt > 0 || idx.built.is_none_or(|b| b < accepted) {
+        let (mut flights, mut freezes) = (0, 0);
+        let mut first = true;
+        loop {
+            if !first || idx.built.is_none_or(|b| b < accepted) {
                 self.scan(&mut idx);
             }
-            if idx.in_flight.is_empty() {
+            first = false;
+            let pause = if matches!(idx.frozen, Err(NotFrozen::Failed(_))) {
+                freezes += 1;
+                FREEZE_RETRIES.get(freezes - 1)
+            } else if !idx.in_flight.is_empty() {
+                flights += 1;
+                IN_FLIGHT_RETRIES.get(flights - 1)
+            } else {
                 break;
+            };
+            match pause {
+                Some(p) => std::thread::sleep(*p),
+                None => break,
             }
-            if let Some(pause) = IN_FLIGHT_RETRIES.get(attempt) {
-                std::thread::sleep(*pause);
-            }
+        }
+        if let Err(NotFrozen::Failed(why)) = &idx.frozen {
+            return Err(IdentityError::NotFrozen {
+                inode,
+                why: why.clone(),
+            });
         }
         let (unreadable, flight) = idx.gaps();
         if let Some((what, e)) = unreadable {
@@ -277,27 +314,7 @@ impl ProcIdentity {
         }
         let sha256 = hex::encode(h.finalize());
         let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        match pins.get_mut(path) {
-            Some(pin) if pin.sha256 != sha256 => Err(IdentityError::Integrity {
-                path: path.to_string(),
-                cached: pin.sha256.clone(),
-                current: sha256,
-            }),
-            Some(pin) => {
-                pin.fingerprint = fp;
-                Ok(())
-            }
-            None => {
-                pins.insert(
-                    path.to_string(),
-                    Pin {
-                        fingerprint: fp,
-                        sha256,
-                    },
-                );
-                Ok(())
-            }
-        }
+        pin_or_check(&mut pins, PINS_MAX, path, fp, sha256)
     }
 
     /// A remembered caller, re-checked: a few reads per process of its chain instead of the
@@ -333,6 +350,7 @@ impl ProcIdentity {
             if ppid <= 1 || !self.in_netns(ppid) || self.is_own_binary(ppid) {
                 break;
             }
+            crate::pause::point("identity-ancestor");
             let Ok(a) = self.exe(ppid) else { break };
             self.verify(ppid, &a).map_err(|e| match e {
                 IdentityError::Integrity { .. } => IdentityError::Io {
@@ -341,22 +359,16 @@ impl ProcIdentity {
                 },
                 e => e,
             })?;
+            if !is_parent(cur, ppid) {
+                // The parent exited after its pid was read: the chain ends there, as the
+                // kernel's reparenting ends it.
+                break;
+            }
             ancestors.push(a);
             chain.push(ppid);
             cur = ppid;
         }
-        let mut cmdline_paths = Vec::new();
-        for p in &chain {
-            for arg in cmdline(*p) {
-                if arg.starts_with('/')
-                    && arg != exe
-                    && !ancestors.contains(&arg)
-                    && !cmdline_paths.contains(&arg)
-                {
-                    cmdline_paths.push(arg);
-                }
-            }
-        }
+        let cmdline_paths = cmdline_paths(&chain, &exe, &ancestors);
         let exec = ExecKey(ns_inode(pid, "pid").map_err(io_err(format!("/proc/{pid}/ns/pid")))?);
         let caller = Caller {
             pid,
@@ -397,7 +409,10 @@ impl ProcIdentity {
     fn untrusted(&self, chain: &[u32]) -> Vec<UntrustedCode> {
         let mut out = Vec::new();
         for (depth, pid) in chain.iter().enumerate() {
-            let what = match self.code.environment(*pid) {
+            if depth > 0 {
+                crate::pause::point("identity-code");
+            }
+            let mut what = match self.code.environment(*pid) {
                 Ok(Some(w)) => Some(w),
                 Err(e) => Some(format!("its environment could not be read: {e}")),
                 Ok(None) => match self.code.mappings(*pid) {
@@ -405,6 +420,10 @@ impl ProcIdentity {
                     Err(e) => Some(format!("its mappings could not be read: {e}")),
                 },
             };
+            // What was read is the ancestor's only if it was still the parent afterwards.
+            if depth > 0 && !is_parent(chain[depth - 1], *pid) {
+                what = Some("it exited while its code was checked".to_string());
+            }
             if let Some(what) = what {
                 out.push(UntrustedCode { depth, what });
             }
@@ -424,6 +443,45 @@ impl ProcIdentity {
     }
 }
 
+/// Check `sha256` against the pin of `path`, or pin it. A table of `max` pins takes no new
+/// path: the sandbox chooses its executables' paths (links in `/tmp` cost it nothing), so an
+/// unbounded table would be supervisor memory it could grow without end, and the pins already
+/// taken (the images first seen, before any such flood) are the ones worth keeping.
+fn pin_or_check(
+    pins: &mut HashMap<String, Pin>,
+    max: usize,
+    path: &str,
+    fingerprint: (u64, i64, i64, u64, u64),
+    sha256: String,
+) -> Result<(), IdentityError> {
+    let full = pins.len() >= max;
+    match pins.get_mut(path) {
+        Some(pin) if pin.sha256 != sha256 => Err(IdentityError::Integrity {
+            path: path.to_string(),
+            cached: pin.sha256.clone(),
+            current: sha256,
+        }),
+        Some(pin) => {
+            pin.fingerprint = fingerprint;
+            Ok(())
+        }
+        None if full => {
+            tracing::debug!(target: "egress", "{max} executables pinned already: {path} is not pinned");
+            Ok(())
+        }
+        None => {
+            pins.insert(
+                path.to_string(),
+                Pin {
+                    fingerprint,
+                    sha256,
+                },
+            );
+            Ok(())
+        }
+    }
+}
+
 /// `(ppid, starttime)` from `/proc/<pid>/stat`: the start time tells a process from a later
 /// one with the same pid.
 fn stat(pid: u32) -> Option<(u32, u64)> {
@@ -433,11 +491,43 @@ fn stat(pid: u32) -> Option<(u32, u64)> {
     Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
 }
 
+/// Whether `parent` is still the parent of `child`. A process's parent changes only when the
+/// parent exits (the child is reparented to a reaper), and a pid is free for another process
+/// only after that: so `/proc/<parent>/...` read between an earlier look at `child`'s parent and
+/// a true answer here was the parent's. Without this, a parent that exits while it is read can
+/// hand its pid to a process the sandbox started meanwhile (it can cycle its pid space), and
+/// the chain would name that process.
+fn is_parent(child: u32, parent: u32) -> bool {
+    ppid(child) == Some(parent)
+}
+
 fn ppid(pid: u32) -> Option<u32> {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("PPid:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The absolute paths among the argv of `chain`, minus the executables: the first
+/// [`MAX_CMDLINE_PATHS`], then `…` if there were more. They are for logs and hints only, and
+/// the sandbox chooses them: 64 processes of 64 KiB of argv each would otherwise be a refusal
+/// of megabytes, and a quadratic search for repeats.
+fn cmdline_paths(chain: &[u32], exe: &str, ancestors: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in chain {
+        for arg in cmdline(*p) {
+            if !arg.starts_with('/') || arg == exe || ancestors.contains(&arg) || out.contains(&arg)
+            {
+                continue;
+            }
+            if out.len() == MAX_CMDLINE_PATHS {
+                out.push("…".to_string());
+                return out;
+            }
+            out.push(arg);
+        }
+    }
+    out
 }
 
 fn cmdline(pid: u32) -> Vec<String> {
@@ -550,4 +640,32 @@ pub fn links_in_root(root: &Path, path: &str) -> Vec<String> {
     out.retain(|p| !p.split('/').any(|c| c == ".." || c == "."));
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_hold_their_first_image_and_the_table_is_bounded() {
+        let mut pins = HashMap::new();
+        let fp = (1, 2, 3, 4, 5);
+        let pin = |pins: &mut HashMap<String, Pin>, path: &str, sha: &str| {
+            pin_or_check(pins, 2, path, fp, sha.to_string())
+        };
+        pin(&mut pins, "/a", "aa").unwrap();
+        pin(&mut pins, "/a", "aa").unwrap();
+        let e = pin(&mut pins, "/a", "bb").unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("/a hash changed (cached: aa, current: bb)"),
+            "{e}"
+        );
+        pin(&mut pins, "/b", "bb").unwrap();
+        // Full: a new path is not pinned, and the pins taken stay.
+        pin(&mut pins, "/c", "cc").unwrap();
+        pin(&mut pins, "/c", "dd").unwrap();
+        assert_eq!(pins.len(), 2);
+        assert!(pin(&mut pins, "/a", "bb").is_err());
+    }
 }

@@ -11,6 +11,21 @@
  *                                      handed over the unix socket at PATH, then closed here
  *   hostile receive PATH HOST:PORT     (in another network namespace) takes the socket at
  *                                      PATH, connects it to the proxy and talks
+ *   hostile drop HOLDER HOST:PORT MODE  writes its whole request at once (MODE `connect`: a
+ *                                      CONNECT and `hello`; `get`: a forwarded GET), then
+ *                                      closes its copy before the proxy can look: only the
+ *                                      holder has the socket then; prints DROPPED
+ *
+ *   hostile conn HOST:PORT              connects and talks, nothing else
+ *   hostile reap CMD ARGS...           a subreaper that runs CMD and waits for every process
+ *                                      below it (orphans included) before it exits
+ *   hostile bigmaps N HOST:PORT        N processes, each with about 4 MiB of /proc/<pid>/maps
+ *                                      text (1100 mappings of a file at a 3800-byte path in
+ *                                      the current directory), each connects and talks; then
+ *                                      2 s of sleep
+ *   hostile argv DEPTH N HOST:PORT     a chain of DEPTH processes below this one, each exec'd
+ *                                      with N distinct absolute paths as arguments; the last
+ *                                      connects and talks
  *
  * HOLDER is run as `HOLDER 5` (sleep). Each connection sends `CONNECT HOST:PORT` and then
  * `hello`, and prints the first line of the answer, then `BODY ` and the rest on one line.
@@ -18,6 +33,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -25,10 +41,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,8 +220,111 @@ static void receive(const char *path) {
     talk(s);
 }
 
+static void drop(const char *mode) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) die("socket");
+    spawn_holder();
+    if (proxy_connect(s) != 0) die("connect");
+    char head[512];
+    int n = strcmp(mode, "get") == 0
+        ? snprintf(head, sizeof head, "GET http://%s/dropped HTTP/1.1\r\nHost: %s\r\n\r\n",
+                   target, target)
+        : snprintf(head, sizeof head, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nhello", target,
+                   target);
+    if (write(s, head, n) != n) die("write");
+    close(s);
+    printf("DROPPED\n");
+}
+
+static int reap(char **cmd) {
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) die("prctl");
+    pid_t p = fork();
+    if (p < 0) die("fork");
+    if (p == 0) {
+        execvp(cmd[0], cmd);
+        _exit(127);
+    }
+    for (;;)
+        if (wait(NULL) < 0 && errno == ECHILD) return 0;
+}
+
+static int argv_chain(char **argv) {
+    int depth = atoi(argv[2]), n = atoi(argv[3]);
+    target = argv[4];
+    if (depth == 0) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0 || proxy_connect(s) != 0) die("connect");
+        talk(s);
+        return 0;
+    }
+    char **a = calloc(n + 6, sizeof *a);
+    char d[16];
+    snprintf(d, sizeof d, "%d", depth - 1);
+    a[0] = argv[0];
+    a[1] = "argv";
+    a[2] = d;
+    a[3] = argv[3];
+    a[4] = argv[4];
+    for (int i = 0; i < n; i++) {
+        a[5 + i] = malloc(24);
+        snprintf(a[5 + i], 24, "/%d/%d", depth, i);
+    }
+    pid_t p = fork();
+    if (p < 0) die("fork");
+    if (p == 0) {
+        execv("/proc/self/exe", a);
+        die("exec");
+    }
+    int st;
+    waitpid(p, &st, 0);
+    return 0;
+}
+
+static int bigmaps(int n) {
+    char path[4096] = ".", name[251];
+    memset(name, 'd', 250);
+    name[250] = 0;
+    for (int i = 0; i < 15; i++) {
+        strcat(path, "/");
+        strcat(path, name);
+        if (mkdir(path, 0700) != 0 && errno != EEXIST) die("mkdir");
+    }
+    strcat(path, "/f");
+    int fd = open(path, O_CREAT | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) die("file");
+    for (int i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p < 0) die("fork");
+        if (p == 0) {
+            /* Offset 0 each time: no two mappings merge. */
+            for (int j = 0; j < 1100; j++)
+                if (mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0) == MAP_FAILED) die("mmap");
+            int s = socket(AF_INET, SOCK_STREAM, 0);
+            if (s < 0 || proxy_connect(s) != 0) die("connect");
+            talk(s);
+            _exit(0);
+        }
+    }
+    while (wait(NULL) > 0 || errno == EINTR) {}
+    sleep(2);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 4 && strcmp(argv[1], "bigmaps") == 0) {
+        target = argv[3];
+        return bigmaps(atoi(argv[2]));
+    }
+    if (argc > 2 && strcmp(argv[1], "reap") == 0) return reap(argv + 2);
+    if (argc >= 5 && strcmp(argv[1], "argv") == 0) return argv_chain(argv);
+    if (argc == 3 && strcmp(argv[1], "conn") == 0) {
+        target = argv[2];
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0 || proxy_connect(s) != 0) die("connect");
+        talk(s);
+        return 0;
+    }
     if (argc < 4) {
         fprintf(stderr, "usage: hostile zombie|park|flip|send|receive ...\n");
         return 2;
@@ -220,6 +343,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "zombie") == 0) zombie();
     else if (strcmp(argv[1], "park") == 0) park();
     else if (strcmp(argv[1], "flip") == 0) flip(argc > 4 ? atoi(argv[4]) : 5);
+    else if (strcmp(argv[1], "drop") == 0) drop(argc > 4 ? argv[4] : "connect");
     else return 2;
     return 0;
 }

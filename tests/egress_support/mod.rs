@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod identity;
 #[cfg(feature = "test-pause-points")]
 pub mod l7;
 pub mod l7_servers;
