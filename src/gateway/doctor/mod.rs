@@ -35,12 +35,14 @@ use crate::proto::v1::{HealthRequest, ServiceStatus, open_shell_client::OpenShel
 
 mod causes;
 mod local;
+mod step;
 
 use self::causes::{
     client_cert_refused, handshake_failure, jwt_claims, not_after, status_failure,
     tls_file_failure, token_failure,
 };
 use self::local::{Early, main_process_step, resolve};
+pub use self::step::{Status, Step};
 
 /// The method path of the read-only, authenticated probe.
 const GET_SANDBOX_CONFIG: &str = "/openshell.v1.OpenShell/GetSandboxConfig";
@@ -67,64 +69,6 @@ pub struct DoctorArgs {
 
     #[command(flatten)]
     pub serve: ServeArgs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Failed,
-    /// Not run, because an earlier step on the path failed (or it does not apply).
-    Skipped,
-}
-
-/// One step's outcome. `kind` names the cause in a stable, machine-readable word.
-#[derive(Debug, Clone, Serialize)]
-pub struct Step {
-    pub step: &'static str,
-    pub status: Status,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-}
-
-impl Step {
-    fn ok(step: &'static str, detail: impl Into<String>) -> Step {
-        Step {
-            step,
-            status: Status::Ok,
-            detail: detail.into(),
-            kind: None,
-            fix: None,
-        }
-    }
-
-    fn failed(
-        step: &'static str,
-        kind: &'static str,
-        detail: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Step {
-        Step {
-            step,
-            status: Status::Failed,
-            detail: detail.into(),
-            kind: Some(kind),
-            fix: Some(fix.into()),
-        }
-    }
-
-    fn skipped(step: &'static str, detail: impl Into<String>) -> Step {
-        Step {
-            step,
-            status: Status::Skipped,
-            detail: detail.into(),
-            kind: None,
-            fix: None,
-        }
-    }
 }
 
 #[derive(Debug, Serialize)]
