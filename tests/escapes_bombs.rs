@@ -7,7 +7,7 @@
 //! afterwards. The bombs run one at a time: on a two-core machine, two spinning fork bombs
 //! would mostly measure each other.
 //!
-//! Run: `cargo test --test adversarial_bombs` as root.
+//! Run: `cargo test --test escapes_bombs` as root.
 
 mod probe;
 

@@ -1,14 +1,15 @@
-//! The adversarial suite: the probe (tests/probe) tries every known escape from inside
-//! `openshell-sandbox run` and reports one JSON line per attempt; this file holds the run to
-//! the table in tests/probe/expect.rs, and checks outside the sandbox what the probe cannot see
-//! (signals at the witness, connections at the listeners, processes left behind).
+//! Every known escape from inside `openshell-sandbox run`, tried by the probe (tests/probe):
+//! it reports one JSON line per attempt; this file holds the run to the table in
+//! tests/probe/expect.rs, and checks outside the sandbox what the probe cannot see (signals at
+//! the witness, connections at the listeners, processes left behind). Links left in a workdir
+//! for a later run are tried here too, with the probe as the later run.
 //!
 //! The set runs with the supervisor as root (the child becomes a test uid with every capability
 //! dropped), with the supervisor itself non-root (the child keeps the supervisor's uid, so only
 //! the sandbox separates them), with `--network all`, and with `--uid 0` (root without
-//! capabilities). Resource bombs are in adversarial_bombs.rs.
+//! capabilities). Resource bombs are in escapes_bombs.rs.
 //!
-//! Run: `cargo test --test adversarial` as root. The raw results of each run land in
+//! Run: `cargo test --test escapes_probe` as root. The raw results of each run land in
 //! target/tmp/probe-results/LABEL.jsonl; SECURITY.md holds the table.
 
 mod probe;
