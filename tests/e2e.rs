@@ -768,7 +768,7 @@ fn head_pod_policy() -> SandboxPolicy {
     }
 }
 
-/// Issue 13: a pod as the v0.0.111 driver renders it. Its main process is the spec's default
+/// A pod as the v0.0.111 driver renders it. Its main process is the spec's default
 /// `/bin/bash -l` with tty (busybox has no bash, so `/bin/sh -l`), on a terminal and alive with
 /// nobody attached; the projected service-account token is exchanged for a sandbox JWT; the
 /// policy comes from the gateway (LOADED reported) and execs run under it.

@@ -1,4 +1,4 @@
-//! Issue 10, the `run` side: signals that end the supervisor, the caller's stdin, the forged
+//! Escapes on the `run` side: signals that end the supervisor, the caller's stdin, the forged
 //! summary line, supplementary groups of a non-root supervisor, scratch removal after the
 //! report, and a uid per concurrent run. Every test drives the real binary.
 

@@ -1,8 +1,8 @@
-//! Issue 10 items 22 and 23, through the real `serve` binary against the test gateway:
-//! - 22: where an exec has neither its own PID namespace nor a cgroup (degraded), the end of
-//!   one exec must not kill another, still running, exec's double-forked daemon;
-//! - 23: the process manager thread owns fork and wait, so while it is held the async workers
-//!   keep streaming the running execs' output.
+//! Escapes between the execs of one `serve`, through the real binary against the test gateway:
+//! - where an exec has neither its own PID namespace nor a cgroup (degraded), the end of one
+//!   exec must not kill another, still running, exec's double-forked daemon;
+//! - the process manager thread owns fork and wait, so while it is held the async workers keep
+//!   streaming the running execs' output.
 //!
 //! Both need root and a binary built with `test-pause-points` (the degraded shape is forced
 //! with its `OSB_TEST_DENY_PIDNS` / `OSB_TEST_DENY_CGROUP` knobs, the hold with a pause point).

@@ -1,4 +1,4 @@
-//! Issue 11: every exec gets a private view (PID, mount, IPC, UTS and network namespaces), proven
+//! Every exec gets a private view (PID, mount, IPC, UTS and network namespaces), proven
 //! through the real binary with exact outcomes.
 //!
 //! The contract under test: `run` and `serve` take `--tmp-size` (default 256 MiB),

@@ -1,4 +1,4 @@
-//! Issue 12, the real-workload suite: what generated code really does (Python's stdlib, a C
+//! The real-workload suite: what generated code really does (Python's stdlib, a C
 //! build, git, Node, shell pipelines), run by the real binary under the default policy as uid
 //! 65534, must give exactly the stdout and exit code it gives unsandboxed.
 //!
