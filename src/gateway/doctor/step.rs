@@ -1,6 +1,6 @@
 //! What each step of the walk reports: its name, its outcome, and for a failure the cause and
-//! its fix. The walk (`mod.rs`) and the helpers that judge a step (`causes`, `local`) all build
-//! these.
+//! its fix; and the report of the whole walk. The walk (`walk.rs`) and the helpers that judge a
+//! step (`causes`, `local`) build these; `mod.rs` prints them.
 
 use serde::Serialize;
 
@@ -59,5 +59,28 @@ impl Step {
             kind: None,
             fix: None,
         }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub ok: bool,
+    /// The first failed step, if any.
+    pub first_failure: Option<&'static str>,
+    pub steps: Vec<Step>,
+}
+
+/// One human line: `step      ok: detail` or `step      FAILED: detail; fix: ...`.
+pub fn line(s: &Step) -> String {
+    match s.status {
+        Status::Ok => format!("{:<13} ok: {}", s.step, s.detail),
+        Status::Skipped => format!("{:<13} skipped: {}", s.step, s.detail),
+        Status::Failed => format!(
+            "{:<13} FAILED: {} [{}]; fix: {}",
+            s.step,
+            s.detail,
+            s.kind.unwrap_or("failed"),
+            s.fix.as_deref().unwrap_or("")
+        ),
     }
 }
