@@ -373,7 +373,7 @@ fn write_upgrade(bin: &Path, to: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The busybox image, with the check that it is what the issue asks for: busybox, its applet
+/// The busybox image, with the check that it is what the scenario needs: busybox, its applet
 /// links and pod directories, and no libc.
 fn busybox_image(root: &Path) -> anyhow::Result<()> {
     images::busybox_rootfs(root)?;

@@ -322,11 +322,10 @@ fn run_with_private_dir(scene: &Scene, attempt: &str) -> probe::Outcome {
     probe::launch(scene, Mode::Root, &["--deny", &deny], &args)
 }
 
-/// FINDING (fails today): when a denied path lies below the workdir, expand_grants splits the
-/// workdir's grant into its entries and grants each symlink as its target (src/policy/fs.rs,
-/// `expand_one`). A link `escape -> /` left by an earlier run becomes read-write rules on every
-/// top-level directory except the path to the denied one: the child writes outside its
-/// workdir. See SECURITY.md, "Findings".
+/// When a denied path lies below the workdir, the workdir's grant is split into its entries
+/// (src/policy/fs.rs, `expand_one`), and a symlink among them is skipped, never granted as its
+/// target: a link `escape -> /` left by an earlier run must not become read-write rules on
+/// every top-level directory. See SECURITY.md, "Findings".
 #[test]
 fn symlink_left_in_the_workdir_does_not_widen_a_later_run() {
     if !probe::require_root_and_cc() {
@@ -351,9 +350,10 @@ fn symlink_left_in_the_workdir_does_not_widen_a_later_run() {
     );
 }
 
-/// FINDING (fails today): three links to their own directory make the same expansion
-/// exponential (3^16 walks of the directory, src/policy/fs.rs `expand_one`): the next run
-/// with a denied path below the workdir never gets past preparing its sandbox.
+/// Three links to their own directory, followed, would make the same split exponential
+/// (3^16 walks of the directory, src/policy/fs.rs `expand_one`) and the next run with a denied
+/// path below the workdir would never get past preparing its sandbox; skipped, they cost
+/// nothing.
 #[test]
 fn symlink_loops_left_in_the_workdir_do_not_stall_a_later_run() {
     if !probe::require_root_and_cc() {
