@@ -32,7 +32,7 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-/// Item 22. Without a PID namespace and without a cgroup, a double-forked daemon used to be
+/// Without a PID namespace and without a cgroup, a double-forked daemon used to be
 /// re-parented to the supervisor (a subreaper), and every exec's end swept all such orphans:
 /// exec B's `true` killed exec A's daemon while A was still running. Now the command is its
 /// own exec's subreaper, so A's daemon stays A's child until A ends; A's own end still kills
@@ -177,7 +177,7 @@ fn auto_release(
     });
 }
 
-/// Item 23. Fork, exec and wait happen on the one process-manager thread, never on the two
+/// Fork, exec and wait happen on the one process-manager thread, never on the two
 /// tokio workers. With that thread held at a spawn (and a second spawn queued behind it), a
 /// running exec's output must keep streaming. Had the spawns run on the workers (as before),
 /// the two held spawns would have stopped both workers and the stream with them.
