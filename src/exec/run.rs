@@ -20,7 +20,9 @@ use crate::policy::{Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, UidLease};
 
 mod stdio;
+mod timeline;
 use stdio::*;
+use timeline::Timeline;
 
 pub use super::report::TIMEOUT_EXIT;
 /// Exit code when processes of the run could not be killed: the sandbox failed its promise.
@@ -135,45 +137,6 @@ pub fn main(args: RunArgs) -> Result<ExitCode, RunError> {
     tl.stamp("runtime-drop");
     tl.print();
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
-}
-
-/// With `OSB_RUN_TIMELINE` set, `run` notes when each stage ended (CLOCK_MONOTONIC, the
-/// clock std's `Instant` reads) and prints them on one stderr line at the end, for
-/// benches/corpus.rs to say where a run's time goes. The child never sees the variable: its
-/// environment is built from scratch.
-struct Timeline {
-    stamps: Option<Vec<(&'static str, u64)>>,
-}
-
-impl Timeline {
-    fn from_env() -> Timeline {
-        Timeline {
-            stamps: std::env::var_os("OSB_RUN_TIMELINE").map(|_| Vec::with_capacity(16)),
-        }
-    }
-
-    fn stamp(&mut self, stage: &'static str) {
-        if let Some(v) = &mut self.stamps {
-            v.push((stage, monotonic_ns()));
-        }
-    }
-
-    fn print(&self) {
-        if let Some(v) = &self.stamps {
-            let line: Vec<String> = v.iter().map(|(k, t)| format!("{k}={t}")).collect();
-            let _ = writeln!(std::io::stderr(), "osb-timeline {}", line.join(" "));
-        }
-    }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec on our stack.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Variables that must never reach the child through `--env` or `--inherit-env`.
