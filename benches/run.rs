@@ -317,10 +317,12 @@ fn main() {
     drop(load);
     report(
         &sides,
-        &mut wall,
-        &mut tree,
-        &mut cpu,
-        &mut own,
+        Measured {
+            wall,
+            tree,
+            cpu,
+            own,
+        },
         Roles {
             base: base_side,
             floor: floor_side,
@@ -328,6 +330,14 @@ fn main() {
         (rounds, batches, per_batch),
         loaded,
     );
+}
+
+/// Per side: each round's wall and tree CPU, each batch's machine CPU and rusage (µs).
+struct Measured {
+    wall: Vec<Vec<f64>>,
+    tree: Vec<Vec<f64>>,
+    cpu: Vec<Vec<f64>>,
+    own: Vec<Vec<f64>>,
 }
 
 /// Which side is which (ours is the first, bwrap the second).
@@ -338,14 +348,17 @@ struct Roles {
 
 fn report(
     sides: &[Side],
-    wall: &mut [Vec<f64>],
-    tree: &mut [Vec<f64>],
-    cpu: &mut [Vec<f64>],
-    own: &mut [Vec<f64>],
+    m: Measured,
     roles: Roles,
     (rounds, batches, per_batch): (usize, usize, usize),
     loaded: usize,
 ) {
+    let Measured {
+        mut wall,
+        mut tree,
+        mut cpu,
+        mut own,
+    } = m;
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "whole process, spawn to reaped: {rounds} interleaved rounds (wall, tree CPU), {batches} batches of {per_batch} (machine CPU); {}load {}",

@@ -22,7 +22,8 @@ use tokio::sync::oneshot;
 
 use super::reaper::{Reaped, Registry};
 use crate::sandbox::cgroup::ExecCgroup;
-use crate::sandbox::init::{ExecPlan, SpawnError, fork_exec};
+use crate::sandbox::child::view_init::ViewInit;
+use crate::sandbox::init::{ExecPlan, SpawnError, Spawned, fork_exec};
 
 /// What the async side gets back for a started exec.
 pub struct Started {
@@ -54,6 +55,15 @@ enum Job {
     Spawn {
         sandbox: Arc<super::Inner>,
         plan: ExecPlan,
+        reply: oneshot::Sender<Result<Started, ManagerError>>,
+    },
+    /// `run`'s init that made its own view (one.rs), cloned already: told to go here, so that
+    /// it is registered before this thread's reaping could see it exit.
+    Go {
+        sandbox: Arc<super::Inner>,
+        init: ViewInit,
+        plan: ExecPlan,
+        cgroup: Option<Arc<ExecCgroup>>,
         reply: oneshot::Sender<Result<Started, ManagerError>>,
     },
     /// The bench's baseline: a plain `std::process::Command`, spawned and reaped here too.
@@ -177,6 +187,24 @@ impl Manager {
         rx.await.map_err(|_| ManagerError::Gone)?
     }
 
+    pub(super) async fn go(
+        &self,
+        sandbox: Arc<super::Inner>,
+        init: ViewInit,
+        plan: ExecPlan,
+        cgroup: Option<Arc<ExecCgroup>>,
+    ) -> Result<Started, ManagerError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Job::Go {
+            sandbox,
+            init,
+            plan,
+            cgroup,
+            reply,
+        })?;
+        rx.await.map_err(|_| ManagerError::Gone)?
+    }
+
     /// Spawn a plain command on the manager thread and reap it there (the spawn benchmark's
     /// baseline, so both sides pay the same thread hop and wait path).
     #[doc(hidden)]
@@ -241,7 +269,7 @@ impl Manager {
 
 /// The supervisor's own pidfd, inherited by every init so it can tell whether the supervisor
 /// died before the init's parent-death signal was armed.
-fn supervisor_pidfd() -> RawFd {
+pub(super) fn supervisor_pidfd() -> RawFd {
     static FD: OnceLock<Option<OwnedFd>> = OnceLock::new();
     FD.get_or_init(|| {
         // SAFETY: pidfd_open of our own pid; the fd is ours.
@@ -306,6 +334,21 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                     if let Some(root) = &sandbox.prepared.cgroups {
                         root.make_spare(&sandbox.policy.limits);
                     }
+                }
+                Job::Go {
+                    sandbox,
+                    init,
+                    plan,
+                    cgroup,
+                    reply,
+                } => {
+                    let r = init.go().map_err(ManagerError::Spawn);
+                    // The child-side stdio ends close here, in the parent.
+                    drop(plan);
+                    let r = r.and_then(|s| {
+                        register(&sandbox.prepared, s, cgroup, &mut entries, registry)
+                    });
+                    let _ = reply.send(r);
                 }
                 Job::Plain { mut cmd, reply } => {
                     orphans_possible = true;
@@ -391,6 +434,17 @@ fn spawn_one(
     let s = fork_exec(prepared, &plan, cgroup.as_deref(), sup)?;
     // The child-side stdio ends close here, in the parent.
     drop(plan);
+    register(prepared, s, cgroup, entries, registry)
+}
+
+/// Hold a started exec: reaped here, its exit sent to the returned receiver.
+fn register(
+    prepared: &crate::sandbox::Prepared,
+    s: Spawned,
+    cgroup: Option<Arc<ExecCgroup>>,
+    entries: &mut HashMap<libc::pid_t, Entry>,
+    registry: &Registry,
+) -> Result<Started, ManagerError> {
     let dup = s.pidfd.try_clone().map_err(|source| ManagerError::Io {
         what: "duplicating the exec's pidfd",
         source,

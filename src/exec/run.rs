@@ -20,6 +20,7 @@ use crate::policy::{Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, UidLease};
 
 mod stdio;
+mod streams;
 mod timeline;
 use stdio::*;
 use timeline::Timeline;
@@ -368,9 +369,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         _ => unsafe { (libc::geteuid(), libc::getegid()) },
     };
     tl.stamp("uid-scratch-env");
-    // One run, one exec: no cgroup is made ahead for a next exec.
-    let sandbox = Sandbox::new(policy)?;
-    sandbox.one_exec_only();
+    // One run, one exec: its streams are made first, its init makes the view (exec/one.rs).
+    let (spec, streams) = streams::make(&args, env)?;
+    let (sandbox, pending) = Sandbox::new_with_exec(policy, spec)?;
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match loaded.network {
         Some(rules) => Some(super::egress::RunEgress::start(&sandbox, rules)?),
@@ -472,111 +473,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         name,
         events: Some(ev_tx.clone()),
     };
-    // With --tty: the pty whose size follows our terminal's (SIGWINCH).
-    let mut pty_master = None;
-    let (mut child, out_task, err_task, raw_terminal) = if args.tty {
-        let (cols, rows) = our_winsize();
-        let (master, slave) = super::pty::open(cols, rows).map_err(|source| RunError::Io {
-            what: "allocating a pty",
-            source,
-        })?;
-        let child = sandbox
-            .spawn(SpawnSpec {
-                argv: args.command.clone(),
-                env,
-                cwd: None,
-                stdin: Stdio::Fd(slave.stdin),
-                stdout: Stdio::Fd(slave.stdout),
-                stderr: Stdio::Fd(slave.stderr),
-                controlling_tty: true,
-                program_fd: None,
-            })
-            .await
-            .map_err(not_started)?;
-        // Raw mode only once the child runs, and undone by drop on every way out.
-        let raw = RawTerminal::enter()?;
-        let writer = master.dup_fd().map_err(|source| RunError::Io {
-            what: "duplicating the pty master",
-            source,
-        })?;
-        std::thread::Builder::new()
-            .name("stdin-feeder".into())
-            .spawn(move || copy_stdin(writer))
-            .map_err(|source| RunError::Io {
-                what: "starting the stdin thread",
-                source,
-            })?;
-        // The pty carries stdout and stderr together: one stream, capped as stdout.
-        let (mut w, r) = tokio::io::duplex(64 * 1024);
-        let master = std::sync::Arc::new(master);
-        pty_master = Some(master.clone());
-        tokio::spawn(async move {
-            use tokio::io::AsyncWriteExt;
-            let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(n @ 1..) = master.read(&mut buf).await {
-                if w.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let o = opts("stdout");
-        let out_task = tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), o).await });
-        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
-        (child, out_task, err_task, raw)
-    } else if args.merge_output || same_open_file(1, 2) {
-        let (r, w, w2) = merged_pipe()?;
-        let child = sandbox
-            .spawn(SpawnSpec {
-                argv: args.command.clone(),
-                env,
-                cwd: None,
-                stdin: if stdin_is_dev_null() {
-                    Stdio::Null
-                } else {
-                    Stdio::Fd(feed_stdin()?)
-                },
-                stdout: Stdio::Fd(w),
-                stderr: Stdio::Fd(w2),
-                controlling_tty: false,
-                program_fd: None,
-            })
-            .await
-            .map_err(not_started)?;
-        let r =
-            tokio::net::unix::pipe::Receiver::from_owned_fd(r).map_err(|source| RunError::Io {
-                what: "registering the merged output pipe",
-                source,
-            })?;
-        // One stream, capped as stdout.
-        let o = opts("output");
-        let out_task = tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), o).await });
-        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
-        (child, out_task, err_task, None)
-    } else {
-        let mut child = sandbox
-            .spawn(SpawnSpec {
-                argv: args.command.clone(),
-                env,
-                cwd: None,
-                stdin: if stdin_is_dev_null() {
-                    Stdio::Null
-                } else {
-                    Stdio::Fd(feed_stdin()?)
-                },
-                stdout: Stdio::Piped,
-                stderr: Stdio::Piped,
-                controlling_tty: false,
-                program_fd: None,
-            })
-            .await
-            .map_err(not_started)?;
-        let out_r = child.stdout.take().expect("stdout is piped");
-        let err_r = child.stderr.take().expect("stderr is piped");
-        let (o, e) = (opts("stdout"), opts("stderr"));
-        let out_task = tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), o).await });
-        let err_task = tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), e).await });
-        (child, out_task, err_task, None)
-    };
+    let mut child = pending.start(&sandbox).await.map_err(not_started)?;
+    let streams::Running {
+        out_task,
+        err_task,
+        raw_terminal,
+        pty_master,
+    } = streams.start(&mut child, opts)?;
     drop(ev_tx);
 
     tl.stamp("spawned");

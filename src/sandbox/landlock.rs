@@ -84,6 +84,8 @@ pub struct PreparedRuleset {
     pub scoped: bool,
     /// The read-and-execute rights, as raw bits, for [`PreparedRuleset::add_fresh_proc_rule`].
     read_exec_bits: u64,
+    /// Every filesystem right, as raw bits, for [`PreparedRuleset::add_tmpfs_rule`].
+    all_bits: u64,
 }
 
 /// Build the ruleset for these rules. `want_net_restriction` and `want_scopes` are requested
@@ -143,6 +145,7 @@ pub fn prepare(
         network_restricted: restrict_net,
         scoped: support.scopes,
         read_exec_bits: read_exec.bits(),
+        all_bits: all.bits(),
     })
 }
 
@@ -162,14 +165,31 @@ impl PreparedRuleset {
     /// stays in the ruleset after the exec: about a hundred bytes per exec, and inert once that
     /// proc instance is unmounted. Async-signal-safe: raw syscalls only.
     pub fn add_fresh_proc_rule(&self) -> Result<(), i32> {
+        self.add_dir_rule(c"/proc", self.read_exec_bits)
+    }
+
+    /// In `run`'s exec init, once it has mounted the view's private tmpfs at `dir`: grant
+    /// every right beneath it, as the supervisor grants the roots of a view made ahead (by
+    /// their descriptors). Async-signal-safe: raw syscalls only.
+    pub fn add_tmpfs_rule(&self, dir: &std::ffi::CStr) -> Result<(), i32> {
+        self.add_dir_rule(dir, self.all_bits)
+    }
+
+    /// A path-beneath rule with `bits` on the directory `dir` as the caller sees it now.
+    fn add_dir_rule(&self, dir: &std::ffi::CStr, bits: u64) -> Result<(), i32> {
         const LANDLOCK_RULE_PATH_BENEATH: u32 = 1;
-        // SAFETY: open of a static path; the fd is closed below.
-        let fd = unsafe { libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        // SAFETY: open of a NUL-terminated path; the fd is closed below.
+        let fd = unsafe {
+            libc::open(
+                dir.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return Err(crate::sys::errno());
         }
         let attr = PathBeneathAttr {
-            allowed_access: self.read_exec_bits,
+            allowed_access: bits,
             parent_fd: fd,
         };
         // SAFETY: the ruleset fd is live; `attr` is a valid packed attr on our stack.

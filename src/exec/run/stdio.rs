@@ -12,23 +12,33 @@ use super::*;
 /// backpressure; its end of the pipe closes at our EOF (or when the child is gone, EPIPE), so
 /// EOF reaches the child. It is a plain thread, not a runtime task: a read of a terminal
 /// cannot be cancelled, and process exit ends the thread wherever it blocks.
-pub(super) fn feed_stdin() -> Result<OwnedFd, RunError> {
-    let io = |what, source| RunError::Io { what, source };
+///
+/// The pipe is made with the command's other streams, before the sandbox; the thread starts
+/// only once the command runs ([`start_feeding`]), so that a run refused before it takes
+/// nothing from our stdin.
+pub(super) fn stdin_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into our array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io(
-            "creating the stdin pipe",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(RunError::Io {
+            what: "creating the stdin pipe",
+            source: std::io::Error::last_os_error(),
+        });
     }
     // SAFETY: both fds were just created and are owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The feeder thread of [`stdin_pipe`]'s write end `w` (or of the pty master).
+pub(super) fn start_feeding(w: OwnedFd) -> Result<(), RunError> {
     std::thread::Builder::new()
         .name("stdin-feeder".into())
         .spawn(move || copy_stdin(w))
-        .map_err(|e| io("starting the stdin thread", e))?;
-    Ok(r)
+        .map(drop)
+        .map_err(|source| RunError::Io {
+            what: "starting the stdin thread",
+            source,
+        })
 }
 
 /// Whether our stdin is /dev/null (`< /dev/null`, a caller's `Stdio::null()`, most batch

@@ -5,7 +5,10 @@
 //! The steps are named by [`Step`] (step.rs), whose declaration order is the order below; a
 //! failing step travels back to the supervisor over the exec's error pipe with its errno.
 //!
-//! **The exec's init** (PID 1 of the exec's PID namespace; `init_main` in init.rs):
+//! **The exec's init** (PID 1 of the exec's PID namespace; `init_main` in init.rs, or
+//! `view_init_main` in view_init.rs for `run`, whose init makes the view itself: there step 3
+//! is the view's build, then the Landlock rules of its private tmpfs roots, the report, and the
+//! supervisor's go, in place of the setns):
 //! 1. parent-death signal (SIGKILL), then the supervisor's pidfd polled: if the supervisor
 //!    died before the signal was armed, it would never fire;
 //! 2. join the exec's cgroup, so every process of the exec is born in it (writing
@@ -40,7 +43,9 @@
 
 pub mod init;
 pub mod process;
+mod signals;
 mod step;
+pub mod view_init;
 
 pub use step::{ChildError, Step};
 

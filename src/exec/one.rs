@@ -1,0 +1,135 @@
+//! `run`'s sandbox and its one exec, made together: the exec's own init makes the view
+//! (sandbox/one.rs), and the sandbox is decided from what it made, before the command starts.
+//! Where that path is not taken (or given up), the sandbox is prepared as every sandbox is and
+//! the command spawned into it later, the same way to the caller.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use super::plan::Parts;
+use super::{Child, Inner, RunError, Sandbox, SpawnSpec, manager, workdir};
+use crate::policy::Policy;
+use crate::sandbox;
+use crate::sandbox::cgroup::ExecCgroup;
+use crate::sandbox::child::view_init::ViewInit;
+
+/// The one exec of a [`Sandbox::new_with_exec`], until [`Pending::start`].
+pub struct Pending(Inside);
+
+/// An init that made the view, its command's data, and the exec's cgroup.
+struct Started {
+    init: ViewInit,
+    parts: Parts,
+    cgroup: Option<ExecCgroup>,
+}
+
+enum Inside {
+    /// Its init has made the view and waits to start the command.
+    Init(Box<Started>),
+    /// To be spawned into the sandbox's view, made ahead; our ends of its pipes where they
+    /// were made already.
+    Later {
+        spec: SpawnSpec,
+        parents: Option<[Option<OwnedFd>; 3]>,
+    },
+}
+
+impl Sandbox {
+    /// A sandbox for one command (`run`), and that command, not started yet. Everything that
+    /// must hold before the command runs (the egress proxy in the view's network namespace,
+    /// the workdir check, the report's directory) can be done in between; dropping the
+    /// [`Pending`] ends its init.
+    pub fn new_with_exec(policy: Policy, spec: SpawnSpec) -> Result<(Sandbox, Pending), RunError> {
+        policy.validate()?;
+        let mut spec = spec;
+        let mut parents = None;
+        if let Some(one) = sandbox::one::prepare(&policy)? {
+            let parts = Parts::new(spec, &policy.fs.workdir, one.private_tmp())?;
+            match one.start(&policy, &parts.plan, manager::supervisor_pidfd()) {
+                Ok((prepared, init, cgroup)) => {
+                    sandbox::process::harden_supervisor().map_err(|source| RunError::Io {
+                        what: "becoming a child subreaper",
+                        source,
+                    })?;
+                    let held = workdir::hold(&policy, &prepared).map_err(RunError::Hold)?;
+                    let sb = Sandbox {
+                        inner: Arc::new(Inner {
+                            policy,
+                            prepared,
+                            _held: held,
+                            attached: Default::default(),
+                        }),
+                    };
+                    return Ok((
+                        sb,
+                        Pending(Inside::Init(Box::new(Started {
+                            init,
+                            parts,
+                            cgroup,
+                        }))),
+                    ));
+                }
+                Err(sandbox::one::Start::Refused(e)) => return Err(e.into()),
+                Err(sandbox::one::Start::Fallback(fallback)) => {
+                    tracing::debug!(reason = %fallback.0, "the exec's init could not make the view: a view made ahead instead");
+                    let (s, p) = parts.into_spec();
+                    spec = s;
+                    parents = Some(p);
+                }
+            }
+        }
+        let sb = Sandbox::new(policy)?;
+        sb.one_exec_only();
+        Ok((sb, Pending(Inside::Later { spec, parents })))
+    }
+}
+
+impl Pending {
+    /// Start the command in `sandbox` (the one it was made with) and wait until it has
+    /// exec'd.
+    pub async fn start(self, sandbox: &Sandbox) -> Result<Child, RunError> {
+        match self.0 {
+            Inside::Later { spec, parents } => {
+                let mut child = sandbox.spawn(spec).await?;
+                if let Some([i, o, e]) = parents {
+                    let io_err = |source| RunError::Io {
+                        what: "registering the child's pipes",
+                        source,
+                    };
+                    let recv = |fd: Option<OwnedFd>| {
+                        fd.map(tokio::net::unix::pipe::Receiver::from_owned_fd)
+                            .transpose()
+                            .map_err(io_err)
+                    };
+                    child.stdin = i
+                        .map(tokio::net::unix::pipe::Sender::from_owned_fd)
+                        .transpose()
+                        .map_err(io_err)?;
+                    child.stdout = recv(o)?;
+                    child.stderr = recv(e)?;
+                }
+                Ok(child)
+            }
+            Inside::Init(started) => {
+                let Started {
+                    init,
+                    parts,
+                    cgroup,
+                } = *started;
+                let Parts {
+                    plan,
+                    parents,
+                    candidates,
+                    cwd,
+                    argv0,
+                    ..
+                } = parts;
+                let started = manager::get()
+                    .go(sandbox.inner.clone(), init, plan, cgroup.map(Arc::new))
+                    .await
+                    .map_err(|e| sandbox.spawn_error(e, &argv0, &candidates, &cwd))?;
+                sandbox.child(started, parents)
+            }
+        }
+    }
+}
