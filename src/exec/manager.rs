@@ -64,8 +64,12 @@ enum Job {
         init: ViewInit,
         plan: ExecPlan,
         cgroup: Option<Arc<ExecCgroup>>,
+        /// The command first checks it may write its workdir (`ViewInit::go`).
+        check_workdir: bool,
         reply: oneshot::Sender<Result<Started, ManagerError>>,
     },
+    /// An exec started on another thread ([`Manager::adopt`]): held here from now on.
+    Adopt { pid: libc::pid_t, entry: Entry },
     /// The bench's baseline: a plain `std::process::Command`, spawned and reaped here too.
     Plain {
         cmd: Box<std::process::Command>,
@@ -127,6 +131,11 @@ pub struct Manager {
 }
 
 static MANAGER: OnceLock<Manager> = OnceLock::new();
+
+/// Whether the manager thread was started already (it reaps every child of ours).
+pub fn running() -> bool {
+    MANAGER.get().is_some()
+}
 
 /// The process-wide manager, started on first use.
 pub fn get() -> &'static Manager {
@@ -193,6 +202,7 @@ impl Manager {
         init: ViewInit,
         plan: ExecPlan,
         cgroup: Option<Arc<ExecCgroup>>,
+        check_workdir: bool,
     ) -> Result<Started, ManagerError> {
         let (reply, rx) = oneshot::channel();
         self.send(Job::Go {
@@ -200,9 +210,44 @@ impl Manager {
             init,
             plan,
             cgroup,
+            check_workdir,
             reply,
         })?;
         rx.await.map_err(|_| ManagerError::Gone)?
+    }
+
+    /// Hold an exec that was started on the calling thread (`run`'s init, told to go there):
+    /// reaped here like the others. Only where the manager was not running when that exec
+    /// was cloned ([`running`]): this thread's first round takes the job before it reaps
+    /// anything, so the exec cannot be reaped as an orphan first.
+    pub(super) fn adopt(
+        &self,
+        s: Spawned,
+        cgroup: Option<Arc<ExecCgroup>>,
+    ) -> Result<Started, ManagerError> {
+        let dup = s.pidfd.try_clone().map_err(|source| ManagerError::Io {
+            what: "duplicating the exec's pidfd",
+            source,
+        })?;
+        let (tx, rx) = oneshot::channel();
+        self.registry.insert(s.pid);
+        self.send(Job::Adopt {
+            pid: s.pid,
+            entry: Entry {
+                tx,
+                pidfd: s.pidfd,
+                status: s.status,
+                release: Vec::new(),
+                mnt: None,
+            },
+        })?;
+        Ok(Started {
+            pid: s.pid,
+            pidfd: dup,
+            init: s.init,
+            exit: rx,
+            cgroup,
+        })
     }
 
     /// Spawn a plain command on the manager thread and reap it there (the spawn benchmark's
@@ -340,15 +385,19 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                     init,
                     plan,
                     cgroup,
+                    check_workdir,
                     reply,
                 } => {
-                    let r = init.go().map_err(ManagerError::Spawn);
+                    let r = init.go(check_workdir).map_err(ManagerError::Spawn);
                     // The child-side stdio ends close here, in the parent.
                     drop(plan);
                     let r = r.and_then(|s| {
                         register(&sandbox.prepared, s, cgroup, &mut entries, registry)
                     });
                     let _ = reply.send(r);
+                }
+                Job::Adopt { pid, entry } => {
+                    entries.insert(pid, entry);
                 }
                 Job::Plain { mut cmd, reply } => {
                     orphans_possible = true;

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use super::plan::Parts;
 use super::{Child, Inner, RunError, Sandbox, SpawnSpec, manager, workdir};
 use crate::policy::Policy;
-use crate::sandbox;
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::child::view_init::ViewInit;
+use crate::sandbox::init::SpawnError;
+use crate::sandbox::{self, Step};
 
 /// The one exec of a [`Sandbox::new_with_exec`], until [`Pending::start`].
 pub struct Pending(Inside);
@@ -86,10 +87,19 @@ impl Sandbox {
 
 impl Pending {
     /// Start the command in `sandbox` (the one it was made with) and wait until it has
-    /// exec'd.
-    pub async fn start(self, sandbox: &Sandbox) -> Result<Child, RunError> {
+    /// exec'd. With `check`, the command may not start unless it may write its workdir
+    /// (asked of the kernel by the command itself, where its init made the view).
+    pub async fn start(
+        self,
+        sandbox: &Sandbox,
+        check: Option<workdir::WritableCheck>,
+    ) -> Result<Child, RunError> {
+        let workdir = &sandbox.inner.policy.fs.workdir;
         match self.0 {
             Inside::Later { spec, parents } => {
+                if let Some(c) = check {
+                    c.ask(workdir).map_err(RunError::Workdir)?;
+                }
                 let mut child = sandbox.spawn(spec).await?;
                 if let Some([i, o, e]) = parents {
                     let io_err = |source| RunError::Io {
@@ -124,10 +134,33 @@ impl Pending {
                     argv0,
                     ..
                 } = parts;
-                let started = manager::get()
-                    .go(sandbox.inner.clone(), init, plan, cgroup.map(Arc::new))
-                    .await
-                    .map_err(|e| sandbox.spawn_error(e, &argv0, &candidates, &cwd))?;
+                let cgroup = cgroup.map(Arc::new);
+                let started = if manager::running() {
+                    // Its reaping could see the init exit before it held the init: let it tell
+                    // the init to go, as it forks every other exec.
+                    manager::get()
+                        .go(sandbox.inner.clone(), init, plan, cgroup, check.is_some())
+                        .await
+                } else {
+                    // No thread to hand over to and wait for: go from here, then let the
+                    // manager (started now) hold the exec.
+                    let spawned = init.go(check.is_some());
+                    // Our copies of the child's ends of its pipes.
+                    drop(plan);
+                    spawned
+                        .map_err(manager::ManagerError::Spawn)
+                        .and_then(|s| manager::get().adopt(s, cgroup))
+                };
+                let started = started.map_err(|e| match (e, check) {
+                    (manager::ManagerError::Spawn(SpawnError::Child(c)), Some(check))
+                        if c.step == Step::WorkdirWritable =>
+                    {
+                        RunError::Workdir(
+                            check.refused(workdir, std::io::Error::from_raw_os_error(c.errno)),
+                        )
+                    }
+                    (e, _) => sandbox.spawn_error(e, &argv0, &candidates, &cwd),
+                })?;
                 sandbox.child(started, parents)
             }
         }

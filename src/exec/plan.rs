@@ -70,6 +70,7 @@ impl Parts {
             controlling_tty,
             program_fd.clone(),
         )
+        .and_then(|p| p.with_workdir(workdir))
         .map_err(|_| RunError::Usage("an argument or variable contains a NUL byte".into()))?;
         Ok(Parts {
             plan,

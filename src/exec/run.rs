@@ -380,19 +380,22 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     tl.stamp("sandbox-new");
     // Every write of a run in a workdir it cannot write fails, while the report would say
     // "all layers enforced": asked as whom the kernel checks the command there (its owner
-    // through an idmapped mount; after a hand-over, the run's uid).
-    if let Some(who) = sandbox.ownership().workdir_writer() {
-        let chown_to = match lease {
-            Some(_) => Identity {
-                uid: crate::policy::NOBODY,
-                gid: crate::policy::NOBODY,
+    // through an idmapped mount; after a hand-over, the run's uid), by the command itself
+    // before anything of it runs.
+    let check = sandbox
+        .ownership()
+        .workdir_writer()
+        .map(|who| workdir::WritableCheck {
+            who,
+            chown_to: match lease {
+                Some(_) => Identity {
+                    uid: crate::policy::NOBODY,
+                    gid: crate::policy::NOBODY,
+                },
+                None => who,
             },
-            None => who,
-        };
-        let as_owner = Some(who) != sandbox.policy().identity;
-        workdir::check_writable(&sandbox.policy().fs.workdir, who, chown_to, as_owner)
-            .map_err(RunError::Workdir)?;
-    }
+            as_owner: Some(who) != sandbox.policy().identity,
+        });
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = l.status.as_str(), detail = %l.detail, "sandbox layer");
     }
@@ -473,7 +476,7 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         name,
         events: Some(ev_tx.clone()),
     };
-    let mut child = pending.start(&sandbox).await.map_err(not_started)?;
+    let mut child = pending.start(&sandbox, check).await.map_err(not_started)?;
     let streams::Running {
         out_task,
         err_task,

@@ -68,6 +68,9 @@ pub struct ExecPlan {
     /// Exec this open file (execveat, AT_EMPTY_PATH) instead of a candidate: our own binary for
     /// the sftp-server mode, which the sandbox may not open by name.
     program_fd: Option<std::sync::Arc<OwnedFd>>,
+    /// The workdir, for the command's own check that it may write there (`run`, see
+    /// `process::check_workdir`); empty when never asked.
+    workdir: CString,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same struct, which are never
@@ -121,7 +124,15 @@ impl ExecPlan {
             stdio,
             controlling_tty,
             program_fd,
+            workdir: CString::default(),
         })
+    }
+
+    /// The workdir that `run`'s command may be asked to check it can write (see
+    /// [`ExecPlan::workdir`]).
+    pub fn with_workdir(mut self, dir: &std::path::Path) -> Result<ExecPlan, NulError> {
+        self.workdir = CString::new(dir.as_os_str().as_bytes())?;
+        Ok(self)
     }
 
     /// The child's ends of its standard streams, given back.
@@ -367,7 +378,7 @@ fn clone_exec(
                     };
                     init_main(p, plan, cg, a)
                 }
-                None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err),
+                None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err, None),
             }
         }
     }
@@ -495,7 +506,7 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         if let Err(e) = join_view(view, true) {
             fail(e, err_w);
         }
-        serve_exec(p, plan, err_w, status_w, stack)
+        serve_exec(p, plan, err_w, status_w, stack, false)
     }
 }
 
@@ -548,6 +559,7 @@ pub(super) unsafe fn serve_exec(
     err_w: RawFd,
     status_w: RawFd,
     stack: &[u8],
+    check_workdir: bool,
 ) -> ! {
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -571,7 +583,12 @@ pub(super) unsafe fn serve_exec(
         // does): copying the page tables of a second copy of the supervisor was the largest
         // single cost of the spawn. It runs on its own stack, prepared before the first fork;
         // we are suspended until its execve (or _exit) releases the memory.
-        let args = CommandArgs { p, plan, err_w };
+        let args = CommandArgs {
+            p,
+            plan,
+            err_w,
+            check_workdir,
+        };
         let top = (stack.as_ptr() as usize + stack.len()) & !15;
         let cmd = libc::clone(
             command_entry,
@@ -612,6 +629,8 @@ struct CommandArgs<'a> {
     p: &'a Prepared,
     plan: &'a ExecPlan,
     err_w: RawFd,
+    /// Ask whether the command may write its workdir ([`ExecPlan::with_workdir`]).
+    check_workdir: bool,
 }
 
 /// The command's entry point from the init's clone.
@@ -620,7 +639,8 @@ extern "C" fn command_entry(arg: *mut libc::c_void) -> libc::c_int {
     // vfork; we are the single-threaded command child.
     unsafe {
         let a = &*(arg as *const CommandArgs<'_>);
-        command_main(a.p, a.plan, None, None, 1, a.err_w)
+        let workdir = a.check_workdir.then_some(a.plan.workdir.as_c_str());
+        command_main(a.p, a.plan, None, None, 1, a.err_w, workdir)
     }
 }
 
@@ -633,6 +653,7 @@ unsafe fn command_main(
     view: Option<&ExecView>,
     parent: libc::pid_t,
     err_w: RawFd,
+    workdir: Option<&std::ffi::CStr>,
 ) -> ! {
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -669,7 +690,7 @@ unsafe fn command_main(
         if view.is_some() && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             fail(ChildError::last(Step::Subreaper), err_w);
         }
-        if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent) {
+        if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent, workdir) {
             fail(e, err_w);
         }
         match &plan.program_fd {

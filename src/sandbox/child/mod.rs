@@ -29,7 +29,8 @@
 //! 5. identity: ambient set cleared, securebits and the bounding set (they need CAP_SETPCAP,
 //!    so before setuid), then groups, gid, uid (each needs a capability the next removes),
 //!    verified, every capability set emptied, no_new_privs (Landlock and seccomp require it
-//!    of an unprivileged caller);
+//!    of an unprivileged caller); then, where `run` asks, whether the command may write its
+//!    workdir, asked of the kernel as the command itself, in its view;
 //! 6. parent-death signal: here, after the identity switch, because the kernel clears it
 //!    whenever the effective uid or gid changes; then `getppid()` checked against the parent
 //!    read before fork;
@@ -67,6 +68,7 @@ pub unsafe fn enforce_in_child(
     join: Option<&cgroup::ExecCgroup>,
     controlling_tty: bool,
     parent: libc::pid_t,
+    workdir: Option<&std::ffi::CStr>,
 ) -> Result<(), ChildError> {
     process::enforce_session(controlling_tty)?;
     if let Some(cg) = join {
@@ -75,6 +77,9 @@ pub unsafe fn enforce_in_child(
     }
     rlimits::apply(&p.rlimits)?;
     identity::enforce(&p.identity)?;
+    if let Some(dir) = workdir {
+        process::check_workdir(dir)?;
+    }
     process::enforce_parent_death(parent)?;
     if let Some(ll) = &p.landlock {
         if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {

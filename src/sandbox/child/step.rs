@@ -93,6 +93,7 @@ steps! {
     VerifyGid => "verify gid",
     Capset => "capset",
     NoNewPrivs => "set no_new_privs",
+    WorkdirWritable => "check that the sandbox may write its workdir",
     ParentDeath => "set parent-death signal",
     LandlockProcRule => "grant read on the exec's /proc",
     Landlock => "landlock",

@@ -144,11 +144,14 @@ impl ViewInit {
     }
 
     /// Let the init start the command, and wait until it has exec'd (or a step failed).
-    pub fn go(mut self) -> Result<Spawned, SpawnError> {
+    /// `check_workdir`: the command first asks whether it may write its workdir
+    /// (`ExecPlan::with_workdir`, step [`Step::WorkdirWritable`]).
+    pub fn go(mut self, check_workdir: bool) -> Result<Spawned, SpawnError> {
         let go_w = self.go_w.take().expect("go is sent once");
         let c = self.cloned.take().expect("go is sent once");
+        let b: u8 = if check_workdir { GO_CHECK } else { GO };
         // SAFETY: a one-byte write to our end of the go pipe.
-        let n = unsafe { libc::write(go_w.as_raw_fd(), c"g".as_ptr().cast(), 1) };
+        let n = unsafe { libc::write(go_w.as_raw_fd(), (&b as *const u8).cast(), 1) };
         if n != 1 {
             let e = io::Error::last_os_error();
             kill_and_reap(&c.pidfd);
@@ -180,6 +183,10 @@ fn kill_and_reap(pidfd: &OwnedFd) {
     };
     reap(pidfd);
 }
+
+/// The go byte: start the command; start it, after its check of the workdir.
+const GO: u8 = b'g';
+const GO_CHECK: u8 = b'w';
 
 /// The init's ends of its pipes, and the supervisor's pidfd.
 struct Fds {
@@ -229,10 +236,10 @@ unsafe fn view_init_main(
             }
             break n;
         };
-        if n != 1 {
+        if n != 1 || !matches!(b, GO | GO_CHECK) {
             libc::_exit(0);
         }
         libc::close(fds.go_r);
-        serve_exec(p, plan, fds.err_w, fds.status_w, stack)
+        serve_exec(p, plan, fds.err_w, fds.status_w, stack, b == GO_CHECK)
     }
 }
