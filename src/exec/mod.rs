@@ -265,6 +265,8 @@ impl Sandbox {
     /// Validate the policy and build every kernel object. Fails closed: a layer that cannot be
     /// enforced is an error unless `policy.allow_degraded`.
     pub fn new(policy: Policy) -> Result<Sandbox, RunError> {
+        // Each path is resolved once while the sandbox is prepared (sys::walk::Memo).
+        let _memo = crate::sys::walk::Memo::begin();
         policy.validate()?;
         let prepared = sandbox::prepare(&policy)?;
         sandbox::process::harden_supervisor().map_err(|source| RunError::Io {

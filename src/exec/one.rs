@@ -41,6 +41,9 @@ impl Sandbox {
     /// the workdir check, the report's directory) can be done in between; dropping the
     /// [`Pending`] ends its init.
     pub fn new_with_exec(policy: Policy, spec: SpawnSpec) -> Result<(Sandbox, Pending), RunError> {
+        // Each path is resolved once while the sandbox is prepared (sys::walk::Memo); not
+        // across a fallback, which is there because something changed.
+        let memo = crate::sys::walk::Memo::begin();
         policy.validate()?;
         let mut spec = spec;
         let mut parents = None;
@@ -79,6 +82,7 @@ impl Sandbox {
                 }
             }
         }
+        drop(memo);
         let sb = Sandbox::new(policy)?;
         sb.one_exec_only();
         Ok((sb, Pending(Inside::Later { spec, parents })))

@@ -269,8 +269,7 @@ impl ViewPlan {
     pub fn new(req: &ViewRequest) -> ViewPlan {
         let mut tmpfs = Vec::new();
         for (mount_point, size) in [("/tmp", req.tmp_size), ("/dev/shm", req.shm_size)] {
-            let target = Path::new(mount_point)
-                .canonicalize()
+            let target = crate::sys::walk::canonical(Path::new(mount_point))
                 .unwrap_or_else(|_| PathBuf::from(mount_point));
             // A grant of the mount point itself (or of a parent) would be hidden by the
             // tmpfs; leave that mount point as it is.

@@ -82,14 +82,14 @@ fn view_request(policy: &Policy) -> ViewRequest {
     let denied: Vec<std::path::PathBuf> = fs
         .deny
         .iter()
-        .filter_map(|p| p.canonicalize().ok())
+        .filter_map(|p| crate::sys::walk::canonical(p).ok())
         .collect();
     // The links of the host's root (and of each directory made on the way to a grant) whose
     // target the view holds (view_links.rs). The private tmpfs mounts are where
     // `ViewPlan::new` puts them: /tmp and /dev/shm, unless a grant covers them.
     let tmpfs: Vec<std::path::PathBuf> = ["/tmp", "/dev/shm"]
         .iter()
-        .filter_map(|t| std::path::Path::new(t).canonicalize().ok())
+        .filter_map(|t| crate::sys::walk::canonical(std::path::Path::new(t)).ok())
         .filter(|t| !grants.iter().any(|g| t.starts_with(&g.path)))
         .collect();
     for l in view_links::reproduced(&walker, &grants, &denied, &tmpfs) {
