@@ -388,7 +388,9 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                     check_workdir,
                     reply,
                 } => {
-                    let r = init.go(check_workdir).map_err(ManagerError::Spawn);
+                    // The view's network namespace, held by the sandbox this job holds.
+                    let net = sandbox.prepared.view.net.as_ref().map(|f| f.as_raw_fd());
+                    let r = init.go(check_workdir, net).map_err(ManagerError::Spawn);
                     // The child-side stdio ends close here, in the parent.
                     drop(plan);
                     let r = r.and_then(|s| {

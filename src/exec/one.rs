@@ -3,7 +3,7 @@
 //! Where that path is not taken (or given up), the sandbox is prepared as every sandbox is and
 //! the command spawned into it later, the same way to the caller.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use super::plan::Parts;
@@ -148,7 +148,8 @@ impl Pending {
                 } else {
                     // No thread to hand over to and wait for: go from here, then let the
                     // manager (started now) hold the exec.
-                    let spawned = init.go(check.is_some());
+                    let net = sandbox.inner.prepared.view.net.as_ref();
+                    let spawned = init.go(check.is_some(), net.map(|f| f.as_raw_fd()));
                     // Our copies of the child's ends of its pipes.
                     drop(plan);
                     spawned

@@ -684,15 +684,20 @@ fn open(what: &'static str, path: String, flags: i32) -> Result<OwnedFd, ViewErr
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The view that `run`'s exec init `pid` made itself (namespaces/in_init.rs), from its
-/// report: nothing to join, so only the network namespace is opened (for the egress proxy
-/// and forwarded connections); the Landlock rules of the tmpfs roots are the init's.
+/// The view that `run`'s exec init made itself (namespaces/in_init.rs), from its report and
+/// the network namespace the supervisor made meanwhile ([`net_ns_here`]; `None`: not asked
+/// for). Nothing to join; the Landlock rules of the tmpfs roots are the init's.
 pub(in crate::sandbox) fn view_of_init(
-    pid: libc::pid_t,
     rep: &HelperReport,
     plan: &ViewPlan,
-) -> Result<ViewMade, ViewError> {
-    let outcomes = rep.outcomes();
+    net: Option<Result<OwnedFd, ChildError>>,
+) -> ViewMade {
+    let mut outcomes = rep.outcomes();
+    match &net {
+        Some(Ok(_)) => outcomes[Kind::Net.index()] = Outcome::Made,
+        Some(Err(e)) => outcomes[Kind::Net.index()] = Outcome::Failed(*e),
+        None => {}
+    }
     let made = |k: Kind| outcomes[k.index()] == Outcome::Made;
     let mut view = View {
         tmpfs: plan
@@ -713,18 +718,35 @@ pub(in crate::sandbox) fn view_of_init(
         idmap: rep.idmap[..plan.root.as_ref().map_or(0, RootPlan::idmap_slots)].to_vec(),
         ..View::default()
     };
-    if made(Kind::Net) {
-        view.net = Some(open(
-            "the network namespace",
-            format!("/proc/{pid}/ns/net"),
-            libc::O_RDONLY,
-        )?);
-    }
-    Ok(ViewMade {
+    view.net = net.and_then(Result::ok);
+    ViewMade {
         outcomes,
         view,
         ipc_limits: rep.ipc_limits_error(),
-    })
+    }
+}
+
+/// `run`'s network namespace, made by the calling thread while the exec's init builds the
+/// rest of the view on the other core: a namespace whose only interface is `lo`, up, held by
+/// the descriptor returned (the init joins it once told to go). The thread is back in its own
+/// network namespace when this returns; `Err(None)` when it could not get back (it must not
+/// go on: every connection of ours would be made from the sandbox's namespace).
+pub(in crate::sandbox) fn net_ns_here() -> Result<Result<OwnedFd, ChildError>, ()> {
+    let own = open(
+        "the supervisor's network namespace",
+        "/proc/thread-self/ns/net".into(),
+        libc::O_RDONLY,
+    );
+    let Ok(own) = own else {
+        return Ok(Err(ChildError::last(Step::UnshareNet)));
+    };
+    let made = make_net_ns();
+    // SAFETY: setns with a descriptor of our own network namespace, opened above; it changes
+    // only the calling thread.
+    if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(());
+    }
+    Ok(made)
 }
 
 impl ViewPlan {

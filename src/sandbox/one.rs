@@ -10,7 +10,9 @@
 //!    the clone (as `prepare`), then Landlock, seccomp, identity, the cgroup root and limits
 //!    (`Layers`), with the view's network namespace and private tmpfs taken as made; the
 //!    ruleset has no rule for those tmpfs roots yet (they do not exist), the init adds them;
-//! 2. the exec's cgroup, then the clone with every namespace flag;
+//! 2. the exec's cgroup, then the clone with every namespace flag but the network's: that one
+//!    this thread makes meanwhile (the kernel's ~0.4 ms for it, beside the init's mounts on
+//!    the other core), and the init joins it when told to go;
 //! 3. the report: every kind must have been made, and the missing deny paths must still be
 //!    missing now that the mount tree was copied (the ruleset did not split around them);
 //! 4. the namespace rows and the ownership decision, from the report, as `prepare` makes them.
@@ -29,7 +31,7 @@ use super::cgroup::ExecCgroup;
 use super::child::init::ExecPlan;
 use super::child::view_init::{ViewInit, clone_view_init};
 use super::kernel::{Kernel, Real};
-use super::namespaces::{Kind, Outcome, ProcMount, UserNs, View, view_of_init};
+use super::namespaces::{self, Kind, Outcome, ProcMount, UserNs, View, ViewError, view_of_init};
 use super::{Cgroups, LayerStatus, Layers, PrepareError, Prepared, TmpfsRule, view_layer};
 use crate::policy::Policy;
 
@@ -167,6 +169,19 @@ impl One {
         crate::pause::point("view-plan");
         let init = clone_view_init(&p, &planned.plan, plan, cg.as_ref(), supervisor_pidfd)
             .map_err(|e| Fallback(format!("cloning the exec's init: {e}")))?;
+        // The network namespace, made here while the init builds the rest on the other core
+        // (the init joins it when told to go). Not back in our own: refuse the run.
+        let net = if planned.plan.private_net() {
+            let back = namespaces::net_ns_here().map_err(|()| {
+                Start::Refused(PrepareError::View(ViewError::Open {
+                    what: "the supervisor's network namespace again",
+                    source: std::io::Error::last_os_error(),
+                }))
+            })?;
+            Some(back)
+        } else {
+            None
+        };
         let rep = init.report().map_err(|e| {
             Fallback(match e {
                 Some(e) => format!("the exec's init: {e}"),
@@ -177,8 +192,7 @@ impl One {
         if !absent_before.is_subset(&after) {
             return Err(Fallback("a missing deny path appeared".into()).into());
         }
-        let made = view_of_init(init.pid(), &rep, &planned.plan)
-            .map_err(|e| Fallback(format!("opening the view: {e}")))?;
+        let made = view_of_init(&rep, &planned.plan, net);
         let private_net = planned.plan.private_net();
         let short: Vec<Kind> = Kind::ALL
             .into_iter()

@@ -1,7 +1,8 @@
-//! `run`'s exec init that makes the view itself: one clone into new mount, PID, IPC, UTS and
-//! (with `--network none`) network namespaces, whose child builds the view where it stands
-//! (namespaces/in_init.rs), reports it, waits for the supervisor's go, and then serves the
-//! exec as every init does (init.rs: relay signals, clone the command, reap).
+//! `run`'s exec init that makes the view itself: one clone into new mount, PID, IPC and UTS
+//! namespaces, whose child builds the view where it stands (namespaces/in_init.rs), reports
+//! it, waits for the supervisor's go (which brings the network namespace the supervisor made
+//! meanwhile, `--network none`), and then serves the exec as every init does (init.rs: relay
+//! signals, clone the command, reap).
 //!
 //! Against a view made ahead (a helper forked to build it, kept by descriptor, then joined by
 //! each exec's init with four setns and a fresh /proc), this is one process, one copy of the
@@ -14,9 +15,10 @@
 //!    the supervisor's pidfd; the exec's cgroup;
 //! 2. the view (in_init.rs), then the Landlock rules of its private tmpfs roots on the shared
 //!    ruleset (which exist only now, in this namespace), and the report to the supervisor;
-//! 3. the supervisor's go (one byte; EOF means it fell back to the helper's path or gave up:
-//!    exit, and the namespaces go with us), after it has decided the layers from the report
-//!    and handed the workdir over where idmapped mounts were refused;
+//! 3. the supervisor's go (one byte, with the network namespace's descriptor; EOF means it
+//!    fell back to the helper's path or gave up: exit, and the namespaces go with us), after
+//!    it has decided the layers from the report and handed the workdir over where idmapped
+//!    mounts were refused; then that network namespace joined;
 //! 4. the rest of an init's life (init.rs `serve_exec`).
 
 use std::io;
@@ -51,17 +53,15 @@ pub fn clone_view_init(
     let (err_r, err_w) = cloexec_pipe()?;
     let (st_r, st_w) = cloexec_pipe()?;
     let (report_r, report_w) = cloexec_pipe()?;
-    let (go_r, go_w) = cloexec_pipe()?;
-    let private_net = view.private_net();
-    let mut flags = libc::CLONE_PIDFD
+    let (go_r, go_w) = go_channel()?;
+    // No CLONE_NEWNET: the supervisor makes the network namespace while we build the rest
+    // (its ~0.4 ms of the kernel's setup on the other core), and hands it over with go.
+    let flags = libc::CLONE_PIDFD
         | libc::SIGCHLD
         | libc::CLONE_NEWPID
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS;
-    if private_net {
-        flags |= libc::CLONE_NEWNET;
-    }
     let area = args_area();
     // The command's stack (see init.rs `serve_exec`), allocated before the clone.
     let stack = vec![0u8; 256 << 10];
@@ -145,13 +145,13 @@ impl ViewInit {
 
     /// Let the init start the command, and wait until it has exec'd (or a step failed).
     /// `check_workdir`: the command first asks whether it may write its workdir
-    /// (`ExecPlan::with_workdir`, step [`Step::WorkdirWritable`]).
-    pub fn go(mut self, check_workdir: bool) -> Result<Spawned, SpawnError> {
+    /// (`ExecPlan::with_workdir`, step [`Step::WorkdirWritable`]). `net`: the network
+    /// namespace the init joins first (sandbox/one.rs made it meanwhile).
+    pub fn go(mut self, check_workdir: bool, net: Option<RawFd>) -> Result<Spawned, SpawnError> {
         let go_w = self.go_w.take().expect("go is sent once");
         let c = self.cloned.take().expect("go is sent once");
         let b: u8 = if check_workdir { GO_CHECK } else { GO };
-        // SAFETY: a one-byte write to our end of the go pipe.
-        let n = unsafe { libc::write(go_w.as_raw_fd(), (&b as *const u8).cast(), 1) };
+        let n = send_go(go_w.as_raw_fd(), b, net);
         if n != 1 {
             let e = io::Error::last_os_error();
             kill_and_reap(&c.pidfd);
@@ -188,6 +188,98 @@ fn kill_and_reap(pidfd: &OwnedFd) {
 const GO: u8 = b'g';
 const GO_CHECK: u8 = b'w';
 
+/// The go channel: a unix socket pair (the go byte may carry a descriptor), close-on-exec.
+fn go_channel() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two fds into our array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(SpawnError::Pipe(io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Room for one descriptor in a control message.
+#[repr(C, align(8))]
+struct OneFd([u8; 24]);
+
+/// Send the go byte `b`, with `fd` attached when there is one. Returns what sendmsg does.
+fn send_go(sock: RawFd, b: u8, fd: Option<RawFd>) -> isize {
+    let mut byte = b;
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut cmsg = OneFd([0; 24]);
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_SPACE/CMSG_LEN of one int fit the 24 aligned bytes of `cmsg`, and
+        // CMSG_FIRSTHDR of a msghdr pointing at them is that buffer.
+        unsafe {
+            msg.msg_control = cmsg.0.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as usize;
+            let h = libc::CMSG_FIRSTHDR(&msg);
+            (*h).cmsg_level = libc::SOL_SOCKET;
+            (*h).cmsg_type = libc::SCM_RIGHTS;
+            (*h).cmsg_len = libc::CMSG_LEN(4) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(h).cast::<libc::c_int>(), fd);
+        }
+    }
+    // SAFETY: sendmsg of a msghdr built above over our stack buffers.
+    unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) }
+}
+
+/// Receive the go byte, and the descriptor with it if any (-1). Async-signal-safe.
+///
+/// # Safety
+/// Raw syscalls on our stack only.
+unsafe fn receive_go(sock: RawFd) -> Option<(u8, RawFd)> {
+    let mut byte = 0u8;
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut cmsg = OneFd([0; 24]);
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cmsg.0.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of::<OneFd>();
+    let n = loop {
+        // SAFETY: recvmsg into the buffers above; descriptors arrive close-on-exec.
+        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        break n;
+    };
+    if n != 1 {
+        return None;
+    }
+    let mut fd = -1;
+    // SAFETY: the kernel filled `msg`; CMSG_FIRSTHDR is null or points into `cmsg`.
+    unsafe {
+        let h = libc::CMSG_FIRSTHDR(&msg);
+        if !h.is_null() && (*h).cmsg_level == libc::SOL_SOCKET && (*h).cmsg_type == libc::SCM_RIGHTS
+        {
+            fd = std::ptr::read_unaligned(libc::CMSG_DATA(h).cast::<libc::c_int>());
+        }
+    }
+    Some((byte, fd))
+}
+
 /// The init's ends of its pipes, and the supervisor's pidfd.
 struct Fds {
     err_w: RawFd,
@@ -210,7 +302,8 @@ unsafe fn view_init_main(
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
         init_prologue(cg, fds.supervisor_pidfd, fds.err_w);
-        let rep = in_init::build(view, view.private_net());
+        // The network namespace is the supervisor's to make meanwhile (one.rs): joined below.
+        let rep = in_init::build(view);
         if let Some(ll) = &p.landlock {
             for (i, dir) in view.tmpfs_c_targets() {
                 if rep.tmpfs_made(i)
@@ -228,18 +321,19 @@ unsafe fn view_init_main(
         }
         rep.send(fds.report_w);
         libc::close(fds.report_w);
-        let mut b = 0u8;
-        let n = loop {
-            let n = libc::read(fds.go_r, (&mut b as *mut u8).cast(), 1);
-            if n < 0 && errno() == libc::EINTR {
-                continue;
-            }
-            break n;
+        let Some((b, net)) = receive_go(fds.go_r) else {
+            libc::_exit(0);
         };
-        if n != 1 || !matches!(b, GO | GO_CHECK) {
+        if !matches!(b, GO | GO_CHECK) {
             libc::_exit(0);
         }
         libc::close(fds.go_r);
+        if view.private_net() {
+            if net < 0 || libc::setns(net, libc::CLONE_NEWNET) != 0 {
+                fail(ChildError::last(Step::SetnsNet), fds.err_w);
+            }
+            libc::close(net);
+        }
         serve_exec(p, plan, fds.err_w, fds.status_w, stack, b == GO_CHECK)
     }
 }

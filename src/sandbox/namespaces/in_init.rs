@@ -1,15 +1,16 @@
 //! The view built by `run`'s exec init itself (child/view_init.rs), where one process makes
-//! the view and then serves the exec as its PID 1: cloned straight into new mount, PID, IPC,
-//! UTS and (with `--network none`) network namespaces, so no helper is forked, no namespace is
-//! unshared, joined or opened by path, and the view's mount tree is copied once. The same
-//! steps as the view helper's (helper.rs), in the order this one process allows:
+//! the view and then serves the exec as its PID 1: cloned straight into new mount, PID, IPC
+//! and UTS namespaces, so no helper is forked, no namespace is unshared, and the view's mount
+//! tree is copied once (the network namespace, `--network none`, is made by the supervisor
+//! meanwhile and joined by the init when it is told to go). The same steps as the view
+//! helper's (helper.rs), in the order this one process allows:
 //! 1. every mount private (before anything is mounted);
 //! 2. the root of granted paths only (view_root.rs), pivoted into; with no root (the policy
 //!    grants `/`), the private tmpfs mounts in place;
 //! 3. the exec's fresh /proc, at once the one its command sees: writable only while the IPC
 //!    limits are written to its /proc/sys/kernel (a /proc is that of its mounter's PID
 //!    namespace, and this process is PID 1 of the exec's), then read-only;
-//! 4. the hostname, and `lo` up.
+//! 4. the hostname.
 //!
 //! Only a root supervisor in the initial user namespace takes this path (`sandbox/one.rs`): a
 //! user namespace's view needs the supervisor's /proc bound under the fresh one, and the IPC
@@ -17,9 +18,7 @@
 //! made, as the helper's does; anything short of every kind makes the supervisor fall back to
 //! the helper's path, which reports the exact degradation.
 
-use super::helper::{
-    PROC_FLAGS, check, loopback_up, mount_proc_flags, mount_tmpfs, write_ipc_limits,
-};
+use super::helper::{PROC_FLAGS, check, mount_proc_flags, mount_tmpfs, write_ipc_limits};
 use super::report::HelperReport;
 use super::{Kind, ProcMount, ViewPlan};
 use crate::sandbox::view_root::{self, Built};
@@ -30,7 +29,7 @@ use crate::sandbox::{ChildError, Step};
 /// # Safety
 /// Only in `run`'s exec init, single-threaded, cloned into new mount, PID, IPC and UTS
 /// namespaces as their first process: raw syscalls on `plan`, prepared before the clone.
-pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan, private_net: bool) -> HelperReport {
+pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan) -> HelperReport {
     let mut rep = HelperReport::new();
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -112,9 +111,6 @@ pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan, private_net: bool) -> He
                 Step::SetHostname,
             ),
         );
-        if private_net {
-            rep.set(Kind::Net, loopback_up());
-        }
     }
     rep
 }
