@@ -28,8 +28,9 @@ static:
 	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) build --release --target $(TARGET)
 	@! readelf -l $(STATIC_BIN) | grep -q INTERP || { echo "static build has an ELF interpreter"; exit 1; }
 
-demo: build
-	bash scripts/demo.sh target/debug/openshell-sandbox
+# The release binary (what users run), found where cargo put it (CARGO_TARGET_DIR included).
+demo:
+	CARGO='$(CARGO)' bash scripts/demo.sh
 
 lint:
 	$(CARGO) fmt --check

@@ -9,7 +9,8 @@
 set -euo pipefail
 
 # busybox-static: the libc-less pod image of the end-to-end simulation; iproute2: its veth
-# link; util-linux: unshare/nsenter/setpriv; python3: the hostile children of the layer tests;
+# link, and the network namespace of scripts/demo.sh (tests/demo.rs); util-linux:
+# unshare/nsenter/setpriv; python3: the hostile children of the layer tests;
 # python3-venv, make, git, nodejs: the real workloads of tests/workloads.rs and
 # tests/namespaces.rs; gcc, libc6-dev, binutils: the C probes and the static-binary checks;
 # openssh-client: `openshell sandbox connect`'s client in tests/gateway_main_session.rs and

@@ -77,6 +77,9 @@ struct PolicySummary {
     source: String,
     workdir: PathBuf,
     network: NetworkMode,
+    /// The keys of the network rules the egress proxy keeps (in the sandbox's own network
+    /// namespace); `None`: no rules, no proxy.
+    proxy_rules: Option<Vec<String>>,
     limits: Limits,
     /// Who the child would run as; `None`: the caller's own identity (not root).
     identity: Option<Identity>,
@@ -190,6 +193,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // private tmpfs, refused as a workdir.
     let bare = BareWorkdir::new(args.flags.workdir.is_none());
     let mut network_rules = None;
+    let mut proxy_rules = None;
     let loaded = run::load_policy(
         &args.flags,
         args.policy_file.as_deref(),
@@ -202,7 +206,12 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let policy = match loaded {
         Ok(loaded) => {
             network_rules = loaded.network.as_ref().map(crate::exec::egress::describe);
-            run::log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
+            proxy_rules = loaded
+                .network
+                .as_ref()
+                .map(|n| n.rules().iter().map(|r| r.key.clone()).collect());
+            // Said once, in the report (`warning:` lines, or the JSON's `warnings`), not also
+            // in the log.
             warnings = loaded.warnings.iter().map(|w| w.to_string()).collect();
             let mut policy = loaded.policy;
             if root {
@@ -340,6 +349,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
             source: source.clone(),
             workdir: p.fs.workdir.clone(),
             network: p.network,
+            proxy_rules: proxy_rules.clone(),
             limits: p.limits.clone(),
             identity: if root { p.identity } else { None },
             per_run_uid,
@@ -460,14 +470,14 @@ fn print_human(report: &Report, source: &str) {
             Some(id) => format!("uid {} gid {}", id.uid, id.gid),
             None => "our own uid and gid".into(),
         };
-        let network = match p.network {
-            NetworkMode::None => "none",
-            NetworkMode::All => "all",
-        };
         println!(
-            "policy ({}): workdir {}, network {network}, runs as {who}",
+            "policy ({}): workdir {}, runs as {who}",
             p.source,
             p.workdir.display(),
+        );
+        println!(
+            "network: {}",
+            network_line(p.network, p.proxy_rules.as_deref())
         );
         let l = &p.limits;
         let opt = |v: Option<u64>, unit: &str| {
@@ -555,6 +565,24 @@ fn print_human(report: &Report, source: &str) {
         None if report.fully_enforced => println!("{what}: fully enforced"),
         None => println!("{what}: NOT fully enforced"),
         Some(r) => println!("{what}: NOT enforceable: {r}"),
+    }
+}
+
+/// What a run gets on the network, in words: the proxy and its rules when there are rules
+/// (the run's network namespace then holds only `lo` and the proxy), else the mode.
+fn network_line(mode: NetworkMode, proxy_rules: Option<&[String]>) -> String {
+    match (proxy_rules, mode) {
+        (Some(keys), _) => format!(
+            "proxy, {} rule{}: {} (only through the egress proxy at {}; nothing else leaves)",
+            keys.len(),
+            if keys.len() == 1 { "" } else { "s" },
+            keys.join(", "),
+            crate::egress::netns::PROXY_ADDR
+        ),
+        (None, NetworkMode::None) => {
+            "none (a network namespace with only lo: loopback works, nothing leaves)".into()
+        }
+        (None, NetworkMode::All) => "all (the host's network)".into(),
     }
 }
 

@@ -18,7 +18,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 pub use crate::logging::LogFormat;
-use crate::policy::{NetworkMode, ParseSizeError, PolicyFlags, parse_size};
+use crate::policy::{NetworkMode, ParseSizeError, PolicyFlags, parse_memory, parse_size};
 
 /// The default of `--uid-range`: above systemd's container range, below 2^31 (README).
 pub const DEFAULT_UID_RANGE: &str = "1900000000-1900000999";
@@ -59,7 +59,9 @@ openshell-sandbox failed or refused (bad flags or policy, unusable workdir, a la
 be enforced, processes that survived); 126 when CMD cannot be executed; 127 when it is not found.",
     version = VERSION,
     mut_arg("workdir", |a| a.help(
-        "Read-write working directory of the command (must exist). Default: the current directory"
+        "Read-write working directory of the command (must exist). Default: the current \
+         directory, unless that is a home directory (or one above it), / or in the system's \
+         own trees: those only when named here"
     )),
 )]
 pub struct RunArgs {
@@ -121,7 +123,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", help_heading = REPORTING)]
     pub report_json: Option<PathBuf>,
 
-    /// Never print the one-line summary on stderr, not even when the sandbox ended the run.
+    /// Never print the one-line summary on stderr, not even when the sandbox ended the run,
+    /// nor warnings (a best_effort path of the policy file that is missing): only errors,
+    /// unless --log-level is given.
     #[arg(long, short = 'q', conflicts_with = "verbose", help_heading = REPORTING)]
     pub quiet: bool,
 
@@ -167,6 +171,15 @@ impl RunArgs {
         let m = RunArgs::command().try_get_matches_from(argv)?;
         let mut a = RunArgs::from_arg_matches(&m)?;
         a.flags = a.policy.explicit(&m);
+        // -q silences our warnings too; a level given explicitly still wins.
+        if a.quiet
+            && !matches!(
+                m.value_source("log_level"),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        {
+            a.policy.log_level = "error".into();
+        }
         Ok(a)
     }
 }
@@ -209,12 +222,14 @@ pub struct PolicyArgs {
 
     /// Resident memory (swap off) of the whole exec tree: the memory cgroup's limit (degraded
     /// without one). Bytes; accepts suffixes (K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB, TB).
-    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg, help_heading = LIMITS)]
+    /// At least 1 MiB.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_memory_arg, help_heading = LIMITS)]
     pub memory: Option<u64>,
 
     /// Virtual address space per process (RLIMIT_AS). V8, Go, Java and Wasm runtimes reserve
-    /// far more than they use: prefer --memory. Bytes; accepts suffixes (K, KiB, M, MiB, G, GiB).
-    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_size_arg, help_heading = LIMITS)]
+    /// far more than they use: prefer --memory. Bytes; accepts suffixes (K, KiB, M, MiB, G,
+    /// GiB). At least 1 MiB.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true, value_parser = parse_memory_arg, help_heading = LIMITS)]
     pub address_space: Option<u64>,
 
     /// Processes and threads of the exec (pids cgroup; reason pids_limit when it held).
@@ -523,6 +538,10 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e: ParseSizeError| e.to_string())
 }
 
+fn parse_memory_arg(s: &str) -> Result<u64, String> {
+    parse_memory(s).map_err(|e: ParseSizeError| e.to_string())
+}
+
 fn parse_count(s: &str) -> Result<u64, String> {
     let s = s.trim();
     if s.starts_with('-') {
@@ -697,7 +716,7 @@ pub struct CompletionsArgs {
 )]
 pub struct ManArgs {
     /// Write openshell-sandbox.1 and openshell-sandbox-SUBCOMMAND.1 into this directory
-    /// (which must exist) instead.
+    /// (made when missing) instead.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }

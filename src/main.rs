@@ -106,8 +106,9 @@ fn gateway_configured() -> bool {
     env_set("OPENSHELL_ENDPOINT") || env_set("OPENSHELL_GATEWAY_ENDPOINT")
 }
 
-/// Whether a bare `openshell-sandbox` has something to serve: a gateway, or a main process
-/// given by the environment (serve runs one without a gateway).
+/// Whether a bare `openshell-sandbox` is the supervisor: a gateway, or a main process given
+/// by the environment (which serve refuses without a gateway, suggesting `run`, unless
+/// `--no-gateway`).
 fn serve_configured() -> bool {
     gateway_configured()
         || env_set("OPENSHELL_MAIN_PROCESS_SPEC")

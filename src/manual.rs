@@ -99,12 +99,15 @@ pub fn man(args: &ManArgs) -> Result<ExitCode, ManualError> {
     let tree = command_tree();
     match &args.dir {
         Some(dir) => {
-            // One page for the top level, one per subcommand (openshell-sandbox-run.1, ...),
-            // as git and cargo lay theirs out.
-            clap_mangen::generate_to(tree, dir).map_err(|source| ManualError::WriteDir {
+            let failed = |source| ManualError::WriteDir {
                 dir: dir.clone(),
                 source,
-            })?;
+            };
+            // Made when missing, as `install -d` or `cargo doc` make their output directory.
+            std::fs::create_dir_all(dir).map_err(failed)?;
+            // One page for the top level, one per subcommand (openshell-sandbox-run.1, ...),
+            // as git and cargo lay theirs out.
+            clap_mangen::generate_to(tree, dir).map_err(failed)?;
             Ok(ExitCode::SUCCESS)
         }
         None => {

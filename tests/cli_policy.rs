@@ -377,7 +377,7 @@ fn serve_creates_a_missing_workdir_and_logs_an_unwritable_one() {
     let wd = base.path().join("sandbox");
     let serve = |wd: &Path| {
         bin()
-            .args(["serve", "--uid", "65534", "--workdir"])
+            .args(["serve", "--no-gateway", "--uid", "65534", "--workdir"])
             .arg(wd)
             .args(["--", "/bin/sh", "-c", "echo made > f && cat f"])
             .output()

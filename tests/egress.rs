@@ -27,6 +27,7 @@ const P1: &str = r#"
         port: 8081
     binaries:
       - path: /t/bin/launch
+        descendants: true
   via_glob:
     endpoints:
       - host: pub.test
@@ -291,10 +292,10 @@ fn address_checks_after_resolution() {
         );
         // One private answer among public ones refuses the whole request.
         ssrf("mixed.wild.test:8080");
-        // Unresolvable: an address denial, not a 502.
+        // Unresolvable: an address denial, not a 502, that says why.
         assert_eq!(
             ssrf("nx.wild.test:8080"),
-            "CONNECT nx.wild.test:8080 blocked: internal address"
+            "CONNECT nx.wild.test:8080 blocked: DNS resolution failed for nx.wild.test:8080: no address for nx.wild.test"
         );
         let e = w.events.wait_for("dns", |e| e.dest == "nx.wild.test:8080");
         assert!(

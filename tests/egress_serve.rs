@@ -51,6 +51,7 @@ fn policy(rules: &[(&str, &str, u16)]) -> SandboxPolicy {
                             .iter()
                             .map(|p| NetworkBinary {
                                 path: p.to_string(),
+                                ..Default::default()
                             })
                             .collect(),
                     },

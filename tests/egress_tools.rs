@@ -223,9 +223,13 @@ fn git_clones_over_http_through_the_proxy() {
                 .unwrap()
                 .success()
         );
-        // git runs its HTTP transport in a helper child (git-remote-http): allowed as git's child.
+        // git runs its HTTP transport in a helper child (git-remote-http): admitted as git's
+        // descendant, which the rule asks for.
         w.start(
-            &rule("forge", "git.test", 8090, &git),
+            &format!(
+                "  forge:\n    endpoints: [{{host: git.test, port: 8090}}]\n    binaries: [{{path: \"{}\", descendants: true}}]\n",
+                git.display()
+            ),
             ProxyConfig::default(),
         );
         let out_dir = w.tmp.path().join("clone");

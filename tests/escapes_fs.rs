@@ -142,7 +142,7 @@ fn serve_symlinked_workdir_is_refused_naming_the_link() {
     let child = Command::new(BIN)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .arg("--workdir")
+        .args(["--no-gateway", "--workdir"])
         .arg(&link)
         .args(["sh", "-c", &format!("echo x > {}", pwned.display())])
         .stdin(Stdio::null())

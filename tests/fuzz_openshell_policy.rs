@@ -76,7 +76,10 @@ fn rule() -> impl Strategy<Value = NetworkPolicyRule> {
             endpoints,
             binaries: bins
                 .into_iter()
-                .map(|path| NetworkBinary { path })
+                .map(|path| NetworkBinary {
+                    path,
+                    ..Default::default()
+                })
                 .collect(),
         })
 }

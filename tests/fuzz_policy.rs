@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use openshell_sandbox::cli::RunArgs;
-use openshell_sandbox::policy::{ParseSizeError, Policy, parse_size};
+use openshell_sandbox::policy::{MIN_MEMORY, ParseSizeError, Policy, parse_memory, parse_size};
 use proptest::prelude::*;
 
 /// What parse_size must answer, written from its contract rather than its code: optional
@@ -70,6 +70,9 @@ fn actual(input: &str) -> Want {
         Err(ParseSizeError::Unit(..)) => Want::Unit,
         Err(ParseSizeError::Overflow(_)) => Want::Overflow,
         Err(ParseSizeError::Zero) => Want::Zero,
+        Err(e @ ParseSizeError::TooLittleMemory(..)) => {
+            panic!("parse_size judged a size as memory: {e}")
+        }
     }
 }
 
@@ -78,6 +81,15 @@ fn check_size(input: &str) -> Result<(), TestCaseError> {
     prop_assert_eq!(&got, &reference(input), "parse_size({:?})", input);
     if let Err(e) = parse_size(input) {
         prop_assert!(!e.to_string().is_empty());
+    }
+    // A memory limit is a size of at least MIN_MEMORY; anything else is parse_size's answer.
+    match (parse_memory(input), parse_size(input)) {
+        (Ok(m), Ok(s)) => prop_assert!(m == s && m >= MIN_MEMORY, "{input:?}"),
+        (Err(ParseSizeError::TooLittleMemory(_, v)), Ok(s)) => {
+            prop_assert!(v == s && s < MIN_MEMORY, "{input:?}")
+        }
+        (Err(m), Err(s)) => prop_assert_eq!(m, s),
+        (m, s) => prop_assert!(false, "{input:?}: memory {m:?}, size {s:?}"),
     }
     Ok(())
 }
@@ -397,6 +409,7 @@ fn check_cli(argv: &[String]) -> Result<(), TestCaseError> {
         );
     }
     prop_assert!(args.policy.pids.is_none_or(|p| p >= 1) && args.policy.open_files >= 1);
+    prop_assert!(args.policy.memory.is_none_or(|m| m >= MIN_MEMORY));
     // An accepted size is exactly what parse_size says about the last value given.
     for (flag, got) in [
         ("--memory", args.policy.memory),

@@ -73,27 +73,49 @@ fn nothing_to_do_is_an_error() {
 fn bad_user_environment_names_the_variable() {
     let (code, err) = run(
         &[("OPENSHELL_USER_ENVIRONMENT", "[1,2]")],
-        &["--workdir", "/tmp", "true"],
+        &["--no-gateway", "--workdir", "/tmp", "true"],
     );
     assert_ne!(code, 0);
     assert!(err.contains("OPENSHELL_USER_ENVIRONMENT"), "{err}");
 }
 
+/// `--no-gateway` runs the main process without an endpoint: its output on ours, our stdin its
+/// input (its end passed on), and its exit code ours.
 #[test]
-fn main_process_only_runs_without_an_endpoint_and_exits_with_its_code() {
+fn main_process_only_runs_with_no_gateway_and_exits_with_its_code() {
     let wd = tempfile::tempdir().unwrap();
     std::fs::set_permissions(
         wd.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )
     .unwrap();
-    let mut args = vec!["--workdir", wd.path().to_str().unwrap()];
+    let mut args = vec!["--no-gateway", "--workdir", wd.path().to_str().unwrap()];
     if !is_root() {
         args.push("--allow-degraded");
     }
-    args.extend(["sh", "-c", "exit 4"]);
-    let (code, err) = run(&[], &args);
-    assert_eq!(code, 4, "{err}");
+    args.extend(["sh", "-c", "echo out; echo err >&2; cat; exit 4"]);
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"from stdin\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\nfrom stdin\n");
+    assert!(err.lines().any(|l| l == "err"), "{err}");
+    // With an endpoint as well, the flag contradicts the configuration.
+    let (code, err) = run(
+        &[("OPENSHELL_ENDPOINT", "https://gw:8080")],
+        &["--no-gateway", "--workdir", "/tmp", "true"],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("--no-gateway"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,7 +214,8 @@ fn as_pid_1_orphaned_zombies_are_reaped() {
         // SIGTERM, not SIGKILL, when unshare goes, so the supervisor cleans its cgroups up.
         .args(["--pid", "--fork", "--kill-child=SIGTERM"])
         .arg(BIN)
-        .args(["--workdir", wd.path().to_str().unwrap(), "sh", "-c", script])
+        .args(["--no-gateway", "--workdir", wd.path().to_str().unwrap()])
+        .args(["sh", "-c", script])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .stderr(std::process::Stdio::null())

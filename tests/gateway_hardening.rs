@@ -303,13 +303,13 @@ async fn oci_image_user_gives_the_identity() {
     }
 }
 
-/// Run the binary with `args` and no gateway; returns (exit code, stderr).
+/// Run the binary with `args` and no gateway (`--no-gateway`); returns (exit code, stderr).
 fn run_bin(args: &[&str]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(BIN)
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .arg("--workdir")
+        .args(["--no-gateway", "--workdir"])
         .arg(dir.path())
         .arg("--allow-degraded")
         .args(args)

@@ -590,3 +590,27 @@ fn a_wrong_token_or_an_untrusted_server_fails_clearly() {
         "holds no usable CA certificate",
     );
 }
+
+/// A token file holding a byte an HTTP header cannot carry (here 0x01, as a file mangled by
+/// an editor or a bad copy would) is refused before anything is sent, naming the file and the
+/// byte, never the token itself.
+#[test]
+fn a_token_with_a_control_byte_fails_clearly_and_sends_nothing() {
+    let api = FakeApi::start(&["rt", "openshell"]);
+    let token_file = api.dir.path().join("token");
+    std::fs::write(&token_file, "  abc\u{1}def-secret-part\n").unwrap();
+    let out = api.generate(&[]);
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_fails_with(
+        &out,
+        &format!(
+            "ServiceAccount token file {} holds a control byte (0x01) at byte 5, which an HTTP \
+             header cannot carry",
+            token_file.display()
+        ),
+    );
+    assert!(!err.contains("secret-part"), "the token was quoted: {err}");
+    assert!(api.state.lock().unwrap().log.is_empty());
+    assert!(api.state.lock().unwrap().secrets.is_empty());
+}

@@ -2,7 +2,7 @@
 //! writes a complete one (a command that could not start included), one refused before that
 //! leaves no file, and the sandboxed command can neither forge the report nor make the
 //! supervisor write through what it left at the path (a symlink, a FIFO, a directory, a
-//! directory swapped above it).
+//! directory swapped above it). A run we end with SIGKILL still reports what its command used.
 //!
 //! As root, the sandbox runs as a per-run uid of `--uid-range`.
 
@@ -418,4 +418,49 @@ if [ -e "$1/report.json" ] || [ -L "$1/report.json" ]; then echo LEFT; else echo
         so.contains("NOTHING-AT-PATH"),
         "the child's link stayed at the path: {so}{se}"
     );
+}
+
+/// A run we end with SIGKILL (the output cap with `kill`, a timeout whose grace runs out)
+/// still reports what the command used: the init died before reaping it, so its rusage alone
+/// would say `cpu 0+0 ms` and the init's own few KiB of RSS.
+#[test]
+fn a_killed_run_reports_the_commands_cpu_and_memory() {
+    if !common::require(common::which("python3"), "python3") {
+        return;
+    }
+    let wd = common::Workdir::new();
+    // 64 MiB touched, a good 0.2 s of CPU, then a flood past the cap.
+    let burn = "import sys, time\n\
+                b = bytearray(64 << 20)\n\
+                for i in range(0, len(b), 4096): b[i] = 1\n\
+                t = time.process_time()\n\
+                while time.process_time() - t < 0.3: pass\n";
+    let flood = format!("{burn}sys.stdout.write('a' * (4 << 20))\n");
+    let hang = format!(
+        "{burn}import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: pass\n"
+    );
+    for (extra, code, reason) in [
+        (
+            &["--max-output", "1M", "--on-output-limit", "kill"][..],
+            &flood,
+            "output_limit",
+        ),
+        (
+            &["--timeout", "3", "--kill-grace", "0.2"][..],
+            &hang,
+            "timeout",
+        ),
+    ] {
+        let r = common::py(&wd, extra, code);
+        assert_eq!(r.reason(), reason, "{}", r.stderr());
+        let cpu =
+            r.report["user_cpu_ms"].as_u64().unwrap() + r.report["sys_cpu_ms"].as_u64().unwrap();
+        assert!(cpu >= 250, "{reason}: cpu {cpu} ms: {}", r.report);
+        let rss = r.report["peak_rss_kib"].as_u64().unwrap();
+        assert!(
+            rss >= 64 * 1024,
+            "{reason}: peak rss {rss} KiB: {}",
+            r.report
+        );
+    }
 }

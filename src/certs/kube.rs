@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
+use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
@@ -49,7 +49,8 @@ pub struct Client {
     port: u16,
     server_name: ServerName<'static>,
     tls: TlsConnector,
-    token: String,
+    /// `Bearer <token>`, checked once when the file is read (and marked sensitive).
+    authorization: HeaderValue,
     server: String,
 }
 
@@ -94,12 +95,14 @@ impl Client {
                 path: cfg.token_file.clone(),
                 source,
             })?;
-        let token = token.trim().to_owned();
+        let offset = token.len() - token.trim_start().len();
+        let token = token.trim();
         if token.is_empty() {
             return Err(CertsError::EmptyToken {
                 path: cfg.token_file.clone(),
             });
         }
+        let authorization = bearer(token, offset, &cfg.token_file)?;
         let roots = load_roots(&cfg.ca_file)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut tls = rustls::ClientConfig::builder_with_provider(provider)
@@ -118,7 +121,7 @@ impl Client {
             port,
             server_name,
             tls: TlsConnector::from(Arc::new(tls)),
-            token,
+            authorization,
             server: cfg.server.clone(),
         })
     }
@@ -173,10 +176,7 @@ impl Client {
             .method(method.clone())
             .uri(path)
             .header(http::header::HOST, host_header)
-            .header(
-                http::header::AUTHORIZATION,
-                format!("Bearer {}", self.token),
-            )
+            .header(http::header::AUTHORIZATION, self.authorization.clone())
             .header(http::header::ACCEPT, "application/json")
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::USER_AGENT, "openshell-sandbox-certs")
@@ -295,6 +295,31 @@ impl Client {
     }
 }
 
+/// The `Authorization` value for `token`, which starts at byte `offset` of the file at `path`.
+/// A byte an HTTP header cannot carry is refused here, by its value and place (the token itself
+/// is never quoted back), rather than when the request is built.
+fn bearer(token: &str, offset: usize, path: &Path) -> Result<HeaderValue, CertsError> {
+    let mut value = HeaderValue::try_from(format!("Bearer {token}")).map_err(|_| {
+        let reason = match token
+            .bytes()
+            .position(|b| b.is_ascii_control() && b != b'\t')
+        {
+            Some(i) => format!(
+                "holds a control byte (0x{:02x}) at byte {}, which an HTTP header cannot carry",
+                token.as_bytes()[i],
+                offset + i
+            ),
+            None => "holds a byte an HTTP header cannot carry".to_owned(),
+        };
+        CertsError::BadToken {
+            path: path.to_owned(),
+            reason,
+        }
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
 fn load_roots(path: &Path) -> Result<rustls::RootCertStore, CertsError> {
     let pem = std::fs::read(path).map_err(|source| CertsError::ReadFile {
         what: "API server CA",
@@ -316,7 +341,27 @@ fn load_roots(path: &Path) -> Result<rustls::RootCertStore, CertsError> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_server;
+    use super::{bearer, parse_server};
+    use crate::certs::CertsError;
+    use std::path::Path;
+
+    #[test]
+    fn a_token_byte_a_header_cannot_carry_is_named_not_quoted() {
+        let v = bearer("eyJhbGciOi.J9-_x", 0, Path::new("/t")).unwrap();
+        assert_eq!(v.as_bytes(), b"Bearer eyJhbGciOi.J9-_x");
+        assert!(v.is_sensitive());
+        for (token, byte, at) in [("ab\x7fsecret", 0x7f, 4), ("\0secret", 0, 2)] {
+            match bearer(token, 2, Path::new("/t")) {
+                Err(e @ CertsError::BadToken { .. }) => {
+                    let msg = e.to_string();
+                    let want = format!("holds a control byte (0x{byte:02x}) at byte {at},");
+                    assert!(msg.contains(&want), "{msg}");
+                    assert!(!msg.contains("secret"), "{msg}");
+                }
+                other => panic!("{token:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn api_server_urls() {

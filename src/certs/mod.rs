@@ -61,6 +61,8 @@ pub enum CertsError {
     },
     #[error("ServiceAccount token file {path} is empty")]
     EmptyToken { path: PathBuf },
+    #[error("ServiceAccount token file {path} {reason}")]
+    BadToken { path: PathBuf, reason: String },
     #[error("{path} holds no usable CA certificate (PEM)")]
     BadCa { path: PathBuf },
     #[error("no API server: KUBERNETES_SERVICE_HOST is unset (not in a pod?); pass --api-server")]

@@ -107,9 +107,10 @@ pub fn check(
 /// Not a public unicast address: everything [`is_always_blocked`], RFC 1918, CGNAT, the IETF
 /// protocol block, the documentation and benchmarking nets, broadcast and the other reserved
 /// IPv4 blocks, multicast; IPv6 ULA, site-local, documentation, multicast, the IPv4-compatible
-/// block; and IPv4-mapped, NAT64 (`64:ff9b::/96`, `64:ff9b:1::/48`) and 6to4 (`2002::/16`)
-/// forms of an internal IPv4 address. OpenShell's classifier stops short of the last three
-/// and of IPv6 documentation; a public-only rule must not reach a private host through them.
+/// block; and IPv4-mapped, IPv4-translated (`::ffff:0:0/96`), NAT64 (`64:ff9b::/96`,
+/// `64:ff9b:1::/48`) and 6to4 (`2002::/16`) forms of an internal IPv4 address. OpenShell's
+/// classifier stops short of the last four and of IPv6 documentation; a public-only rule must
+/// not reach a private host through them (a translator on the path turns them into it).
 pub fn is_internal(ip: IpAddr) -> bool {
     if is_always_blocked(ip) {
         return true;
@@ -161,6 +162,8 @@ fn internal_v6(ip: Ipv6Addr) -> bool {
         || s[..6] == [0; 6]
         // 64:ff9b::/96 NAT64 of an internal IPv4 address
         || (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] && embedded(s[6], s[7]))
+        // ::ffff:0:0/96 IPv4-translated (SIIT) form of an internal IPv4 address
+        || (s[..6] == [0, 0, 0, 0, 0xffff, 0] && embedded(s[6], s[7]))
         // 64:ff9b:1::/48 local-use NAT64
         || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1)
         // 2002::/16 6to4 of an internal IPv4 address
@@ -204,6 +207,8 @@ mod tests {
             "::a00:1",
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
+            "::ffff:0:a00:1",
+            "::ffff:0:7f00:1",
             "64:ff9b:1::1",
             "2002:a00:1::",
             "2002:7f00:1::",
@@ -223,6 +228,7 @@ mod tests {
             "198.20.0.1",
             "2606:4700::1111",
             "64:ff9b::808:808",
+            "::ffff:0:808:808",
             "2002:808:808::",
             "::ffff:8.8.8.8",
         ] {

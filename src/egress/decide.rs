@@ -2,20 +2,23 @@
 //! port, and the caller. Computed once per connection; the response, the log event and the
 //! counters all read the same [`Decision`].
 //!
-//! OpenShell's semantics (its Rego rules and the Rust around them):
-//! - a rule allows when one of its endpoints covers the host and port and one of its binaries
-//!   is the caller's executable or an ancestor's; a rule without binaries allows nothing;
+//! OpenShell's semantics (its Rego rules and the Rust around them), narrowed where they
+//! admitted more than the rule names (`docs/egress.md`, "Who is calling"):
+//! - a rule allows when one of its endpoints covers the host and port and its binaries admit
+//!   every process holding the socket ([`admits`]); a rule without binaries allows nothing;
 //! - when several rules allow, the lexicographically smallest key is the one reported;
 //! - the settings of a connection (`allowed_ips`, `tls`, `protocol`) come from the first
 //!   matching endpoint that has any of them, in key order then endpoint order;
-//! - the address plan ([`AddressPlan`]) then says what the resolved addresses may be.
+//! - the address plan ([`AddressPlan`]) then says what the resolved addresses may be; an IP
+//!   literal is taken as its own address only when a rule names that literal, so a glob that
+//!   happens to match a literal (`*.*.*.*`) keeps the public-only plan.
 
 use std::net::IpAddr;
 
 use super::addr::{AddressPlan, is_always_blocked};
 use super::identity::Caller;
 use super::revision::PolicyState;
-use crate::policy::network::{Endpoint, Enforcement, HostPattern, Protocol, TlsMode};
+use crate::policy::network::{Binary, Endpoint, Enforcement, HostPattern, Protocol, Rule, TlsMode};
 
 /// What happens to one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,14 +100,9 @@ pub fn decide(policy: &PolicyState, host: &str, port: u16, caller: &Caller) -> D
         if endpoints.is_empty() {
             continue;
         }
-        let binary_ok = rule
-            .binaries
-            .iter()
-            .any(|b| b.matches(&caller.exe) || caller.ancestors.iter().any(|a| b.matches(a)));
-        if binary_ok {
-            allowed.push((rule, endpoints));
-        } else {
-            binary_misses.push(rule.key.as_str());
+        match admission(rule, caller) {
+            Ok(()) => allowed.push((rule, endpoints)),
+            Err(miss) => binary_misses.push(miss.reason(&rule.key)),
         }
     }
     if allowed.is_empty() {
@@ -113,18 +111,7 @@ pub fn decide(policy: &PolicyState, host: &str, port: u16, caller: &Caller) -> D
                 "endpoint {host}:{port} is not allowed by any policy"
             ));
         }
-        let reasons: Vec<String> = binary_misses
-            .iter()
-            .map(|key| {
-                format!(
-                    "binary '{}' not allowed in policy '{key}' (ancestors: [{}], cmdline: [{}])",
-                    caller.exe,
-                    caller.ancestors.join(" -> "),
-                    caller.cmdline_paths.join(", ")
-                )
-            })
-            .collect();
-        return deny(reasons.join("; "));
+        return deny(binary_misses.join("; "));
     }
     // Rules iterate in key order, so the first allowed one is the smallest key.
     let rule = allowed[0].0.key.clone();
@@ -133,15 +120,17 @@ pub fn decide(policy: &PolicyState, host: &str, port: u16, caller: &Caller) -> D
             .find(|(_, e)| e.has_extended_config())
             .map(|(i, e)| (r.key.as_str(), *i, *e))
     });
-    let literal = host
-        .parse::<IpAddr>()
-        .ok()
-        .filter(|ip| !is_always_blocked(*ip));
+    // Only a rule that names this host exactly (as a name or as the literal itself) widens
+    // the plan past public addresses; a glob never does, whatever the host looks like.
     let exact_declared = allowed.iter().any(|(_, eps)| {
         eps.iter().any(|(_, e)| {
             !e.advisor_proposed && matches!(&e.host, Some(HostPattern::Exact(h)) if *h == host)
         })
     });
+    let literal = host
+        .parse::<IpAddr>()
+        .ok()
+        .filter(|ip| exact_declared && !is_always_blocked(*ip));
     let plan = match (settings, literal) {
         (Some((_, _, e)), _) if !e.allowed_ips.is_empty() => {
             AddressPlan::AllowedIps(e.allowed_ips.clone())
@@ -167,4 +156,115 @@ pub fn decide(policy: &PolicyState, host: &str, port: u16, caller: &Caller) -> D
         plan,
         settings,
     })
+}
+
+/// Whether `rule`'s binaries admit every process holding the caller's socket (the L7 rules
+/// ask the same question of the rules whose endpoints they inspect).
+pub fn admits(rule: &Rule, caller: &Caller) -> bool {
+    admission(rule, caller).is_ok()
+}
+
+/// Why a rule's binaries did not admit a caller.
+struct Miss<'a> {
+    /// The holder no binary admitted.
+    holder: &'a Caller,
+    /// Whether it is one of the other holders (not the reported caller).
+    other: bool,
+    kind: MissKind<'a>,
+}
+
+enum MissKind<'a> {
+    /// No binary names its executable or (with `descendants`) an ancestor's.
+    NoMatch,
+    /// A binary names an ancestor, but does not admit descendants.
+    AncestorOnly(&'a str),
+    /// A binary matched, but the matched process may run code the sandbox chose.
+    Untrusted(&'a str, &'a str),
+}
+
+impl Miss<'_> {
+    /// OpenShell's reason text, plus what narrowed it here.
+    fn reason(&self, key: &str) -> String {
+        let h = self.holder;
+        let mut r = format!(
+            "binary '{}' not allowed in policy '{key}' (ancestors: [{}], cmdline: [{}])",
+            h.exe,
+            h.ancestors.join(" -> "),
+            h.cmdline_paths.join(", ")
+        );
+        if self.other {
+            r.push_str(&format!(
+                "; it is PID {}, which holds the same socket as the caller",
+                h.pid
+            ));
+        }
+        match self.kind {
+            MissKind::NoMatch => {}
+            MissKind::AncestorOnly(a) => r.push_str(&format!(
+                "; its ancestor '{a}' is listed, but the rule admits that binary's descendants only with descendants: true"
+            )),
+            MissKind::Untrusted(exe, what) => r.push_str(&format!(
+                "; '{exe}' may run code the sandbox could have written or chosen ({what}), which the rule admits only with allow_untrusted_code: true"
+            )),
+        }
+        r
+    }
+}
+
+fn admission<'a>(rule: &'a Rule, caller: &'a Caller) -> Result<(), Miss<'a>> {
+    for (i, h) in caller.holders().enumerate() {
+        let mut best = MissKind::NoMatch;
+        let mut ok = false;
+        for b in &rule.binaries {
+            match admit_one(b, h) {
+                Ok(()) => {
+                    ok = true;
+                    break;
+                }
+                // The most telling miss is reported: untrusted code, then an ancestor.
+                Err(k @ MissKind::Untrusted(..)) => best = k,
+                Err(k @ MissKind::AncestorOnly(_)) if matches!(best, MissKind::NoMatch) => best = k,
+                Err(_) => {}
+            }
+        }
+        if !ok {
+            return Err(Miss {
+                holder: h,
+                other: i > 0,
+                kind: best,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One binary against one holder: its executable, or (with `descendants`) an ancestor's; the
+/// matched process must not run untrusted code unless the binary allows it.
+fn admit_one<'a>(b: &Binary, h: &'a Caller) -> Result<(), MissKind<'a>> {
+    let trusted = |depth: usize, exe: &'a str| match h.untrusted_at(depth) {
+        Some(u) if !b.allow_untrusted_code && !b.is_catch_all() => {
+            Err(MissKind::Untrusted(exe, u.what.as_str()))
+        }
+        _ => Ok(()),
+    };
+    if b.matches(&h.exe) {
+        return trusted(0, &h.exe);
+    }
+    let mut miss = MissKind::NoMatch;
+    for (i, a) in h.ancestors.iter().enumerate() {
+        if !b.matches(a) {
+            continue;
+        }
+        if !b.descendants {
+            miss = MissKind::AncestorOnly(a);
+            continue;
+        }
+        // What the ancestor runs below it is admitted whatever it is; only the ancestor's
+        // own code decides.
+        match trusted(i + 1, a) {
+            Ok(()) => return Ok(()),
+            Err(k) => miss = k,
+        }
+    }
+    Err(miss)
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::addr::AddressPlan;
 use super::decide::{Decision, Mode, decide};
-use super::identity::{Caller, ExecKey};
+use super::identity::{Caller, ExecKey, UntrustedCode};
 use super::revision::PolicyState;
 use crate::policy::network::{NetworkRules, Protocol};
 use crate::policy::openshell::from_yaml;
@@ -21,6 +21,9 @@ network_policies:
     binaries: [{path: /t/bin/probe-a}, {path: /usr/bin/curl}]
   via_launcher:
     endpoints: [{host: pub.test, port: 8081}]
+    binaries: [{path: /t/bin/launch, descendants: true}]
+  launcher_only:
+    endpoints: [{host: pub.test, port: 8084}]
     binaries: [{path: /t/bin/launch}]
   via_glob:
     endpoints: [{host: pub.test, port: 8082}]
@@ -59,6 +62,7 @@ fn caller(exe: &str, ancestors: &[&str]) -> Caller {
         ancestors: ancestors.iter().map(|s| s.to_string()).collect(),
         cmdline_paths: vec!["/t/data".into()],
         exec: ExecKey(1),
+        ..Default::default()
     }
 }
 
@@ -131,11 +135,21 @@ fn binaries_exe_or_ancestor_never_argv() {
         r.contains("; binary '/t/bin/probe-b' not allowed in policy 'z_also_pub'"),
         "{r}"
     );
-    // Launched by an allowed binary: the ancestor rule.
+    // Launched by an allowed binary: the ancestor rule, where the binary asks for it.
     let launched = caller("/t/bin/probe-b", &["/t/bin/launch", "/bin/sh"]);
     assert_eq!(allowed("pub.test", 8081, &launched).0, "via_launcher");
     let r = denied("pub.test", 8081, &b);
     assert!(r.contains("policy 'via_launcher'"), "{r}");
+    // Without `descendants`, only the binary itself.
+    let r = denied("pub.test", 8084, &launched);
+    assert!(
+        r.ends_with("; its ancestor '/t/bin/launch' is listed, but the rule admits that binary's descendants only with descendants: true"),
+        "{r}"
+    );
+    assert_eq!(
+        allowed("pub.test", 8084, &caller("/t/bin/launch", &["/bin/sh"])).0,
+        "launcher_only"
+    );
     // Argv paths never match.
     let mut fake = caller("/t/bin/probe-b", &[]);
     fake.cmdline_paths = vec!["/usr/bin/curl".into()];
@@ -217,4 +231,130 @@ fn l7_endpoints_are_inspected_unless_tls_skip() {
         Decision::Allow(al) => assert!(al.forward_needs_inspection()),
         d => panic!("{d:?}"),
     }
+}
+
+fn rules(yaml: &str) -> PolicyState {
+    let p = from_yaml(&format!("version: 1\nnetwork_policies:\n{yaml}")).unwrap();
+    PolicyState::Rules(Arc::new(
+        NetworkRules::compile(&p.network_policies).unwrap(),
+    ))
+}
+
+fn verdict(
+    p: &PolicyState,
+    host: &str,
+    port: u16,
+    c: &Caller,
+) -> Result<(String, AddressPlan), String> {
+    match decide(p, host, port, c) {
+        Decision::Allow(a) => Ok((a.rule, a.plan)),
+        Decision::Deny(d) => Err(d.reason),
+    }
+}
+
+#[test]
+fn every_holder_of_the_socket_must_be_admitted_by_one_rule() {
+    let mut both = probe_a();
+    both.other_holders = vec![Caller {
+        pid: 77,
+        ..caller("/t/bin/probe-b", &["/bin/sh"])
+    }];
+    let r = denied("pub.test", 8080, &both);
+    assert!(
+        r.starts_with("binary '/t/bin/probe-b' not allowed in policy 'pub_http' (ancestors: [/bin/sh], cmdline: [/t/data]); it is PID 77, which holds the same socket as the caller"),
+        "{r}"
+    );
+    // Two holders, each admitted by the same rule.
+    let mut with_curl = probe_a();
+    with_curl.other_holders = vec![caller("/usr/bin/curl", &[])];
+    assert_eq!(allowed("pub.test", 8080, &with_curl).0, "pub_http");
+    // Each admitted, but by different rules: no one rule admits the set.
+    let p = rules(
+        "  a:\n    endpoints: [{host: pub.test, port: 80}]\n    binaries: [{path: /bin/a}]\n  b:\n    endpoints: [{host: pub.test, port: 80}]\n    binaries: [{path: /bin/b}]\n",
+    );
+    let mut ab = caller("/bin/a", &[]);
+    ab.other_holders = vec![caller("/bin/b", &[])];
+    assert!(verdict(&p, "pub.test", 80, &ab).is_err());
+}
+
+#[test]
+fn untrusted_code_is_refused_unless_the_binary_allows_it() {
+    let p = rules(
+        r#"  strict:
+    endpoints: [{host: s.test, port: 80}]
+    binaries: [{path: /usr/bin/curl}, {path: /usr/bin/git, descendants: true}]
+  lax:
+    endpoints: [{host: l.test, port: 80}]
+    binaries: [{path: /usr/bin/curl, allow_untrusted_code: true}]
+  any:
+    endpoints: [{host: a.test, port: 80}]
+    binaries: [{path: "/**"}]
+"#,
+    );
+    let preload = |depth: usize| UntrustedCode {
+        depth,
+        what: "LD_PRELOAD in its environment".into(),
+    };
+    let mut curl = caller("/usr/bin/curl", &["/bin/sh"]);
+    curl.untrusted_code = vec![preload(0)];
+    let r = verdict(&p, "s.test", 80, &curl).unwrap_err();
+    assert!(
+        r.ends_with("; '/usr/bin/curl' may run code the sandbox could have written or chosen (LD_PRELOAD in its environment), which the rule admits only with allow_untrusted_code: true"),
+        "{r}"
+    );
+    assert_eq!(verdict(&p, "l.test", 80, &curl).unwrap().0, "lax");
+    // A rule that admits every executable does not ask who is calling.
+    assert_eq!(verdict(&p, "a.test", 80, &curl).unwrap().0, "any");
+    // An ancestor's evidence does not matter when the process itself is what matched.
+    let mut clean = caller("/usr/bin/curl", &["/bin/sh"]);
+    clean.untrusted_code = vec![preload(1)];
+    assert!(verdict(&p, "s.test", 80, &clean).is_ok());
+    // Matched through an ancestor: that ancestor's code decides, not what it runs.
+    let mut helper = caller(
+        "/usr/lib/git-core/git-remote-http",
+        &["/usr/bin/git", "/bin/sh"],
+    );
+    helper.untrusted_code = vec![preload(0)];
+    assert!(verdict(&p, "s.test", 80, &helper).is_ok());
+    helper.untrusted_code = vec![preload(1)];
+    let r = verdict(&p, "s.test", 80, &helper).unwrap_err();
+    assert!(r.contains("'/usr/bin/git' may run code"), "{r}");
+}
+
+#[test]
+fn a_glob_that_matches_an_ip_literal_keeps_the_public_only_plan() {
+    let p = rules(
+        r#"  wild:
+    endpoints: [{host: "*.*.*.*", port: 8080}]
+    binaries: [{path: /t/bin/probe-a}]
+  literal:
+    endpoints: [{host: 10.88.0.10, port: 8080}, {host: "::ffff:a58:a", port: 8080}]
+    binaries: [{path: /t/bin/probe-a}]
+  net:
+    endpoints: [{host: "*.*.*.*", port: 9090, allowed_ips: ["10.77.0.0/24"]}]
+    binaries: [{path: /t/bin/probe-a}]
+"#,
+    );
+    let a = probe_a();
+    for host in ["10.77.0.10", "192.88.99.10", "::ffff:10.77.0.10"] {
+        assert_eq!(
+            verdict(&p, host, 8080, &a).unwrap(),
+            ("wild".into(), AddressPlan::PublicOnly),
+            "{host}"
+        );
+    }
+    // The rule that names the literal takes it as its address.
+    assert_eq!(
+        verdict(&p, "10.88.0.10", 8080, &a).unwrap().1,
+        AddressPlan::IpLiteral("10.88.0.10".parse().unwrap())
+    );
+    assert_eq!(
+        verdict(&p, "::ffff:a58:a", 8080, &a).unwrap().1,
+        AddressPlan::IpLiteral("::ffff:a58:a".parse().unwrap())
+    );
+    // allowed_ips decides on its own, whatever matched.
+    assert_eq!(
+        verdict(&p, "10.77.0.10", 9090, &a).unwrap().1,
+        AddressPlan::AllowedIps(vec!["10.77.0.0/24".parse().unwrap()])
+    );
 }

@@ -9,9 +9,13 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 /// The calling process, and what the decision matches binaries against.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// The caller is every process holding the client socket: the one reported here (the lowest
+/// PID) and [`Caller::other_holders`]. A rule allows the connection only when its binaries
+/// admit each of them (`egress::decide`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Caller {
-    /// The lowest PID holding the socket.
+    /// The lowest PID holding the socket (a thread-group id).
     pub pid: u32,
     /// The kernel's path of its executable (`/proc/<pid>/exe`, in the sandbox's view).
     pub exe: String,
@@ -22,11 +26,39 @@ pub struct Caller {
     pub cmdline_paths: Vec<String>,
     /// Which exec the process belongs to, for the per-exec connection cap and counters.
     pub exec: ExecKey,
+    /// Code the process, or one of its ancestors, may run besides its executable's own and
+    /// the system's: what the sandbox could have written or chosen.
+    pub untrusted_code: Vec<UntrustedCode>,
+    /// The other processes holding the same socket, each described as a caller of its own
+    /// (with no `other_holders`), lowest PID first.
+    pub other_holders: Vec<Caller>,
+}
+
+/// Evidence that a process of the caller's chain may run code the sandbox chose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UntrustedCode {
+    /// 0: the process itself; `n`: `ancestors[n - 1]`.
+    pub depth: usize,
+    /// What was seen, e.g. `LD_PRELOAD in its environment` or `maps /tmp/x.so, which the
+    /// sandbox can write`.
+    pub what: String,
+}
+
+impl Caller {
+    /// The first evidence of untrusted code at `depth` of the chain.
+    pub fn untrusted_at(&self, depth: usize) -> Option<&UntrustedCode> {
+        self.untrusted_code.iter().find(|u| u.depth == depth)
+    }
+
+    /// This caller and every other holder of the socket.
+    pub fn holders(&self) -> impl Iterator<Item = &Caller> {
+        std::iter::once(self).chain(self.other_holders.iter())
+    }
 }
 
 /// Identifies one exec of a sandbox: the inode of its PID namespace (every exec of a sandbox
 /// has one of its own; a fork or an orphan stays in it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ExecKey(pub u64);
 
 impl ExecKey {
@@ -45,9 +77,32 @@ pub enum IdentityError {
     #[error("socket inode {inode} has no owner inside the sandbox (closed, or held outside it)")]
     NoOwner { inode: u64 },
     #[error(
-        "ambiguous shared socket ownership: inode {inode} is held by PIDs {pids:?} with different policy identities"
+        "socket inode {inode}: file descriptors are in flight between the sandbox's processes ({where_}), so the socket's holders cannot be accounted for"
     )]
-    Ambiguous { inode: u64, pids: Vec<u32> },
+    InFlight { inode: u64, where_: String },
+    #[error(
+        "socket inode {inode}: the sandbox could not be held still while its holders were read ({why}), so they cannot be accounted for"
+    )]
+    NotFrozen { inode: u64, why: String },
+    #[error(
+        "socket inode {inode}: {what}, so the socket's holders cannot be accounted for: {source}"
+    )]
+    Unreadable {
+        inode: u64,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "socket inode {inode} is held by PID {pid}, which could not be identified ({what}): {source}"
+    )]
+    Holder {
+        inode: u64,
+        pid: u32,
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "binary integrity check failed: Binary integrity violation: {path} hash changed (cached: {cached}, current: {current})"
     )]

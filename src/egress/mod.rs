@@ -19,7 +19,8 @@
 //!
 //! Layers, lowest first: `policy::network` (the compiled rules, no syscalls) < [`addr`],
 //! [`request`], [`response`], [`revision`], [`event`] (pure) < [`decide`] < [`identity`],
-//! [`procfs`], [`resolve`], [`netns`] (the system) < [`relay`], [`forward`] < [`proxy`].
+//! [`sockdiag`], [`freeze`], [`holders`], [`loaded`], [`procfs`], [`resolve`], [`netns`] (the
+//! system) < [`relay`], [`forward`] < [`proxy`].
 //! Nothing here imports `gateway`, `exec` or `sandbox`.
 
 pub mod addr;
@@ -27,8 +28,11 @@ pub mod credentials;
 pub mod decide;
 pub mod event;
 pub mod forward;
+pub mod freeze;
+pub mod holders;
 pub mod identity;
 pub mod l7;
+pub mod loaded;
 pub mod netns;
 pub mod prefixed;
 pub mod procfs;
@@ -38,6 +42,7 @@ pub mod request;
 pub mod resolve;
 pub mod response;
 pub mod revision;
+pub mod sockdiag;
 pub mod tls;
 
 #[cfg(test)]

@@ -1,235 +1,78 @@
-//! Binary identity from the kernel: which process of the sandbox holds the client end of a
-//! proxied connection, what it runs, and who its ancestors are.
+//! Binary identity from the kernel: which processes of the sandbox hold the client end of a
+//! proxied connection, what they run, and who their ancestors are.
 //!
 //! 1. The socket: the client end has the accepted connection's ends swapped. A
 //!    `NETLINK_SOCK_DIAG` socket made inside the sandbox's namespace asks the kernel for
 //!    exactly that 4-tuple ([`SockDiag::inode`]): one lookup, however many sockets the sandbox
 //!    holds. Without sock_diag, the namespace's `/proc/<pid>/net/tcp{,6}` is scanned instead.
-//! 2. Its owners: every process in the sandbox's network namespace whose fd table holds
-//!    `socket:[inode]`. One scan indexes every socket of every such process, and a lookup
-//!    trusts only an index built after its connection was accepted (a socket that existed
-//!    before the scan is in it; an older index could name a process that has since passed the
+//! 2. Its holders: every process of the sandbox's network namespaces (every one this
+//!    supervisor made a proxy for) with the socket in one of its fd tables, every thread's
+//!    table included ([`super::holders`]), read with the sandbox frozen where it can be. A socket with references the scan cannot account for
+//!    (descriptors in flight on a unix socket, a table that cannot be read) is refused, not
+//!    guessed. One scan indexes every socket, and a lookup trusts only a scan made after its
+//!    connection was accepted (an older one could name a process that has since passed the
 //!    descriptor on), so a burst of connections costs one scan, not one each.
-//! 3. For each owner: `/proc/<pid>/exe` (the kernel's path, in the sandbox's view; argv is
+//! 3. For each holder: `/proc/<pid>/exe` (the kernel's path, in the sandbox's view; argv is
 //!    never used), the ancestors up `PPid` while they are in the sandbox and are not the
 //!    supervisor's own binary (the exec's init), at most 64; the absolute paths among their
-//!    argv, for logs; the exec (PID namespace). All owners must agree.
+//!    argv, for logs; the exec (PID namespace); and, for each process of that chain, whether
+//!    it may run code the sandbox chose ([`super::loaded`]). Every holder is the caller: the
+//!    decision admits the connection only when one rule admits each of them.
 //! 4. Trust on first use: the SHA-256 of each executable's live image is pinned per path the
 //!    first time it is seen; a different image behind the same path later is refused.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read};
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::net::SocketAddr;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use super::identity::{Caller, ExecKey, Identify, IdentityError, ns_inode};
+use super::freeze::{Freezer, NotFrozen};
+use super::holders::{self, Holder, Snapshot};
+use super::identity::{Caller, ExecKey, Identify, IdentityError, UntrustedCode, ns_inode};
+use super::loaded::CodeCheck;
+pub use super::sockdiag::{SockDiag, tcp_table_inode};
 
 /// Ancestors followed at most (OpenShell's bound).
 const MAX_DEPTH: usize = 64;
 /// The part of a cmdline read.
 const MAX_CMDLINE: u64 = 64 * 1024;
+/// Absolute argv paths kept per caller ([`cmdline_paths`]).
+const MAX_CMDLINE_PATHS: usize = 32;
+/// Pauses before scanning again while descriptors are in flight: a program passing one on
+/// is done within them; a socket parked in flight is refused after them.
+const IN_FLIGHT_RETRIES: [Duration; 3] = [
+    Duration::from_millis(5),
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+];
+/// Pauses before scanning again while the sandbox's own cgroups do not freeze (each attempt
+/// also waits up to 100 ms for them): a task busy in the kernel (a long `fsync`) is done within
+/// them; a sandbox that keeps one so is refused after them, rather than decided on a scan
+/// that is not a snapshot.
+const FREEZE_RETRIES: [Duration; 4] = [
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+];
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> IdentityError {
     let what = what.into();
     move |source| IdentityError::Io { what, source }
 }
 
-/// A `NETLINK_SOCK_DIAG` socket, and its one request: the inode of a TCP socket by 4-tuple.
-pub struct SockDiag {
-    fd: OwnedFd,
-}
-
-/// `inet_diag_sockid`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct SockId {
-    sport: [u8; 2],
-    dport: [u8; 2],
-    src: [u8; 16],
-    dst: [u8; 16],
-    iface: u32,
-    cookie: [u32; 2],
-}
-
-/// `nlmsghdr` + `inet_diag_req_v2`.
-#[repr(C)]
-struct Request {
-    len: u32,
-    ty: u16,
-    flags: u16,
-    seq: u32,
-    pid: u32,
-    family: u8,
-    protocol: u8,
-    ext: u8,
-    pad: u8,
-    states: u32,
-    id: SockId,
-}
-
-const SOCK_DIAG_BY_FAMILY: u16 = 20;
-/// "No cookie": look the socket up by its tuple.
-const NO_COOKIE: u32 = !0;
-
-fn addr_bytes(ip: IpAddr) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    match ip {
-        IpAddr::V4(v4) => b[..4].copy_from_slice(&v4.octets()),
-        IpAddr::V6(v6) => b.copy_from_slice(&v6.octets()),
-    }
-    b
-}
-
-impl SockDiag {
-    /// A socket in the calling thread's network namespace.
-    pub fn socket() -> io::Result<OwnedFd> {
-        // SAFETY: socket(2) with constant arguments; checked and owned below.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                libc::NETLINK_SOCK_DIAG,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // A kernel that never answers must not hold an identity worker for ever.
-        let tv = libc::timeval {
-            tv_sec: 2,
-            tv_usec: 0,
-        };
-        // SAFETY: setsockopt with a timeval of the right size.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
-        Ok(fd)
-    }
-
-    pub fn new(fd: OwnedFd) -> SockDiag {
-        SockDiag { fd }
-    }
-
-    /// The inode of the TCP socket whose local end is `src` and remote end `dst`, or `None`
-    /// when the namespace has no such socket.
-    pub fn inode(&self, src: SocketAddr, dst: SocketAddr) -> io::Result<Option<u64>> {
-        let family = if src.is_ipv4() {
-            libc::AF_INET
-        } else {
-            libc::AF_INET6
-        };
-        let req = Request {
-            len: std::mem::size_of::<Request>() as u32,
-            ty: SOCK_DIAG_BY_FAMILY,
-            flags: libc::NLM_F_REQUEST as u16,
-            seq: 1,
-            pid: 0,
-            family: family as u8,
-            protocol: libc::IPPROTO_TCP as u8,
-            ext: 0,
-            pad: 0,
-            states: !0,
-            id: SockId {
-                sport: src.port().to_be_bytes(),
-                dport: dst.port().to_be_bytes(),
-                src: addr_bytes(src.ip()),
-                dst: addr_bytes(dst.ip()),
-                iface: 0,
-                cookie: [NO_COOKIE, NO_COOKIE],
-            },
-        };
-        // SAFETY: sendto of a repr(C) struct we own, with its size; recv into our buffer.
-        let n = unsafe {
-            if libc::send(
-                self.fd.as_raw_fd(),
-                (&req as *const Request).cast(),
-                std::mem::size_of::<Request>(),
-                0,
-            ) < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            let mut buf = [0u8; 256];
-            let n = libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0);
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            (buf, n as usize)
-        };
-        let (buf, n) = n;
-        if n < 16 {
-            return Err(io::Error::other("short sock_diag answer"));
-        }
-        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
-        if ty == libc::NLMSG_ERROR as u16 {
-            let e = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
-            return if e == -libc::ENOENT {
-                Ok(None)
-            } else {
-                Err(io::Error::from_raw_os_error(-e))
-            };
-        }
-        // nlmsghdr (16), then inet_diag_msg: family, state, timer, retrans (4), sockid (48),
-        // expires, rqueue, wqueue, uid (16), inode.
-        let at = 16 + 4 + 48 + 16;
-        if ty != SOCK_DIAG_BY_FAMILY || n < at + 4 {
-            return Err(io::Error::other("unexpected sock_diag answer"));
-        }
-        let inode = u32::from_ne_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
-        Ok(Some(u64::from(inode)))
-    }
-}
-
-/// Scan `/proc/<pid>/net/tcp{,6}` (the namespace of `pid`) for the ESTABLISHED socket with
-/// local end `src` and remote end `dst`.
-pub fn tcp_table_inode(pid: u32, src: SocketAddr, dst: SocketAddr) -> io::Result<Option<u64>> {
-    let file = if src.is_ipv4() { "tcp" } else { "tcp6" };
-    let text = fs::read_to_string(format!("/proc/{pid}/net/{file}"))?;
-    let want = (proc_addr(src), proc_addr(dst));
-    for line in text.lines().skip(1) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() > 9 && f[3] == "01" && f[1] == want.0 && f[2] == want.1 {
-            return Ok(f[9].parse().ok());
-        }
-    }
-    Ok(None)
-}
-
-/// An address as `/proc/net/tcp` prints it: each 32-bit word of the address in host order,
-/// then the port.
-fn proc_addr(a: SocketAddr) -> String {
-    let words: Vec<String> = match a.ip() {
-        IpAddr::V4(v4) => vec![format!("{:08X}", u32::from_ne_bytes(v4.octets()))],
-        IpAddr::V6(v6) => v6
-            .octets()
-            .chunks(4)
-            .map(|c| format!("{:08X}", u32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-    };
-    format!("{}:{:04X}", words.concat(), a.port())
-}
-
-/// socket inode -> the PIDs holding it, for the processes in one network namespace.
-struct OwnerIndex {
-    built: Option<Instant>,
-    owners: HashMap<u64, Vec<u32>>,
-    /// A process of the namespace, for the `/proc/<pid>/net/tcp` fallback.
-    any_member: Option<u32>,
+/// An `io::Error` again, for an error kept in a snapshot that several lookups report.
+fn again(e: &io::Error) -> io::Error {
+    e.raw_os_error()
+        .map(io::Error::from_raw_os_error)
+        .unwrap_or_else(|| io::Error::new(e.kind(), e.to_string()))
 }
 
 /// A pinned executable image.
@@ -248,15 +91,59 @@ struct Known {
 
 /// Callers remembered at most; the table is cleared when full.
 const KNOWN_MAX: usize = 4096;
+/// Executable images pinned at most ([`pin_or_check`]).
+const PINS_MAX: usize = 16384;
+
+/// The network namespaces this supervisor made a proxy for, one entry per live
+/// [`ProcIdentity`]. Every scan reads the processes of all of them: a process of another one
+/// (in `serve`, an exec of an older revision's sandbox, which shares the workdir) can be
+/// handed a socket through a unix socket on a shared path, and hold it, or keep it in flight.
+static SANDBOXES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// One namespace's entry in [`SANDBOXES`], removed with its identity.
+struct Registered(u64);
+
+impl Registered {
+    fn new(netns: u64) -> Registered {
+        SANDBOXES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(netns);
+        Registered(netns)
+    }
+
+    /// Every registered namespace, this one first.
+    fn all(&self) -> Vec<u64> {
+        let mut v = vec![self.0];
+        for ns in SANDBOXES.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            if !v.contains(ns) {
+                v.push(*ns);
+            }
+        }
+        v
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut v = SANDBOXES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = v.iter().position(|n| *n == self.0) {
+            v.swap_remove(i);
+        }
+    }
+}
 
 /// The real [`Identify`]: processes of one sandbox network namespace, read from `/proc`.
 pub struct ProcIdentity {
     netns: u64,
+    registered: Registered,
     diag: Option<Mutex<SockDiag>>,
     /// The supervisor's own executable (device, inode): a process running it is the exec's
     /// init or the supervisor, where the ancestor chain stops.
     own_exe: (u64, u64),
-    index: Mutex<OwnerIndex>,
+    index: Mutex<Snapshot>,
+    freezer: Freezer,
+    code: CodeCheck,
     pins: Mutex<HashMap<String, Pin>>,
     known: Mutex<HashMap<u32, Known>>,
 }
@@ -271,13 +158,12 @@ impl ProcIdentity {
         let me = fs::metadata("/proc/self/exe")?;
         Ok(ProcIdentity {
             netns: ino,
+            registered: Registered::new(ino),
             diag: diag.map(|d| Mutex::new(SockDiag::new(d))),
             own_exe: (me.dev(), me.ino()),
-            index: Mutex::new(OwnerIndex {
-                built: None,
-                owners: HashMap::new(),
-                any_member: None,
-            }),
+            index: Mutex::new(Snapshot::default()),
+            freezer: Freezer::new(),
+            code: CodeCheck::default(),
             pins: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
         })
@@ -287,25 +173,18 @@ impl ProcIdentity {
         ns_inode(pid, "net").is_ok_and(|i| i == self.netns)
     }
 
-    /// Rebuild the owner index from every process of the namespace.
-    fn scan(&self, idx: &mut OwnerIndex) {
-        let started = Instant::now();
-        idx.owners.clear();
-        idx.any_member = None;
-        let Ok(dir) = fs::read_dir("/proc") else {
-            return;
-        };
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            if !self.in_netns(pid) {
-                continue;
+    /// A fresh snapshot of the namespace's socket references.
+    fn scan(&self, idx: &mut Snapshot) {
+        *idx = holders::scan(self.netns, &self.registered.all(), &self.freezer);
+        match &idx.frozen {
+            Ok(()) => {}
+            Err(NotFrozen::Unavailable) => {
+                tracing::debug!(target: "egress", "identity scan made without a frozen sandbox (no freezer cgroup of its own): best effort against descriptors moved while it ran")
             }
-            idx.any_member.get_or_insert(pid);
-            scan_fds(pid, &mut idx.owners);
+            Err(NotFrozen::Failed(why)) => {
+                tracing::debug!(target: "egress", "identity scan not frozen: {why}")
+            }
         }
-        idx.built = Some(started);
     }
 
     fn inode(
@@ -336,14 +215,56 @@ impl ProcIdentity {
         found.ok_or(IdentityError::NoSocket { peer, local })
     }
 
-    fn owners(&self, inode: u64, accepted: Instant) -> Vec<u32> {
+    /// Every holder of `inode`, from a scan made after `accepted`; refused when the scan
+    /// cannot account for the socket's references. While descriptors are in flight it scans
+    /// again after each of [`IN_FLIGHT_RETRIES`]; while the sandbox could be frozen but was
+    /// not, after each of [`FREEZE_RETRIES`].
+    fn holders(&self, inode: u64, accepted: Instant) -> Result<Vec<Holder>, IdentityError> {
         let mut idx = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        if idx.built.is_none_or(|b| b < accepted) {
-            self.scan(&mut idx);
+        let (mut flights, mut freezes) = (0, 0);
+        let mut first = true;
+        loop {
+            if !first || idx.built.is_none_or(|b| b < accepted) {
+                self.scan(&mut idx);
+            }
+            first = false;
+            let pause = if matches!(idx.frozen, Err(NotFrozen::Failed(_))) {
+                freezes += 1;
+                FREEZE_RETRIES.get(freezes - 1)
+            } else if !idx.in_flight.is_empty() {
+                flights += 1;
+                IN_FLIGHT_RETRIES.get(flights - 1)
+            } else {
+                break;
+            };
+            match pause {
+                Some(p) => std::thread::sleep(*p),
+                None => break,
+            }
+        }
+        if let Err(NotFrozen::Failed(why)) = &idx.frozen {
+            return Err(IdentityError::NotFrozen {
+                inode,
+                why: why.clone(),
+            });
+        }
+        let (unreadable, flight) = idx.gaps();
+        if let Some((what, e)) = unreadable {
+            return Err(IdentityError::Unreadable {
+                inode,
+                what: what.clone(),
+                source: again(e),
+            });
+        }
+        if let Some(where_) = flight {
+            return Err(IdentityError::InFlight { inode, where_ });
         }
         let mut v = idx.owners.get(&inode).cloned().unwrap_or_default();
+        if v.is_empty() {
+            return Err(IdentityError::NoOwner { inode });
+        }
         v.sort_unstable();
-        v
+        Ok(v)
     }
 
     fn exe(&self, pid: u32) -> Result<String, IdentityError> {
@@ -393,33 +314,13 @@ impl ProcIdentity {
         }
         let sha256 = hex::encode(h.finalize());
         let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        match pins.get_mut(path) {
-            Some(pin) if pin.sha256 != sha256 => Err(IdentityError::Integrity {
-                path: path.to_string(),
-                cached: pin.sha256.clone(),
-                current: sha256,
-            }),
-            Some(pin) => {
-                pin.fingerprint = fp;
-                Ok(())
-            }
-            None => {
-                pins.insert(
-                    path.to_string(),
-                    Pin {
-                        fingerprint: fp,
-                        sha256,
-                    },
-                );
-                Ok(())
-            }
-        }
+        pin_or_check(&mut pins, PINS_MAX, path, fp, sha256)
     }
 
     /// A remembered caller, re-checked: a few reads per process of its chain instead of the
     /// whole walk (cmdlines, namespaces), which a burst of connections from one process
     /// would otherwise repeat for each.
-    fn known(&self, pid: u32) -> Option<Caller> {
+    fn known(&self, pid: u32) -> Option<(Caller, Vec<u32>)> {
         let (chain, caller) = {
             let k = self.known.lock().unwrap_or_else(|p| p.into_inner());
             let e = k.get(&pid)?;
@@ -432,13 +333,12 @@ impl ProcIdentity {
             // A changed image falls back to the whole walk, which reports it.
             self.verify(*p, exe).ok()?;
         }
-        Some(caller)
+        Some((caller, chain.iter().map(|c| c.0).collect()))
     }
 
-    fn caller(&self, pid: u32) -> Result<Caller, IdentityError> {
-        if let Some(c) = self.known(pid) {
-            return Ok(c);
-        }
+    /// The whole walk from `pid` (a task id) up its ancestors: the caller, and the pids of
+    /// its chain (itself first).
+    fn walk(&self, pid: u32) -> Result<(Caller, Vec<u32>), IdentityError> {
         let first = stat(pid);
         let exe = self.exe(pid)?;
         self.verify(pid, &exe)?;
@@ -450,6 +350,7 @@ impl ProcIdentity {
             if ppid <= 1 || !self.in_netns(ppid) || self.is_own_binary(ppid) {
                 break;
             }
+            crate::pause::point("identity-ancestor");
             let Ok(a) = self.exe(ppid) else { break };
             self.verify(ppid, &a).map_err(|e| match e {
                 IdentityError::Integrity { .. } => IdentityError::Io {
@@ -458,22 +359,16 @@ impl ProcIdentity {
                 },
                 e => e,
             })?;
+            if !is_parent(cur, ppid) {
+                // The parent exited after its pid was read: the chain ends there, as the
+                // kernel's reparenting ends it.
+                break;
+            }
             ancestors.push(a);
             chain.push(ppid);
             cur = ppid;
         }
-        let mut cmdline_paths = Vec::new();
-        for p in &chain {
-            for arg in cmdline(*p) {
-                if arg.starts_with('/')
-                    && arg != exe
-                    && !ancestors.contains(&arg)
-                    && !cmdline_paths.contains(&arg)
-                {
-                    cmdline_paths.push(arg);
-                }
-            }
-        }
+        let cmdline_paths = cmdline_paths(&chain, &exe, &ancestors);
         let exec = ExecKey(ns_inode(pid, "pid").map_err(io_err(format!("/proc/{pid}/ns/pid")))?);
         let caller = Caller {
             pid,
@@ -481,6 +376,7 @@ impl ProcIdentity {
             ancestors,
             cmdline_paths,
             exec,
+            ..Caller::default()
         };
         // Remembered only when every process of the chain could be pinned by its start time.
         let exes = std::iter::once(&caller.exe).chain(&caller.ancestors);
@@ -506,57 +402,82 @@ impl ProcIdentity {
                 },
             );
         }
-        Ok(caller)
+        Ok((caller, chain))
+    }
+    /// The evidence of untrusted code for each process of a chain (index = depth). What
+    /// cannot be read counts as evidence: a rule that cares refuses it.
+    fn untrusted(&self, chain: &[u32]) -> Vec<UntrustedCode> {
+        let mut out = Vec::new();
+        for (depth, pid) in chain.iter().enumerate() {
+            if depth > 0 {
+                crate::pause::point("identity-code");
+            }
+            let mut what = match self.code.environment(*pid) {
+                Ok(Some(w)) => Some(w),
+                Err(e) => Some(format!("its environment could not be read: {e}")),
+                Ok(None) => match self.code.mappings(*pid) {
+                    Ok(w) => w,
+                    Err(e) => Some(format!("its mappings could not be read: {e}")),
+                },
+            };
+            // What was read is the ancestor's only if it was still the parent afterwards.
+            if depth > 0 && !is_parent(chain[depth - 1], *pid) {
+                what = Some("it exited while its code was checked".to_string());
+            }
+            if let Some(what) = what {
+                out.push(UntrustedCode { depth, what });
+            }
+        }
+        out
+    }
+
+    /// One holder, read through the task whose table holds the socket.
+    fn holder(&self, h: Holder) -> Result<Caller, IdentityError> {
+        let (mut c, chain) = match self.known(h.tid) {
+            Some(k) => k,
+            None => self.walk(h.tid)?,
+        };
+        c.pid = h.pid;
+        c.untrusted_code = self.untrusted(&chain);
+        Ok(c)
     }
 }
 
-/// Add every socket in `pid`'s fd table to `owners`. readlinkat on the directory's descriptor
-/// with one buffer: this runs for every descriptor of the sandbox on each rescan.
-fn scan_fds(pid: u32, owners: &mut HashMap<u64, Vec<u32>>) {
-    let path = format!("/proc/{pid}/fd");
-    let Ok(dir) = fs::read_dir(&path) else { return };
-    let Ok(c) = std::ffi::CString::new(path) else {
-        return;
-    };
-    // SAFETY: open(2) of a NUL-terminated path; the result is checked and owned.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return;
-    }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    let dirfd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut buf = [0u8; 64];
-    for e in dir.flatten() {
-        let Ok(name) = std::ffi::CString::new(e.file_name().into_encoded_bytes()) else {
-            continue;
-        };
-        // SAFETY: readlinkat into our buffer, its length given; the result is checked.
-        let n = unsafe {
-            libc::readlinkat(
-                dirfd.as_raw_fd(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n <= 0 {
-            continue;
+/// Check `sha256` against the pin of `path`, or pin it. A table of `max` pins takes no new
+/// path: the sandbox chooses its executables' paths (links in `/tmp` cost it nothing), so an
+/// unbounded table would be supervisor memory it could grow without end, and the pins already
+/// taken (the images first seen, before any such flood) are the ones worth keeping.
+fn pin_or_check(
+    pins: &mut HashMap<String, Pin>,
+    max: usize,
+    path: &str,
+    fingerprint: (u64, i64, i64, u64, u64),
+    sha256: String,
+) -> Result<(), IdentityError> {
+    let full = pins.len() >= max;
+    match pins.get_mut(path) {
+        Some(pin) if pin.sha256 != sha256 => Err(IdentityError::Integrity {
+            path: path.to_string(),
+            cached: pin.sha256.clone(),
+            current: sha256,
+        }),
+        Some(pin) => {
+            pin.fingerprint = fingerprint;
+            Ok(())
         }
-        let l = &buf[..n as usize];
-        if let Some(ino) = l
-            .strip_prefix(b"socket:[")
-            .and_then(|r| r.strip_suffix(b"]"))
-            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
-        {
-            let v = owners.entry(ino).or_default();
-            if !v.contains(&pid) {
-                v.push(pid);
-            }
+        None if full => {
+            tracing::debug!(target: "egress", "{max} executables pinned already: {path} is not pinned");
+            Ok(())
+        }
+        None => {
+            pins.insert(
+                path.to_string(),
+                Pin {
+                    fingerprint,
+                    sha256,
+                },
+            );
+            Ok(())
         }
     }
 }
@@ -570,11 +491,43 @@ fn stat(pid: u32) -> Option<(u32, u64)> {
     Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
 }
 
+/// Whether `parent` is still the parent of `child`. A process's parent changes only when the
+/// parent exits (the child is reparented to a reaper), and a pid is free for another process
+/// only after that: so `/proc/<parent>/...` read between an earlier look at `child`'s parent and
+/// a true answer here was the parent's. Without this, a parent that exits while it is read can
+/// hand its pid to a process the sandbox started meanwhile (it can cycle its pid space), and
+/// the chain would name that process.
+fn is_parent(child: u32, parent: u32) -> bool {
+    ppid(child) == Some(parent)
+}
+
 fn ppid(pid: u32) -> Option<u32> {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("PPid:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The absolute paths among the argv of `chain`, minus the executables: the first
+/// [`MAX_CMDLINE_PATHS`], then `…` if there were more. They are for logs and hints only, and
+/// the sandbox chooses them: 64 processes of 64 KiB of argv each would otherwise be a refusal
+/// of megabytes, and a quadratic search for repeats.
+fn cmdline_paths(chain: &[u32], exe: &str, ancestors: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in chain {
+        for arg in cmdline(*p) {
+            if !arg.starts_with('/') || arg == exe || ancestors.contains(&arg) || out.contains(&arg)
+            {
+                continue;
+            }
+            if out.len() == MAX_CMDLINE_PATHS {
+                out.push("…".to_string());
+                return out;
+            }
+            out.push(arg);
+        }
+    }
+    out
 }
 
 fn cmdline(pid: u32) -> Vec<String> {
@@ -588,6 +541,12 @@ fn cmdline(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Two holders the decision cannot tell apart.
+fn same_identity(a: &Caller, b: &Caller) -> bool {
+    (&a.exe, &a.ancestors, &a.cmdline_paths, &a.untrusted_code)
+        == (&b.exe, &b.ancestors, &b.cmdline_paths, &b.untrusted_code)
+}
+
 impl Identify for ProcIdentity {
     fn identify(
         &self,
@@ -596,34 +555,26 @@ impl Identify for ProcIdentity {
         accepted: Instant,
     ) -> Result<Caller, IdentityError> {
         let inode = self.inode(peer, local, accepted)?;
-        let pids = self.owners(inode, accepted);
-        if pids.is_empty() {
-            return Err(IdentityError::NoOwner { inode });
-        }
-        let mut first: Option<Caller> = None;
-        for pid in &pids {
-            // A process that exited since the scan no longer holds the socket.
-            let c = match self.caller(*pid) {
-                Ok(c) => c,
-                Err(IdentityError::Io { source, .. })
-                    if source.kind() == io::ErrorKind::NotFound && pids.len() > 1 =>
-                {
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            match &first {
-                None => first = Some(c),
-                Some(f) => {
-                    if (&f.exe, &f.ancestors, &f.cmdline_paths)
-                        != (&c.exe, &c.ancestors, &c.cmdline_paths)
-                    {
-                        return Err(IdentityError::Ambiguous { inode, pids });
-                    }
-                }
+        let mut callers: Vec<Caller> = Vec::new();
+        for h in self.holders(inode, accepted)? {
+            // A holder seen but not readable now (it exited, or exec'd away) is not skipped:
+            // it may have passed the socket on after the scan.
+            let c = self.holder(h).map_err(|e| match e {
+                IdentityError::Io { what, source } => IdentityError::Holder {
+                    inode,
+                    pid: h.pid,
+                    what,
+                    source,
+                },
+                e => e,
+            })?;
+            if !callers.iter().any(|o| same_identity(o, &c)) {
+                callers.push(c);
             }
         }
-        first.ok_or(IdentityError::NoOwner { inode })
+        let mut first = callers.remove(0);
+        first.other_holders = callers;
+        Ok(first)
     }
 }
 
@@ -689,4 +640,32 @@ pub fn links_in_root(root: &Path, path: &str) -> Vec<String> {
     out.retain(|p| !p.split('/').any(|c| c == ".." || c == "."));
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_hold_their_first_image_and_the_table_is_bounded() {
+        let mut pins = HashMap::new();
+        let fp = (1, 2, 3, 4, 5);
+        let pin = |pins: &mut HashMap<String, Pin>, path: &str, sha: &str| {
+            pin_or_check(pins, 2, path, fp, sha.to_string())
+        };
+        pin(&mut pins, "/a", "aa").unwrap();
+        pin(&mut pins, "/a", "aa").unwrap();
+        let e = pin(&mut pins, "/a", "bb").unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("/a hash changed (cached: aa, current: bb)"),
+            "{e}"
+        );
+        pin(&mut pins, "/b", "bb").unwrap();
+        // Full: a new path is not pinned, and the pins taken stay.
+        pin(&mut pins, "/c", "cc").unwrap();
+        pin(&mut pins, "/c", "dd").unwrap();
+        assert_eq!(pins.len(), 2);
+        assert!(pin(&mut pins, "/a", "bb").is_err());
+    }
 }

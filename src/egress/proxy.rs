@@ -588,6 +588,8 @@ impl Conn<'_> {
             shared.resolver.resolve(&self.dest.host, port),
         )
         .await;
+        // A failed resolution keeps OpenShell's `ssrf_denied`, but the client is told the
+        // real reason rather than an address-check kind that did not apply.
         let addrs: Vec<IpAddr> = match resolved {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
@@ -595,7 +597,7 @@ impl Conn<'_> {
                 return self
                     .address_denied(
                         &mut stream,
-                        allow.plan.kind(),
+                        &detail.clone(),
                         detail,
                         &caller,
                         rev.generation,
@@ -610,7 +612,7 @@ impl Conn<'_> {
                 return self
                     .address_denied(
                         &mut stream,
-                        allow.plan.kind(),
+                        &detail.clone(),
                         detail,
                         &caller,
                         rev.generation,

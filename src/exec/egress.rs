@@ -102,6 +102,9 @@ impl AllowNet {
         if host.is_empty() {
             return Err(bad("the host is empty (HOST[:PORT][,BINARY])"));
         }
+        if let Some(why) = crate::policy::network::unreachable_host(host) {
+            return Err(bad(&why));
+        }
         let port = match port {
             None => ALLOW_NET_DEFAULT_PORT,
             Some(p) => match p.parse::<u16>() {
@@ -132,6 +135,7 @@ impl AllowNet {
             }],
             binaries: vec![NetworkBinary {
                 path: self.binary.clone(),
+                ..NetworkBinary::default()
             }],
         }
     }
@@ -339,6 +343,7 @@ pub fn answer(
                 ancestors: Vec::new(),
                 cmdline_paths: Vec::new(),
                 exec: ExecKey(0),
+                ..Default::default()
             };
             match egress::decide(&state, host, port, &caller) {
                 Decision::Allow(al) => {

@@ -73,6 +73,14 @@ pub fn exec_failed(error: ChildError, d: Option<&Diagnosis>, cx: &Context<'_>) -
             program,
             what: file_kind(d.mode),
         },
+        // Nobody may execute it: the execute bit is missing, whoever runs it.
+        Finding::NoExecute if d.holder.is_none() && d.mode & 0o111 == 0 => RunError::NoExecuteBit {
+            interpreter: interpreter_by_name(&program),
+            program,
+            shown: name,
+            mode: d.mode & 0o7777,
+            source: io::Error::from_raw_os_error(libc::EACCES),
+        },
         Finding::NoSearch | Finding::NoExecute => RunError::NotPermitted {
             blocker: if d.finding == Finding::NoSearch {
                 d.at.clone()
@@ -131,6 +139,24 @@ pub fn exec_failed(error: ChildError, d: Option<&Diagnosis>, cx: &Context<'_>) -
             },
         },
     }
+}
+
+/// The interpreter a script's file name suggests, for the message about a missing execute
+/// bit (only the name is used: the file is not read again).
+fn interpreter_by_name(program: &Path) -> Option<&'static str> {
+    let ext = program.extension()?.to_str()?;
+    Some(match ext {
+        "py" => "python3",
+        "sh" => "sh",
+        "bash" => "bash",
+        "js" | "mjs" | "cjs" => "node",
+        "rb" => "ruby",
+        "pl" => "perl",
+        "php" => "php",
+        "lua" => "lua",
+        "r" | "R" => "Rscript",
+        _ => return None,
+    })
 }
 
 /// The program is in the view, but an interpreter it needs is not

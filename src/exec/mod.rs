@@ -1,7 +1,9 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
 pub mod egress;
+mod error;
 pub mod explain;
+pub mod home;
 pub mod manager;
 pub mod one;
 mod plan;
@@ -12,10 +14,13 @@ pub mod report_file;
 pub mod run;
 pub mod stream;
 mod tree;
+mod usage;
 pub mod workdir;
 
+pub use error::RunError;
 pub use plan::program_candidates;
 pub use tree::SweepError;
+pub use usage::ExitInfo;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -27,149 +32,10 @@ use std::time::{Duration, Instant};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use crate::policy::{Policy, PolicyError};
+use crate::policy::Policy;
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::init::{ExecPlan, SpawnError};
-use crate::sandbox::{self, ChildError, LayerStatus, PrepareError, Prepared, Step};
-
-/// Why a run could not start (or the sandbox refused). Each maps to a launcher exit code.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("{0}: command not found")]
-    NotFound(String),
-    /// A path no grant covers: it cannot exist in the view, whatever the host holds there.
-    #[error(
-        "{}: command not found: the sandbox's view holds only the granted paths, and none covers it (`--ro DIR`, or read_only in a policy file, grants a directory)",
-        program.display()
-    )]
-    NotInView { program: PathBuf },
-    #[error("{path}: cannot execute: {source}")]
-    NotExecutable { path: PathBuf, source: io::Error },
-    /// The program, or an interpreter it needs, is a FIFO, a device, a directory or a socket.
-    #[error(
-        "{}: cannot execute: {}{} is {what}, not a program file",
-        program.display(),
-        if subject == program { "" } else { "its interpreter " },
-        subject.display()
-    )]
-    NotAProgram {
-        program: PathBuf,
-        subject: PathBuf,
-        what: &'static str,
-    },
-    /// execve was refused although the mode of every file and directory allows it: Landlock
-    /// grants no execute right there, or the file lies on a noexec mount.
-    #[error(
-        "{}: cannot execute: {source}: {} may be executed by its mode, but {}",
-        program.display(),
-        subject.display(),
-        if *noexec { "it lies on a noexec mount" } else { "the sandbox's Landlock rules grant no execute right there" }
-    )]
-    Refused {
-        program: PathBuf,
-        /// The program itself, or the interpreter that was refused.
-        subject: PathBuf,
-        noexec: bool,
-        source: io::Error,
-    },
-    /// execve was refused by the file permissions: the sandbox uid may not search a directory
-    /// on the way, or execute the file. Granting it (`--ro`) would not help.
-    #[error(
-        "{}: cannot execute: {source}: the sandbox uid {uid} may not {} {} by its permissions (owner {owner}, mode {mode:04o}); `--ro` would not help: make it accessible to that uid, or pick --uid",
-        program.display(),
-        if *search { "search" } else { "execute" },
-        blocker.display()
-    )]
-    NotPermitted {
-        program: PathBuf,
-        /// The file (the program or an interpreter), or the directory on its way, that the uid
-        /// lacks execute/search on.
-        blocker: PathBuf,
-        /// `blocker` is a directory on the way.
-        search: bool,
-        uid: u32,
-        owner: u32,
-        mode: u32,
-        source: io::Error,
-    },
-    /// The program is in the view, but an interpreter it needs (ELF `PT_INTERP` or `#!`) is not.
-    #[error("{0}")]
-    InterpreterNotFound(Box<explain::MissingInterpreter>),
-    #[error("--policy {}: {source}", path.display())]
-    PolicyFile {
-        path: PathBuf,
-        source: crate::policy::openshell::YamlError,
-    },
-    #[error("--policy {}: {source}{}", path.display(), run_hint(source))]
-    PolicyMap {
-        path: PathBuf,
-        source: crate::policy::openshell::MapError,
-    },
-    #[error("{0}")]
-    Workdir(Box<workdir::NotWritable>),
-    #[error("invalid policy: {0}")]
-    Policy(#[from] PolicyError),
-    #[error("sandbox refused: {0}")]
-    Prepare(#[from] PrepareError),
-    #[error("sandbox setup failed in the child: {0}")]
-    ChildSetup(ChildError),
-    #[error("starting the exec: {0}")]
-    Manager(manager::ManagerError),
-    #[error("{what}: {source}")]
-    Io {
-        what: &'static str,
-        source: io::Error,
-    },
-    #[error("{0}")]
-    Usage(String),
-    #[error("{0}")]
-    Egress(#[from] egress::EgressError),
-    #[error("choosing the run's uid (pass --uid to name one): {0}")]
-    Identity(crate::sandbox::identity::LeaseError),
-    #[error("{0}")]
-    Hold(workdir::HoldError),
-    #[error("--report-json {path}: {source}")]
-    ReportJson {
-        path: PathBuf,
-        source: Box<report_file::ReportFileError>,
-    },
-    /// The run ended, but its report could not be put at the path (nothing is left there).
-    #[error("--report-json {path}: the run ended, but its report could not be written: {source}")]
-    ReportWrite {
-        path: PathBuf,
-        source: Box<report_file::ReportFileError>,
-    },
-}
-
-/// What lets `run` or `check` keep a policy file it refuses, where flags can.
-fn run_hint(e: &crate::policy::openshell::MapError) -> &'static str {
-    match e {
-        crate::policy::openshell::MapError::NetworkRules(_) => {
-            ". To run it anyway, replace the file's network section with an explicit \
-             `--network none` (loopback only) or `--network all` (the host's network), or \
-             remove network_policies from the file"
-        }
-        _ => "",
-    }
-}
-
-impl RunError {
-    /// The launcher's exit code, as docker's: 127 not found, 126 not executable, 125 for
-    /// everything of ours (invalid input, a policy we cannot keep, an unusable workdir, a
-    /// refused layer, a failed setup), so that it cannot be taken for the command's own code.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            RunError::NotFound(_)
-            | RunError::NotInView { .. }
-            | RunError::InterpreterNotFound(_) => 127,
-            RunError::NotExecutable { .. }
-            | RunError::NotAProgram { .. }
-            | RunError::Refused { .. }
-            | RunError::NotPermitted { .. } => 126,
-            _ => crate::cli::USAGE_EXIT,
-        }
-    }
-}
+use crate::sandbox::{self, ChildError, LayerStatus, Prepared, Step};
 
 /// A prepared sandbox: every kernel object built once, cheap to clone, used for every exec.
 #[derive(Clone)]
@@ -212,31 +78,6 @@ pub struct SpawnSpec {
     pub program_fd: Option<Arc<OwnedFd>>,
 }
 
-/// How a child ended.
-#[derive(Debug, Clone, Copy)]
-pub struct ExitInfo {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub user_cpu: Duration,
-    pub sys_cpu: Duration,
-    /// Peak resident set of the child and its reaped descendants, KiB.
-    pub max_rss_kib: u64,
-}
-
-impl ExitInfo {
-    fn from_reaped(r: reaper::Reaped) -> Self {
-        let st = r.status;
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-        ExitInfo {
-            code: libc::WIFEXITED(st).then(|| libc::WEXITSTATUS(st)),
-            signal: libc::WIFSIGNALED(st).then(|| libc::WTERMSIG(st)),
-            user_cpu: tv(r.rusage.ru_utime),
-            sys_cpu: tv(r.rusage.ru_stime),
-            max_rss_kib: r.rusage.ru_maxrss.max(0) as u64,
-        }
-    }
-}
-
 /// A running sandboxed child. Dropping it while it runs kills its whole tree.
 pub struct Child {
     pub stdin: Option<pipe::Sender>,
@@ -249,6 +90,8 @@ pub struct Child {
     init: bool,
     exit: Option<oneshot::Receiver<reaper::Reaped>>,
     done: Option<ExitInfo>,
+    /// What the exec's processes had used when we sent SIGKILL (see [`usage::Usage`]).
+    used_before_kill: Option<usage::Usage>,
     cgroup: Option<Arc<ExecCgroup>>,
     supervisor_pid: libc::pid_t,
     started: Instant,
@@ -283,6 +126,17 @@ impl Sandbox {
                 attached: Default::default(),
             }),
         })
+    }
+
+    /// The root of the view's own /tmp (a private tmpfs, gone with the view), as an O_PATH
+    /// descriptor; `None` when the view has none.
+    pub fn private_tmp(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        let view = &self.inner.prepared.view;
+        view.private_tmp()
+            .then(|| view.tmpfs.iter().find(|(p, _)| p == Path::new("/tmp")))
+            .flatten()
+            .and_then(|(_, fd)| fd.as_ref())
+            .map(|fd| fd.as_fd())
     }
 
     /// Whose ids the writes to the read-write grants carry, as `prepare` decided.
@@ -466,6 +320,7 @@ impl Sandbox {
             init: started.init,
             exit: Some(started.exit),
             done: None,
+            used_before_kill: None,
             cgroup: started.cgroup,
             supervisor_pid: self.inner.prepared.supervisor_pid,
             started: Instant::now(),
@@ -552,7 +407,7 @@ impl Child {
             .as_mut()
             .expect("exit receiver present until done");
         let info = match rx.await {
-            Ok(r) => ExitInfo::from_reaped(r),
+            Ok(r) => ExitInfo::from_reaped(r).at_least(self.used_before_kill),
             // The reaper never drops a sender; treat it as a kill if it somehow did.
             Err(_) => ExitInfo {
                 code: None,
@@ -576,10 +431,11 @@ impl Child {
     /// forwards SIGTERM, SIGINT and SIGHUP to every process of the namespace (SIGKILL kills
     /// the namespace outright). Without one: its process group, its cgroup when there is one,
     /// and orphans of its session re-parented to the supervisor.
-    pub fn signal_tree(&self, sig: i32) {
+    pub fn signal_tree(&mut self, sig: i32) {
         if self.cleaned {
             return;
         }
+        self.note_usage_before(sig);
         if self.init {
             if self.done.is_none() {
                 pidfd_signal(&self.pidfd, sig);
@@ -598,6 +454,14 @@ impl Child {
             manager::get().registry(),
         ) {
             tracing::warn!(error = %e, "could not signal the exec's processes");
+        }
+    }
+
+    /// Before a SIGKILL of ours to a running exec: what its processes have used so far, which
+    /// their leader's rusage will not show (`usage.rs`).
+    fn note_usage_before(&mut self, sig: i32) {
+        if sig == libc::SIGKILL && self.done.is_none() {
+            self.used_before_kill = Some(usage::snapshot(self.pid));
         }
     }
 
@@ -637,6 +501,7 @@ impl Child {
         }
         if self.init {
             if self.done.is_none() {
+                self.note_usage_before(libc::SIGKILL);
                 pidfd_signal(&self.pidfd, libc::SIGKILL);
             }
             self.wait().await;

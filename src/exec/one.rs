@@ -3,9 +3,11 @@
 //! Where that path is not taken (or given up), the sandbox is prepared as every sandbox is and
 //! the command spawned into it later, the same way to the caller.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 
+use super::home::{self, HomeRequest};
 use super::plan::Parts;
 use super::{Child, Inner, RunError, Sandbox, SpawnSpec, manager, workdir};
 use crate::policy::Policy;
@@ -40,17 +42,44 @@ impl Sandbox {
     /// must hold before the command runs (the egress proxy in the view's network namespace,
     /// the workdir check, the report's directory) can be done in between; dropping the
     /// [`Pending`] ends its init.
-    pub fn new_with_exec(policy: Policy, spec: SpawnSpec) -> Result<(Sandbox, Pending), RunError> {
+    /// `home`: the command's HOME to make (exec/home.rs), where it was not given one.
+    pub fn new_with_exec(
+        policy: Policy,
+        spec: SpawnSpec,
+        home: Option<HomeRequest>,
+    ) -> Result<(Sandbox, Pending), RunError> {
         // Each path is resolved once while the sandbox is prepared (sys::walk::Memo); not
         // across a fallback, which is there because something changed.
         let memo = crate::sys::walk::Memo::begin();
         policy.validate()?;
         let mut spec = spec;
         let mut parents = None;
+        let given_home = spec.env.iter().find(|(k, _)| k == "HOME").cloned();
         if let Some(one) = sandbox::one::prepare(&policy)? {
+            // The command's environment goes with its init: its HOME is named now, and made
+            // in the view's /tmp once the init has made that.
+            let in_view = home
+                .as_ref()
+                .filter(|_| one.private_tmp())
+                .map(|_| home::name_in_view(&policy));
+            match (&home, &in_view) {
+                (Some(_), Some(name)) => home::set(&mut spec.env, Path::new("/tmp").join(name)),
+                (Some(HomeRequest {
+                    scratch: Some(s), ..
+                }), None) => home::set(&mut spec.env, s.clone()),
+                _ => {}
+            }
             let parts = Parts::new(spec, &policy.fs.workdir, one.private_tmp())?;
             match one.start(&policy, &parts.plan, manager::supervisor_pidfd()) {
                 Ok((prepared, init, cgroup)) => {
+                    if let (Some(h), Some(name)) = (&home, &in_view) {
+                        init.open_in_view(c"tmp")
+                            .and_then(|tmp| home::make_named(tmp.as_fd(), name, h.owner))
+                            .map_err(|source| RunError::Io {
+                                what: "making the command's HOME on the view's /tmp",
+                                source,
+                            })?;
+                    }
                     sandbox::process::harden_supervisor().map_err(|source| RunError::Io {
                         what: "becoming a child subreaper",
                         source,
@@ -85,6 +114,22 @@ impl Sandbox {
         drop(memo);
         let sb = Sandbox::new(policy)?;
         sb.one_exec_only();
+        if let Some(h) = &home {
+            spec.env.retain(|(k, _)| k != "HOME");
+            spec.env.extend(given_home);
+            match (sb.private_tmp(), &h.scratch) {
+                (Some(tmp), _) => {
+                    let made =
+                        home::make_first_free(tmp, h.owner).map_err(|source| RunError::Io {
+                            what: "making the command's HOME on the view's /tmp",
+                            source,
+                        })?;
+                    home::set(&mut spec.env, made);
+                }
+                (None, Some(s)) => home::set(&mut spec.env, s.clone()),
+                (None, None) => {}
+            }
+        }
         Ok((sb, Pending(Inside::Later { spec, parents })))
     }
 }

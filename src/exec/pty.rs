@@ -46,6 +46,55 @@ pub fn open(cols: u32, rows: u32) -> io::Result<(Master, Slave)> {
     Ok((Master { fd }, slave))
 }
 
+/// The end of our input, told to whatever reads the slave as a terminal's user tells it: the
+/// line discipline's VEOF character (^D unless the child changed it), as `script` does.
+/// `last` is the last byte written before it (`None`: nothing was).
+///
+/// In canonical mode VEOF ends a read: at the start of a line that read returns 0, which every
+/// program takes for end of file; after a partial line it only hands that line over, so a
+/// second VEOF follows. In non-canonical mode it is one byte of input, which programs that
+/// read a terminal raw (shells, REPLs) take for end of input themselves. `fd` may be
+/// non-blocking.
+pub fn write_eof(fd: std::os::fd::BorrowedFd<'_>, last: Option<u8>) -> io::Result<()> {
+    use nix::sys::termios::{InputFlags, LocalFlags, SpecialCharacterIndices as Cc, tcgetattr};
+    // TCGETS on a master reads the slave's settings: the child's, as it left them.
+    let t = tcgetattr(fd)?;
+    let cc = |i: Cc| t.control_chars[i as usize];
+    // 0 is _POSIX_VDISABLE: a child that disabled VEOF gets the conventional ^D.
+    let eof = match cc(Cc::VEOF) {
+        0 => 0x04,
+        c => c,
+    };
+    let canonical = t.local_flags.contains(LocalFlags::ICANON);
+    let ends_line = |b: u8| {
+        b == b'\n'
+            || (b == b'\r'
+                && t.input_flags.contains(InputFlags::ICRNL)
+                && !t.input_flags.contains(InputFlags::IGNCR))
+            || b == eof
+            || (b != 0 && (b == cc(Cc::VEOL) || b == cc(Cc::VEOL2)))
+    };
+    let partial_line = canonical && last.is_some_and(|b| !ends_line(b));
+    let bytes = [eof, eof];
+    write_all_fd(fd, &bytes[..if partial_line { 2 } else { 1 }])
+}
+
+/// Write all of `data` to `fd`, waiting in poll(2) while a non-blocking `fd` is full.
+pub fn write_all_fd(fd: std::os::fd::BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(n) => data = &data[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => {
+                let mut pfd = [nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLOUT)];
+                let _ = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::NONE);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 impl Master {
     /// Read output. `Ok(0)` once every slave descriptor is closed (Linux reports EIO then).
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {

@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -12,16 +11,19 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::report::{self, Context, EffectiveLimits, ExitReport, Reason};
 use super::report_file::ReportFile;
-use super::stream::{self, Event, StreamStats, pump};
-use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
+use super::stream::{self, Event, StreamStats};
+use super::{RunError, Sandbox, workdir};
 use crate::cli::RunArgs;
 use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, UidLease};
 
-mod stdio;
+mod implicit_workdir;
+mod scratch;
+pub(crate) mod stdio;
 mod streams;
 mod timeline;
+use scratch::Scratch;
 use stdio::*;
 use timeline::Timeline;
 
@@ -184,53 +186,6 @@ fn child_env(
     Ok(env)
 }
 
-/// A fresh scratch directory, owned by the sandbox identity, removed on drop.
-struct Scratch {
-    path: PathBuf,
-}
-
-impl Scratch {
-    fn create(owner: Option<Identity>) -> Result<Scratch, RunError> {
-        let base = std::env::temp_dir();
-        let io = |what, source| RunError::Io { what, source };
-        for _ in 0..16 {
-            let name = format!(
-                "openshell-scratch-{}-{:016x}",
-                std::process::id(),
-                rand::random::<u64>()
-            );
-            let path = base.join(name);
-            match std::fs::create_dir(&path) {
-                Ok(()) => {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-                        .map_err(|e| io("setting scratch dir permissions", e))?;
-                    if let Some(id) = owner {
-                        // Never follows a link: the directory is ours, fresh, in a sticky dir.
-                        std::os::unix::fs::lchown(&path, Some(id.uid), Some(id.gid))
-                            .map_err(|e| io("giving the scratch dir to the sandbox uid", e))?;
-                    }
-                    return Ok(Scratch { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(io("creating the scratch dir", e)),
-            }
-        }
-        Err(io(
-            "creating the scratch dir",
-            std::io::Error::from_raw_os_error(libc::EEXIST),
-        ))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.path) {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the scratch dir");
-        }
-    }
-}
-
 /// The signals `run` hands to the command's job instead of acting on them itself (docker
 /// run's `--sig-proxy` set; SIGWINCH is a resize of the pty, with --tty).
 const FORWARDED: [(SignalKind, &str); 6] = [
@@ -296,6 +251,15 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         what: "reading the current directory",
         source,
     })?;
+    if args.flags.workdir.is_none() {
+        let (home, owner_home) = (
+            implicit_workdir::home_env(),
+            implicit_workdir::owner_home(&cwd),
+        );
+        if let Some(why) = implicit_workdir::refusal(&cwd, home.as_deref(), owner_home.as_deref()) {
+            return Err(RunError::Usage(why));
+        }
+    }
     let loaded = load_policy(
         &args.flags,
         args.policy_file.as_deref(),
@@ -369,9 +333,11 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         _ => unsafe { (libc::geteuid(), libc::getegid()) },
     };
     tl.stamp("uid-scratch-env");
-    // One run, one exec: its streams are made first, its init makes the view (exec/one.rs).
+    // One run, one exec: its streams are made first, its init makes the view (exec/one.rs),
+    // where the command gets a HOME of its own unless it was given one (scratch.rs).
+    let home = scratch::home_request(&args, root, (child_uid, child_gid), scratch.as_ref());
     let (spec, streams) = streams::make(&args, env)?;
-    let (sandbox, pending) = Sandbox::new_with_exec(policy, spec)?;
+    let (sandbox, pending) = Sandbox::new_with_exec(policy, spec, home)?;
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match loaded.network {
         Some(rules) => Some(super::egress::RunEgress::start(&sandbox, rules)?),

@@ -254,6 +254,18 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub reconnect_max_ms: u64,
 
+    /// Run the main process although no gateway is configured (no OPENSHELL_ENDPOINT): our
+    /// stdin goes to it, its output to our stdout and stderr, and we exit with its code. Without
+    /// it, a supervisor with no gateway runs nothing (`openshell-sandbox run` is the command for
+    /// one sandboxed command).
+    #[arg(long)]
+    pub no_gateway: bool,
+
+    /// The words after the program (and `serve`) as given, for the `run` command line that a
+    /// supervisor with no gateway suggests instead. Filled by the caller, not by clap.
+    #[arg(skip)]
+    pub raw_args: Vec<OsString>,
+
     /// The main process and its arguments (wins over OPENSHELL_MAIN_PROCESS_SPEC). From its
     /// first word on, everything is the command's; a word before it that starts with `-` must
     /// be a flag of ours (a misspelt one is a usage error, never the command), so a command
@@ -398,6 +410,17 @@ pub enum ConfigError {
         "no gateway endpoint (OPENSHELL_ENDPOINT / OPENSHELL_GATEWAY_ENDPOINT / --endpoint) and no main process: nothing to do"
     )]
     NothingToDo,
+    #[error(
+        "no gateway is configured (OPENSHELL_ENDPOINT is not set), so the supervisor runs nothing: to run a command in a sandbox, use `{run}`; to run the main process with no gateway anyway, add --no-gateway"
+    )]
+    NoGateway {
+        /// The `run` command line with the same arguments.
+        run: String,
+    },
+    #[error(
+        "--no-gateway with a gateway configured ({0}): unset OPENSHELL_ENDPOINT, or drop --no-gateway"
+    )]
+    NoGatewayWithEndpoint(String),
     #[error("OPENSHELL_ENDPOINT `{value}`: {reason}")]
     BadEndpoint { value: String, reason: String },
     #[error("OPENSHELL_GATEWAY_TLS_SERVER_NAME `{0}` is not a valid DNS name or IP address")]
@@ -437,12 +460,16 @@ impl ServeArgs {
         let endpoint = non_empty(&self.endpoint).or_else(|| non_empty(&self.gateway_endpoint));
         let mut secret_paths = Vec::new();
         let gateway = match endpoint {
-            None => {
-                if main.is_none() {
-                    return Err(ConfigError::NothingToDo);
+            None => match &main {
+                None => return Err(ConfigError::NothingToDo),
+                Some(m) if !self.no_gateway => {
+                    return Err(ConfigError::NoGateway {
+                        run: self.run_suggestion(m),
+                    });
                 }
-                None
-            }
+                Some(_) => None,
+            },
+            Some(ep) if self.no_gateway => return Err(ConfigError::NoGatewayWithEndpoint(ep)),
             Some(ep) => {
                 let sandbox_id =
                     non_empty(&self.sandbox_id).ok_or(ConfigError::MissingSandboxId)?;
@@ -518,6 +545,31 @@ impl ServeArgs {
             ),
             secret_paths,
         })
+    }
+
+    /// `openshell-sandbox run` with the words this supervisor was given, quoted for a shell;
+    /// a main process from the environment (OPENSHELL_MAIN_PROCESS_SPEC, _SANDBOX_COMMAND)
+    /// becomes the command after `--`.
+    fn run_suggestion(&self, main: &MainProcess) -> String {
+        let mut words: Vec<String> = self
+            .raw_args
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
+        if self.command.is_empty() {
+            words.push("--".into());
+            words.extend(main.argv.iter().map(|w| w.to_string_lossy().into_owned()));
+        }
+        let quoted: Vec<String> = words
+            .iter()
+            .map(|w| shlex::try_quote(w).map_or_else(|_| w.replace('\0', ""), |q| q.into_owned()))
+            .collect();
+        let mut line = String::from("openshell-sandbox run");
+        for q in quoted {
+            line.push(' ');
+            line.push_str(&q);
+        }
+        line
     }
 
     fn token_source(&self) -> Result<TokenSource, ConfigError> {

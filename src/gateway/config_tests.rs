@@ -73,7 +73,7 @@ fn token_sources_in_priority_order() {
 
 #[test]
 fn trailing_words_are_the_main_process() {
-    let a = args(&["--workdir", "/tmp", "sleep", "infinity"]);
+    let a = args(&["--no-gateway", "--workdir", "/tmp", "sleep", "infinity"]);
     assert_eq!(
         a.command,
         vec![OsString::from("sleep"), OsString::from("infinity")]
@@ -83,9 +83,35 @@ fn trailing_words_are_the_main_process() {
     assert!(cfg.main.is_some());
 }
 
+/// Without a gateway and without --no-gateway nothing runs: the error carries the `run`
+/// command line with the same words, each quoted for a shell where it needs it.
+#[test]
+fn a_main_process_without_a_gateway_suggests_run() {
+    let words = ["--workdir", "/tmp", "--", "sh", "-c", "echo 'hi' $HOME"];
+    let mut a = args(&words);
+    a.raw_args = words.iter().map(OsString::from).collect();
+    match a.resolve() {
+        Err(ConfigError::NoGateway { run }) => assert_eq!(
+            run,
+            r#"openshell-sandbox run --workdir /tmp -- sh -c "echo 'hi' "'$HOME'"#
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The main process from the environment's spec becomes the command.
+    let mut a = args(&["--sandbox-command", "sleep infinity"]);
+    a.raw_args = vec!["--sandbox-command".into(), "sleep infinity".into()];
+    match a.resolve() {
+        Err(ConfigError::NoGateway { run }) => assert_eq!(
+            run,
+            "openshell-sandbox run --sandbox-command 'sleep infinity' -- sleep infinity"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn secrets_are_denied() {
-    let cfg = args(&["--sandbox-token-file", "/tok", "true"])
+    let cfg = args(&["--no-gateway", "--sandbox-token-file", "/tok", "true"])
         .resolve()
         .unwrap();
     assert!(cfg.secret_paths.contains(&PathBuf::from("/tok")));

@@ -174,6 +174,7 @@ mod tests {
                 ancestors: Vec::new(),
                 cmdline_paths: Vec::new(),
                 exec: ExecKey(1),
+                ..Default::default()
             }),
             src: "10.200.0.1:5000".parse().unwrap(),
             generation: 3,

@@ -40,6 +40,8 @@ const DRAIN: Duration = Duration::from_secs(2);
 pub enum StartError {
     #[error("allocating the main process pty: {0}")]
     Pty(#[source] std::io::Error),
+    #[error("connecting the main process to our stdin: {0}")]
+    Stdin(#[source] crate::exec::RunError),
     #[error("starting the main process {argv:?}: {source}")]
     Spawn {
         argv: Vec<OsString>,
@@ -105,14 +107,17 @@ enum Sink {
 }
 
 /// Start the main process in the sandbox: on a pty of 80x24 (the slave as fd 0, 1 and 2 and
-/// its controlling terminal) when it asks for a tty, else on three pipes. Its output goes only
-/// to the session's retained log. The task ends with its exit: on its own, at the `--timeout`
-/// (exit 124), or terminated at shutdown; the exit event is in the log before the task ends.
+/// its controlling terminal) when it asks for a tty, else on three pipes. Its output goes to
+/// the session's retained log, and with `local` (`--no-gateway`: nobody can attach) also to
+/// our stdout and stderr, with our stdin as its input (its end passed on). The task ends with
+/// its exit: on its own, at the `--timeout` (exit 124), or terminated at shutdown; the exit
+/// event is in the log before the task ends.
 pub async fn start(
     ctx: &Arc<ExecContext>,
     m: &MainProcess,
     timeout: Option<Duration>,
     mut stop: watch::Receiver<bool>,
+    local: bool,
 ) -> Result<Running, StartError> {
     let shell = login_shell(
         std::env::var_os("SHELL").as_deref(),
@@ -143,11 +148,16 @@ pub async fn start(
         };
         (Some(Arc::new(master)), spec)
     } else {
+        let stdin = match local {
+            false => Stdio::Piped,
+            true if crate::exec::run::stdio::stdin_is_dev_null() => Stdio::Null,
+            true => Stdio::Fd(crate::exec::run::stdio::feed_stdin().map_err(StartError::Stdin)?),
+        };
         let spec = SpawnSpec {
             argv: argv.clone(),
             env,
             cwd: None,
-            stdin: Stdio::Piped,
+            stdin,
             stdout: Stdio::Piped,
             stderr: Stdio::Piped,
             controlling_tty: false,
@@ -181,9 +191,19 @@ pub async fn start(
                 let mut buf = vec![0u8; CHUNK];
                 // Ok(0) is EIO: every slave descriptor is closed.
                 while let Ok(n @ 1..) = r.read(&mut buf).await {
+                    if local {
+                        echo(&mut tokio::io::stdout(), &buf[..n]).await;
+                    }
                     s.push(Event::Stdout(Bytes::copy_from_slice(&buf[..n])));
                 }
             }));
+            if local {
+                let writer = m.dup_fd().map_err(StartError::Pty)?;
+                std::thread::Builder::new()
+                    .name("stdin-feeder".into())
+                    .spawn(move || crate::exec::run::stdio::copy_stdin(writer, true))
+                    .map_err(StartError::Pty)?;
+            }
             Some(Sink::Pty(m.clone()))
         }
         None => {
@@ -194,6 +214,11 @@ pub async fn start(
                 readers.push(tokio::spawn(async move {
                     let mut buf = vec![0u8; CHUNK];
                     while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+                        match (local, err) {
+                            (true, false) => echo(&mut tokio::io::stdout(), &buf[..n]).await,
+                            (true, true) => echo(&mut tokio::io::stderr(), &buf[..n]).await,
+                            (false, _) => {}
+                        }
                         let b = Bytes::copy_from_slice(&buf[..n]);
                         s.push(if err {
                             Event::Stderr(b)
@@ -256,6 +281,15 @@ pub async fn start(
         ended
     });
     Ok(Running { session, task })
+}
+
+/// A copy of the main process's output on our own stream (`--no-gateway`). A stream of ours
+/// that fails (a closed pipe) is no reason to stop the main process: its output still goes to
+/// the log.
+async fn echo(w: &mut (impl tokio::io::AsyncWrite + Unpin), data: &[u8]) {
+    if w.write_all(data).await.is_ok() {
+        let _ = w.flush().await;
+    }
 }
 
 async fn feed_stdin(mut sink: Option<Sink>, mut rx: mpsc::Receiver<Bytes>) {

@@ -130,6 +130,7 @@ pub fn main(argv: &[OsString]) -> Result<ExitCode, ServeError> {
     unset_empty_identity_env();
     let matches = crate::cli::parsed_or_exit(ServeArgs::command().try_get_matches_from(argv), argv);
     let mut args = ServeArgs::from_arg_matches(&matches).map_err(ServeError::Usage)?;
+    args.raw_args = argv.get(1..).unwrap_or_default().to_vec();
     // With a gateway policy only an explicit --network overrides its network section.
     let network_explicit =
         matches.value_source("network") == Some(clap::parser::ValueSource::CommandLine);
@@ -296,7 +297,9 @@ async fn supervise(
 
     let mut main_task = match &cfg.main {
         Some(m) => {
-            let running = main_process::start(&ctx, m, cfg.main_timeout, stop_rx.clone()).await?;
+            let local = cfg.gateway.is_none();
+            let running =
+                main_process::start(&ctx, m, cfg.main_timeout, stop_rx.clone(), local).await?;
             let _ = ctx.main.set(running.session);
             Some(running.task)
         }
@@ -339,7 +342,9 @@ async fn supervise(
             ctx.clone(),
         )));
     } else {
-        tracing::warn!("no gateway endpoint configured: running the main process only");
+        tracing::info!(
+            "--no-gateway: running the main process only, on our stdin, stdout and stderr"
+        );
     }
 
     let stop = tokio::select! {

@@ -18,7 +18,7 @@ pub use fs::{
     default_secret_paths, expand_grants, expand_grants_skipping,
 };
 pub use ipc::IpcLimits;
-pub use size::{ParseSizeError, parse_size};
+pub use size::{MIN_MEMORY, ParseSizeError, parse_memory, parse_size};
 
 /// What the child may do on the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -141,7 +141,7 @@ pub enum PolicyError {
     #[error("workdir {0} is not a directory")]
     WorkdirNotDir(PathBuf),
     #[error(
-        "workdir {}: {} is where the sandbox gets a private tmpfs of its own, so it cannot be the workdir (that would be the host's shared {} instead); run in a directory of your own below it (`mkdir {}/work && cd {}/work`), or pass --scratch for a private scratch directory",
+        "workdir {}: {} is where the sandbox gets a private tmpfs of its own, so it cannot be the workdir (that would be the host's shared {} instead); run in a directory of your own below it (`mkdir {}/work && cd {}/work`), or name one with --workdir DIR (--scratch does not change the workdir: it adds a private TMPDIR)",
         path.display(), tmpfs.display(), tmpfs.display(), tmpfs.display(), tmpfs.display()
     )]
     WorkdirIsPrivateTmpfs { path: PathBuf, tmpfs: PathBuf },

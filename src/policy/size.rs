@@ -17,6 +17,24 @@ pub enum ParseSizeError {
     Overflow(String),
     #[error("0 is not a usable size limit")]
     Zero,
+    #[error(
+        "`{0}` is {1} bytes, too little memory to run any program (at least 1 MiB); a size is bytes unless a unit follows: K, KiB, KB, M, MiB, MB, G, GiB, GB, T, TiB or TB (e.g. 512M)"
+    )]
+    TooLittleMemory(String, u64),
+}
+
+/// The least memory a limit may leave a process (`--memory`, `--address-space`): below it not
+/// even a static binary's first pages fit, so a smaller value is a missing unit (`--memory 10`
+/// meant as 10 bytes), not a limit anyone wants.
+pub const MIN_MEMORY: u64 = 1 << 20;
+
+/// Parse a memory limit: a size ([`parse_size`]) of at least [`MIN_MEMORY`].
+pub fn parse_memory(input: &str) -> Result<u64, ParseSizeError> {
+    let v = parse_size(input)?;
+    if v < MIN_MEMORY {
+        return Err(ParseSizeError::TooLittleMemory(input.trim().into(), v));
+    }
+    Ok(v)
 }
 
 /// Parse a byte count. Binary units (`K`, `KiB`) are powers of 1024; `KB`, `MB` ... are SI.
@@ -87,5 +105,19 @@ mod tests {
             Err(ParseSizeError::Overflow(_))
         ));
         assert!(matches!(parse_size("0"), Err(ParseSizeError::Zero)));
+    }
+
+    #[test]
+    fn a_memory_limit_that_runs_nothing_is_refused() {
+        let e = parse_memory("10").unwrap_err();
+        assert_eq!(e, ParseSizeError::TooLittleMemory("10".into(), 10));
+        let text = e.to_string();
+        assert!(text.contains("MiB") && text.contains("512M"), "{text}");
+        assert!(matches!(
+            parse_memory("1023K"),
+            Err(ParseSizeError::TooLittleMemory(..))
+        ));
+        assert_eq!(parse_memory("1M"), Ok(MIN_MEMORY));
+        assert_eq!(parse_memory("64MiB"), Ok(64 << 20));
     }
 }

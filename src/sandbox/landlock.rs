@@ -88,6 +88,9 @@ pub struct PreparedRuleset {
     all_bits: u64,
 }
 
+/// The right [`PreparedRuleset::add_view_root_rule`] grants: listing a directory.
+const READ_DIR_BITS: u64 = 1 << 3; // LANDLOCK_ACCESS_FS_READ_DIR
+
 /// Build the ruleset for these rules. `want_net_restriction` and `want_scopes` are requested
 /// only when the kernel supports them; the caller decides (fail closed or degrade) when it does
 /// not, from `support`.
@@ -173,6 +176,19 @@ impl PreparedRuleset {
     /// their descriptors). Async-signal-safe: raw syscalls only.
     pub fn add_tmpfs_rule(&self, dir: &std::ffi::CStr) -> Result<(), i32> {
         self.add_dir_rule(dir, self.all_bits)
+    }
+
+    /// Child side, in the view, before [`PreparedRuleset::enforce`]: allow listing the view's
+    /// root (`ls /`, `find /`, shells and build tools that read it). The root is a tmpfs that
+    /// holds only the grants (view_root.rs), so listing it shows nothing else; it exists only
+    /// in the view, so the supervisor cannot name it. The right covers every directory below
+    /// too, as Landlock rules do: there it adds nothing to a grant's own rights, the covers of
+    /// denied paths are mode 000 to the sandbox (which holds no capability to override that),
+    /// and what it newly lets be listed is the view's own scaffolding (`/dev` holding only the
+    /// granted devices, the directories leading to a grant). Only where the view has that
+    /// root: on the host's root this would list the whole filesystem. Async-signal-safe.
+    pub fn add_view_root_rule(&self) -> Result<(), i32> {
+        self.add_dir_rule(c"/", READ_DIR_BITS)
     }
 
     /// A path-beneath rule with `bits` on the directory `dir` as the caller sees it now.

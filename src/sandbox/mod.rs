@@ -477,6 +477,15 @@ impl Layers {
         layers.extend(self.rows);
         layers.push(ownership.row());
         layers.extend(self.limit_rows);
+        let mut installed = self.installed;
+        // Added by each exec in the view (child/mod.rs), where only it can name that root; not
+        // one of the path rules prepared here, so listed beside the network and scope rules.
+        if view.root && self.landlock.is_some() {
+            installed.landlock.push(decide::InstalledRule {
+                path: "(view root)".into(),
+                access: "list / in each exec's view (it holds only the grants)".into(),
+            });
+        }
         Prepared {
             landlock: self.landlock,
             seccomp: self.seccomp,
@@ -491,7 +500,7 @@ impl Layers {
             fs_rules: self.fs_rules,
             supervisor_pid: k.getpid(),
             network: self.network,
-            installed: self.installed,
+            installed,
         }
     }
 }

@@ -147,9 +147,12 @@ impl One {
         } = self;
         let rows = layers.rows.clone();
         let limit_rows = layers.limit_rows.clone();
+        // What the init will have made once it is told to go (anything short of it falls
+        // back below): the command's steps read it, as the view-root listing rule.
         let placeholder = View {
             pid: true,
             proc: ProcMount::Full,
+            root: planned.plan.root().is_some(),
             one_exec: true.into(),
             ..View::default()
         };
@@ -223,6 +226,9 @@ impl One {
         }
         if !why.is_empty() {
             return Err(Fallback(why).into());
+        }
+        if made.view.root != p.view.root {
+            return Err(Fallback("the view's root is not the one planned".into()).into());
         }
         let mut ns_rows = user_rows;
         let (view, ownership) =

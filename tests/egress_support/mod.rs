@@ -13,6 +13,8 @@
 //!   resolver step is off here, because getaddrinfo may ask a daemon outside the namespace.
 #![allow(dead_code)]
 
+pub mod binary;
+pub mod identity;
 pub mod l7_servers;
 pub mod servers;
 

@@ -43,11 +43,7 @@ impl<'r> L7Scope<'r> {
     pub fn of(rules: &'r NetworkRules, host: &str, port: u16, caller: &Caller) -> L7Scope<'r> {
         let mut endpoints = Vec::new();
         for rule in rules.rules() {
-            let binary_ok = rule
-                .binaries
-                .iter()
-                .any(|b| b.matches(&caller.exe) || caller.ancestors.iter().any(|a| b.matches(a)));
-            if !binary_ok {
+            if !crate::egress::decide::admits(rule, caller) {
                 continue;
             }
             for e in &rule.endpoints {

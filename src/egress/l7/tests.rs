@@ -134,6 +134,7 @@ fn caller() -> Caller {
         ancestors: vec![],
         cmdline_paths: vec![],
         exec: ExecKey(1),
+        ..Default::default()
     }
 }
 

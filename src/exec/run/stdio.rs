@@ -1,7 +1,9 @@
 //! `run`'s standard streams: the stdin feeder, the caller's terminal in raw mode, and whether
 //! our stdout and stderr are one open file.
 
-use super::*;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+
+use crate::exec::RunError;
 
 /// The child's stdin: the read end of a pipe that a thread of ours fills from our own stdin.
 ///
@@ -13,10 +15,10 @@ use super::*;
 /// EOF reaches the child. It is a plain thread, not a runtime task: a read of a terminal
 /// cannot be cancelled, and process exit ends the thread wherever it blocks.
 ///
-/// The pipe is made with the command's other streams, before the sandbox; the thread starts
-/// only once the command runs ([`start_feeding`]), so that a run refused before it takes
-/// nothing from our stdin.
-pub(super) fn stdin_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
+/// `run` makes the pipe with the command's other streams, before the sandbox, and starts the
+/// thread only once the command runs ([`start_feeding`]), so that a run refused before it
+/// takes nothing from our stdin; [`feed_stdin`] does both at once.
+pub(crate) fn stdin_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into our array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -29,11 +31,12 @@ pub(super) fn stdin_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// The feeder thread of [`stdin_pipe`]'s write end `w` (or of the pty master).
-pub(super) fn start_feeding(w: OwnedFd) -> Result<(), RunError> {
+/// The feeder thread of [`stdin_pipe`]'s write end `w`, or of a pty master (`pty_master`, see
+/// [`copy_stdin`]).
+pub(crate) fn start_feeding(w: OwnedFd, pty_master: bool) -> Result<(), RunError> {
     std::thread::Builder::new()
         .name("stdin-feeder".into())
-        .spawn(move || copy_stdin(w))
+        .spawn(move || copy_stdin(w, pty_master))
         .map(drop)
         .map_err(|source| RunError::Io {
             what: "starting the stdin thread",
@@ -41,12 +44,19 @@ pub(super) fn start_feeding(w: OwnedFd) -> Result<(), RunError> {
         })
 }
 
+/// [`stdin_pipe`] with its feeder already started: the read end.
+pub(crate) fn feed_stdin() -> Result<OwnedFd, RunError> {
+    let (r, w) = stdin_pipe()?;
+    start_feeding(w, false)?;
+    Ok(r)
+}
+
 /// Whether our stdin is /dev/null (`< /dev/null`, a caller's `Stdio::null()`, most batch
 /// runs). Then the child gets a /dev/null of its own, read-only, instead of a pipe and a feeder
 /// thread: it reads EOF either way, /dev/null holds no terminal state to share, and a write to
 /// it fails (EBADF) as one to the pipe's read end does. That saves a thread and a pipe per run
 /// (benches/corpus.rs).
-pub(super) fn stdin_is_dev_null() -> bool {
+pub(crate) fn stdin_is_dev_null() -> bool {
     // SAFETY: fstat and stat into zeroed stack structs; the path is a NUL-terminated literal.
     unsafe {
         let mut ours: libc::stat = std::mem::zeroed();
@@ -71,14 +81,16 @@ pub(super) fn wait_ready(fd: i32, events: libc::c_short) {
 }
 
 /// Copy our stdin to `w` until EOF on either side. `w` may be non-blocking (a pty master).
-pub(super) fn copy_stdin(w: OwnedFd) {
+///
+/// At our EOF the child must see one too. A pipe's end closes when `w` is dropped; a pty
+/// master's does not (closing it would hang the terminal up), so on a pty ((`pty_master`)) the
+/// line discipline's end-of-file character follows the data instead (`pty::write_eof`).
+pub(crate) fn copy_stdin(w: OwnedFd, pty_master: bool) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut last = None;
     loop {
         // SAFETY: read into our buffer from fd 0.
         let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-        if n == 0 {
-            return;
-        }
         if n < 0 {
             match crate::sys::errno() {
                 libc::EINTR => continue,
@@ -88,26 +100,21 @@ pub(super) fn copy_stdin(w: OwnedFd) {
                     wait_ready(0, libc::POLLIN);
                     continue;
                 }
-                // EBADF (no stdin at all), EIO (a hung-up terminal): the child sees EOF.
-                _ => return,
+                // EBADF (no stdin at all), EIO (a hung-up terminal): the end of our input.
+                _ => break,
             }
         }
-        let mut data = &buf[..n as usize];
-        while !data.is_empty() {
-            // SAFETY: write from our buffer to our pipe end.
-            let m = unsafe { libc::write(w.as_raw_fd(), data.as_ptr().cast(), data.len()) };
-            if m < 0 {
-                match crate::sys::errno() {
-                    libc::EINTR => continue,
-                    libc::EAGAIN => {
-                        wait_ready(w.as_raw_fd(), libc::POLLOUT);
-                        continue;
-                    }
-                    _ => return, // EPIPE, EIO: nobody reads any more
-                }
-            }
-            data = &data[m as usize..];
+        if n == 0 {
+            break;
         }
+        let data = &buf[..n as usize];
+        if crate::exec::pty::write_all_fd(w.as_fd(), data).is_err() {
+            return; // EPIPE, EIO: nobody reads any more
+        }
+        last = data.last().copied();
+    }
+    if pty_master && let Err(e) = crate::exec::pty::write_eof(w.as_fd(), last) {
+        tracing::debug!(error = %e, "could not pass the end of input to the pty");
     }
 }
 

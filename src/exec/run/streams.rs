@@ -2,7 +2,16 @@
 //! exec's init is cloned holding them, `exec/one.rs`); what reads and writes ours starts once
 //! the command has started.
 
-use super::*;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+
+use super::stdio::{
+    RawTerminal, merged_pipe, our_winsize, same_open_file, start_feeding, stdin_is_dev_null,
+    stdin_pipe,
+};
+use crate::cli::RunArgs;
+use crate::exec::stream::{self, StreamStats, pump};
+use crate::exec::{RunError, SpawnSpec, Stdio};
 
 /// Our side of the command's streams, until it starts.
 pub(super) struct Streams {
@@ -103,7 +112,7 @@ impl Streams {
         opts: impl Fn(&'static str) -> stream::Options,
     ) -> Result<Running, RunError> {
         if let Some(w) = self.stdin {
-            start_feeding(w)?;
+            start_feeding(w, false)?;
         }
         match self.ours {
             Ours::Tty(master) => {
@@ -113,7 +122,7 @@ impl Streams {
                     what: "duplicating the pty master",
                     source,
                 })?;
-                start_feeding(writer)?;
+                start_feeding(writer, true)?;
                 // The pty carries stdout and stderr together: one stream, capped as stdout.
                 let (mut w, r) = tokio::io::duplex(64 * 1024);
                 let master = std::sync::Arc::new(master);

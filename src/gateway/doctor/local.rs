@@ -28,7 +28,7 @@ pub(super) fn resolve(serve: &mut ServeArgs) -> (Result<GatewayConfig, Step>, Ea
                     Step::failed(
                         "endpoint",
                         "endpoint-missing",
-                        "OPENSHELL_ENDPOINT (and OPENSHELL_GATEWAY_ENDPOINT, --endpoint) is not set: serve runs the main process only and never dials the gateway, so the sandbox never becomes READY",
+                        "OPENSHELL_ENDPOINT (and OPENSHELL_GATEWAY_ENDPOINT, --endpoint) is not set: with --no-gateway serve runs the main process only and never dials the gateway, so the sandbox never becomes READY",
                         "set OPENSHELL_ENDPOINT to the gateway Service URL, e.g. https://openshell.openshell.svc.cluster.local:8080 (the gateway's OPENSHELL_GRPC_ENDPOINT)",
                     )
                 });
@@ -121,7 +121,7 @@ pub(super) fn config_failure(e: ConfigError) -> Step {
             e.to_string(),
             "OPENSHELL_ENDPOINT must be https://HOST:PORT (mTLS) or http://HOST:PORT (plaintext), no path",
         ),
-        ConfigError::NothingToDo => Step::failed(
+        ConfigError::NothingToDo | ConfigError::NoGateway { .. } => Step::failed(
             "endpoint",
             "endpoint-missing",
             e.to_string(),

@@ -11,16 +11,17 @@
 //! rule.
 
 mod glob;
+mod local;
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 pub use glob::{Glob, GlobError};
 pub use ipnet::IpNet;
+pub use local::{always_blocked_nets, is_always_blocked, unreachable_host};
 
 use super::openshell::{L7Match, NetworkPolicyRule};
 
@@ -40,7 +41,7 @@ pub struct Rule {
     pub name: String,
     pub endpoints: Vec<Endpoint>,
     /// Empty: the rule matches nothing (OpenShell's strict binary identity).
-    pub binaries: Vec<BinaryPattern>,
+    pub binaries: Vec<Binary>,
 }
 
 /// One endpoint of a rule.
@@ -98,7 +99,36 @@ impl HostPattern {
     }
 }
 
-/// A binary of a rule, matched against the caller's executable and each of its ancestors.
+/// A binary of a rule: its path or glob, and what it admits besides a process running it
+/// (`crate::egress::decide` applies them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binary {
+    pub pattern: BinaryPattern,
+    /// Also admit a process one of whose ancestors matches (OpenShell's ancestor rule, here
+    /// only where the policy asks for it).
+    pub descendants: bool,
+    /// Admit a matching process even when it may run code the sandbox could have written or
+    /// chosen (dynamic-loader preload or audit, executable mappings of writable files).
+    pub allow_untrusted_code: bool,
+}
+
+impl Binary {
+    pub fn matches(&self, exe: &str) -> bool {
+        self.pattern.matches(exe)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.pattern.as_str()
+    }
+
+    /// A glob that admits every executable (`/**`, `**`): who is calling does not matter to
+    /// it, so neither does what the caller loaded.
+    pub fn is_catch_all(&self) -> bool {
+        matches!(&self.pattern, BinaryPattern::Glob(g) if matches!(g.as_str(), "/**" | "**"))
+    }
+}
+
+/// A binary path or glob, matched against an executable path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BinaryPattern {
     /// A path, plus the paths it leads to through symlinks inside the sandbox
@@ -233,7 +263,7 @@ impl NetworkRules {
             .rules
             .iter()
             .flat_map(|r| &r.binaries)
-            .filter_map(|b| match b {
+            .filter_map(|b| match &b.pattern {
                 BinaryPattern::Exact { path, .. } => Some(path.clone()),
                 BinaryPattern::Glob(_) => None,
             })
@@ -248,7 +278,7 @@ impl NetworkRules {
     /// that this stays free of syscalls). Replaces earlier targets.
     pub fn expand_binary_links(&mut self, resolve: &dyn Fn(&str) -> Vec<String>) {
         for b in self.rules.iter_mut().flat_map(|r| r.binaries.iter_mut()) {
-            if let BinaryPattern::Exact { path, targets } = b {
+            if let BinaryPattern::Exact { path, targets } = &mut b.pattern {
                 *targets = resolve(path).into_iter().filter(|t| t != path).collect();
             }
         }
@@ -288,26 +318,4 @@ impl Endpoint {
             None => !self.allowed_ips.is_empty(),
         }
     }
-}
-
-/// The address ranges that are refused whatever the policy says: loopback, link-local and
-/// unspecified, in both families and in IPv4-mapped form. `allowed_ips` may not overlap them.
-pub fn always_blocked_nets() -> [IpNet; 9] {
-    let n = |s: &str| s.parse::<IpNet>().expect("constant");
-    [
-        n("127.0.0.0/8"),
-        n("169.254.0.0/16"),
-        n("0.0.0.0/32"),
-        n("::1/128"),
-        n("::/128"),
-        n("fe80::/10"),
-        n("::ffff:127.0.0.0/104"),
-        n("::ffff:169.254.0.0/112"),
-        n("::ffff:0.0.0.0/128"),
-    ]
-}
-
-/// Whether `ip` is in [`always_blocked_nets`].
-pub fn is_always_blocked(ip: IpAddr) -> bool {
-    always_blocked_nets().iter().any(|n| n.contains(&ip))
 }

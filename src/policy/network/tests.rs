@@ -325,3 +325,29 @@ fn always_blocked_covers_mapped_forms() {
         assert!(!is_always_blocked(ip.parse().unwrap()), "{ip}");
     }
 }
+
+#[test]
+fn binary_switches_are_kept_off_by_default_and_absent_from_the_proto() {
+    let rules = "  a:\n    endpoints: [{host: x.test, port: 80}]\n    binaries: [{path: /usr/bin/git, descendants: true}, {path: /usr/bin/curl, allow_untrusted_code: true}, {path: \"/**\"}]\n";
+    let r = compile_yaml(rules).unwrap();
+    let b = &r.rules()[0].binaries;
+    assert!(b[0].descendants && !b[0].allow_untrusted_code);
+    assert!(!b[1].descendants && b[1].allow_untrusted_code);
+    assert!(b[2].is_catch_all() && !b[0].is_catch_all() && !b[1].is_catch_all());
+    // A policy from the gateway cannot carry them: off after a round trip through the proto.
+    let p = from_yaml(&format!("{HEAD}{rules}")).unwrap();
+    let back = decode_policy(&encode_policy(&p)).unwrap();
+    let r = NetworkRules::compile(&back.network_policies).unwrap();
+    assert!(
+        r.rules()[0]
+            .binaries
+            .iter()
+            .all(|b| !b.descendants && !b.allow_untrusted_code)
+    );
+    // A misspelt switch is refused by name, not taken as off.
+    let e = from_yaml(&format!(
+        "{HEAD}  a:\n    binaries: [{{path: /x, descendant: true}}]\n"
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("descendant"), "{e}");
+}

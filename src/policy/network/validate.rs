@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::{
-    AccessPreset, BinaryPattern, Endpoint, Enforcement, Glob, HostPattern, IpNet,
+    AccessPreset, Binary, BinaryPattern, Endpoint, Enforcement, Glob, HostPattern, IpNet,
     NetworkPolicyError, NetworkRules, NetworkWarning, Protocol, Rule, TlsMode, always_blocked_nets,
 };
 use crate::policy::openshell::{NetworkEndpoint, NetworkPolicyRule};
@@ -48,7 +48,11 @@ pub(super) fn compile(
         }
         let mut binaries = Vec::with_capacity(rule.binaries.len());
         for (i, b) in rule.binaries.iter().enumerate() {
-            binaries.push(binary(&format!("{at}.binaries[{i}].path"), &b.path)?);
+            binaries.push(Binary {
+                pattern: binary(&format!("{at}.binaries[{i}].path"), &b.path)?,
+                descendants: b.descendants,
+                allow_untrusted_code: b.allow_untrusted_code,
+            });
         }
         if binaries.is_empty() {
             cx.warn(

@@ -32,8 +32,8 @@ pub enum MapWarning {
         path: PathBuf,
         kind: std::io::ErrorKind,
     },
-    /// `network_middlewares` is present; it only configures egress middleware, and no egress
-    /// is allowed.
+    /// `network_middlewares` is present; it only configures egress middleware, which the
+    /// egress proxy does not apply.
     IgnoredMiddlewares,
 }
 
@@ -46,7 +46,10 @@ impl std::fmt::Display for MapWarning {
                 path.display()
             ),
             MapWarning::IgnoredMiddlewares => {
-                write!(f, "network_middlewares ignored: no egress is allowed")
+                write!(
+                    f,
+                    "network_middlewares ignored: the egress proxy applies no middleware"
+                )
             }
         }
     }

@@ -114,12 +114,22 @@ pub struct NetworkPolicyRule {
     pub binaries: Vec<NetworkBinary>,
 }
 
-/// Proto `NetworkBinary`. YAML has only `path`; proto field 2 (`harness`) is deprecated and
-/// ignored by OpenShell itself.
+/// Proto `NetworkBinary`: `path`; proto field 2 (`harness`) is deprecated and ignored by
+/// OpenShell itself. The two switches are this supervisor's own YAML keys
+/// (`docs/egress.md`, "Who is calling"); the proto has no field for them, so a policy from
+/// the gateway always has them off, and encoding drops them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkBinary {
     pub path: String,
+    /// Also admit a process whose ancestor is this binary (OpenShell's ancestor rule).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub descendants: bool,
+    /// Admit the binary even when it may run code the sandbox could have written or chosen
+    /// (the loader asked to preload or audit, or an executable mapping of a file the sandbox
+    /// could write).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_untrusted_code: bool,
 }
 
 /// Proto `NetworkEndpoint`. The L4 keys and the L7 keys that a rule is made of (`protocol`,

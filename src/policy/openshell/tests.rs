@@ -89,6 +89,7 @@ pub(super) fn full_model() -> SandboxPolicy {
             ],
             binaries: vec![NetworkBinary {
                 path: "/usr/bin/curl".into(),
+                ..Default::default()
             }],
         },
     );

@@ -403,7 +403,10 @@ fn from_proto(p: pb::SandboxPolicy) -> Result<SandboxPolicy, ProtoError> {
         let binaries = r
             .binaries
             .into_iter()
-            .map(|b| NetworkBinary { path: b.path })
+            .map(|b| NetworkBinary {
+                path: b.path,
+                ..NetworkBinary::default()
+            })
             .collect();
         network_policies.insert(
             key,

@@ -34,7 +34,8 @@
 //! 6. parent-death signal: here, after the identity switch, because the kernel clears it
 //!    whenever the effective uid or gid changes; then `getppid()` checked against the parent
 //!    read before fork;
-//! 7. Landlock (after the capability drop), with the rule for the exec's own /proc first;
+//! 7. Landlock (after the capability drop), with the rules for the exec's own /proc and for
+//!    listing the view's root first;
 //! 8. every fd above 2 close-on-exec, after Landlock used its ruleset fd;
 //! 9. signal dispositions and mask reset (SIGPIPE ignored by the Rust runtime, the init's
 //!    relaying handlers), unblocking last so a SIGTERM of the spawn reaches the command;
@@ -85,6 +86,10 @@ pub unsafe fn enforce_in_child(
         if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
             ll.add_fresh_proc_rule()
                 .map_err(|e| ChildError::new(Step::LandlockProcRule, e))?;
+        }
+        if p.view.root {
+            ll.add_view_root_rule()
+                .map_err(|e| ChildError::new(Step::LandlockRootRule, e))?;
         }
         ll.enforce()
             .map_err(|e| ChildError::new(Step::Landlock, e))?;

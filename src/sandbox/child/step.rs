@@ -96,6 +96,7 @@ steps! {
     WorkdirWritable => "check that the sandbox may write its workdir",
     ParentDeath => "set parent-death signal",
     LandlockProcRule => "grant read on the exec's /proc",
+    LandlockRootRule => "grant listing the view's root",
     Landlock => "landlock",
     CloseFds => "close fds",
     ResetSignals => "reset signal dispositions and mask",

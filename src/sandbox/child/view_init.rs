@@ -126,6 +126,29 @@ impl ViewInit {
         self.cloned.as_ref().map_or(-1, |c| c.pid)
     }
 
+    /// A directory of the view this init made (`name`: one component below its root, as
+    /// `tmp`), as an O_PATH descriptor opened through the init's root (`/proc/<pid>/root`; the
+    /// init is our child, not reaped, so the pid is its). Before the go nothing sandboxed has
+    /// run in the view, so nothing there can have been swapped; the last step follows no link.
+    pub fn open_in_view(&self, name: &std::ffi::CStr) -> io::Result<OwnedFd> {
+        let root = format!("/proc/{}/root", self.pid());
+        let root = std::fs::File::open(&root)?;
+        // SAFETY: openat on a live directory fd with a NUL-terminated name; the result is
+        // owned below.
+        let fd = unsafe {
+            libc::openat(
+                root.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd that nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
     /// Wait for the view's report. `Err`: the init ended before it reported, with the step
     /// that failed when it said which.
     pub(in crate::sandbox) fn report(&self) -> Result<HelperReport, Option<ChildError>> {

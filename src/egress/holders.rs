@@ -1,0 +1,381 @@
+//! Every reference the sandbox's processes hold to a socket, or the reason it cannot be
+//! known.
+//!
+//! What can hold a file (so what can keep using a socket) inside a sandbox, on Linux 6.x,
+//! and how each is seen:
+//! The sandbox is every network namespace this supervisor made a proxy for (in `serve`, the
+//! sandboxes of older revisions too): their processes share the workdir, so a unix socket on
+//! a path both see carries a descriptor from one namespace to another.
+//!
+//! - **A process's fd table**, `/proc/<pid>/fd`. That is the table of the thread-group
+//!   leader only. A thread made without `CLONE_FILES` has a table of its own, and once the
+//!   leader has exited (a zombie leader with live threads) `/proc/<pid>/fd` is empty, as are
+//!   its `exe` and `ns/*` links, while a thread still holds everything. So every task is
+//!   looked at: `/proc/<pid>/task/<tid>/fd`, skipping the tasks `kcmp(KCMP_FILES)` says
+//!   share a table already read (one syscall per thread).
+//! - **A descriptor in flight**: sent with `SCM_RIGHTS` on a unix socket and not yet
+//!   received, it is in no fd table, and nothing reports the file's own reference count. The
+//!   receiving socket does report how many descriptors are queued on it: the `scm_fds:` line
+//!   of its `/proc/<pid>/fdinfo/<fd>` (Linux 5.8; a listener counts those of its not yet
+//!   accepted connections). Any non-zero count anywhere in the sandbox means some reference
+//!   may be in flight, and the scan cannot account for the socket: the connection is refused
+//!   rather than decided on the holders that happened to be visible. (A unix socket itself
+//!   in flight is inside another one, whose count shows it.)
+//! - io_uring fixed files and `pidfd_getfd` are shut by the sandbox's seccomp filter; a
+//!   memory mapping of a socket gives no way to use it.
+//!
+//! The scan reads the tables one after another, so a process that keeps moving a descriptor
+//! in and out of flight can be caught at neither place unless the sandbox stands still: the
+//! scan runs with the sandbox's cgroups frozen where they can be ([`super::freeze`]), which
+//! makes it a snapshot. Without a freezer (no cgroup, or a cgroup shared with the
+//! supervisor), it is best effort against such a process (SECURITY.md says so). A freeze that
+//! could have held and did not (a task the freezer cannot stop yet, a group thawed meanwhile)
+//! is reported as such, and the lookup does not decide on that scan.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{self, BufRead};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Instant;
+
+use super::freeze::{Freezer, NotFrozen};
+use super::identity::ns_inode;
+
+/// One process holding a socket: its thread-group id, and a task whose fd table holds it
+/// (the one to read the process through: a zombie leader has no `exe` of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holder {
+    pub pid: u32,
+    pub tid: u32,
+}
+
+/// A view of every socket reference in one network namespace.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub built: Option<Instant>,
+    /// socket inode -> its holders, one per process.
+    pub owners: HashMap<u64, Vec<Holder>>,
+    /// A process of the namespace, for the `/proc/<pid>/net/tcp` fallback.
+    pub any_member: Option<u32>,
+    /// Unix sockets with descriptors queued on them: (pid, fd, how many).
+    pub in_flight: Vec<(u32, u32, u32)>,
+    /// What could not be read, and why: the first such place.
+    pub unreadable: Option<(String, io::Error)>,
+    /// Whether every process of the namespaces stood still (frozen) while they were read:
+    /// `Ok(())`, or why not.
+    pub frozen: Result<(), NotFrozen>,
+}
+
+impl Default for Snapshot {
+    fn default() -> Snapshot {
+        Snapshot {
+            built: None,
+            owners: HashMap::new(),
+            any_member: None,
+            in_flight: Vec::new(),
+            unreadable: None,
+            frozen: Err(NotFrozen::Unavailable),
+        }
+    }
+}
+
+impl Snapshot {
+    /// Why the holders of a socket cannot be accounted for from this snapshot, if they
+    /// cannot: `Err((what, source))` for an unreadable place, `Ok(Some(where))` for
+    /// descriptors in flight.
+    pub fn gaps(&self) -> (Option<&(String, io::Error)>, Option<String>) {
+        let flight = (!self.in_flight.is_empty()).then(|| {
+            self.in_flight
+                .iter()
+                .map(|(pid, fd, n)| format!("{n} queued on fd {fd} of PID {pid}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        (self.unreadable.as_ref(), flight)
+    }
+}
+
+/// The processes whose leader is in one of the network namespaces `netns`, or whose leader
+/// has exited while a thread of theirs is there; each with its namespace.
+pub fn members(netns: &[u64]) -> Vec<(u32, u64)> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(ns) = netns_of(pid).filter(|ns| netns.contains(ns)) {
+            out.push((pid, ns));
+        }
+    }
+    out
+}
+
+/// The network namespace of `pid`: its leader's, or, when the leader is a zombie (its
+/// namespace links are gone), its first live thread's.
+fn netns_of(pid: u32) -> Option<u64> {
+    match ns_inode(pid, "net") {
+        Ok(i) => Some(i),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => tasks(pid)
+            .into_iter()
+            .filter(|t| *t != pid)
+            .find_map(|t| read_ns(&format!("/proc/{pid}/task/{t}/ns/net"))),
+        // Not ours to read (another user's process, for a supervisor that is not root):
+        // the sandbox's processes are always readable by the supervisor that made them.
+        Err(_) => None,
+    }
+}
+
+fn read_ns(path: &str) -> Option<u64> {
+    let l = fs::read_link(path).ok()?;
+    let s = l.to_string_lossy();
+    s.rsplit_once('[')?.1.strip_suffix(']')?.parse().ok()
+}
+
+fn tasks(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut v: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Build a snapshot of every socket reference of the processes of the namespaces `netns`,
+/// frozen where `freezer` can freeze them all. `own` (one of them) is the namespace whose
+/// member the snapshot names for the `/proc/<pid>/net/tcp` fallback.
+pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
+    crate::pause::point("identity-scan");
+    let started = Instant::now();
+    let first = members(netns);
+    let pids: Vec<u32> = first.iter().map(|m| m.0).collect();
+    let frozen = freezer.freeze(&pids);
+    let mut snap = Snapshot::default();
+    let mut seen = Vec::new();
+    // The namespaces' unix sockets, read once after the freeze: only theirs have a queue to
+    // look at, and a sandbox may hold thousands of other sockets.
+    let unix = unix_inodes(&first);
+    // Frozen, the namespaces are listed again: a child forked before the freeze took hold is
+    // in a frozen group but not in the first list. Not frozen, nothing stands still anyway.
+    let now = if frozen.is_ok() {
+        members(netns)
+    } else {
+        first
+    };
+    for (pid, ns) in now {
+        if ns == own {
+            snap.any_member.get_or_insert(pid);
+        }
+        scan_process(pid, unix.as_ref(), &mut snap);
+        seen.push(pid);
+    }
+    // A snapshot only if the processes read are the ones frozen, and stayed so throughout.
+    snap.frozen = match &frozen {
+        Ok(f) if !f.covers(&seen) => Err(NotFrozen::Failed(
+            "a process joined the sandbox from outside its frozen cgroups while it was read".into(),
+        )),
+        Ok(f) if !f.still_frozen() => Err(NotFrozen::Failed(
+            "its cgroups were thawed while it was read".into(),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.clone()),
+    };
+    drop(frozen);
+    snap.built = Some(started);
+    snap
+}
+
+/// The inodes of every unix socket of the members' namespaces (`/proc/<pid>/net/unix` of one
+/// member of each, which lists unbound and paired sockets too); `None` when one cannot be
+/// read, and then every socket's fdinfo is read instead.
+fn unix_inodes(members: &[(u32, u64)]) -> Option<HashSet<u64>> {
+    let mut done = Vec::new();
+    let mut out = HashSet::new();
+    for (pid, ns) in members {
+        if done.contains(ns) {
+            continue;
+        }
+        let text = fs::read_to_string(format!("/proc/{pid}/net/unix")).ok()?;
+        // Num RefCount Protocol Flags Type St Inode [Path]
+        out.extend(
+            text.lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().nth(6)?.parse::<u64>().ok()),
+        );
+        done.push(*ns);
+    }
+    Some(out)
+}
+
+/// Every distinct fd table of `pid`'s tasks.
+fn scan_process(pid: u32, unix: Option<&HashSet<u64>>, snap: &mut Snapshot) {
+    let mut read: Vec<u32> = Vec::new();
+    for tid in tasks(pid) {
+        if read.iter().any(|&r| same_table(r, tid)) {
+            continue;
+        }
+        match scan_table(pid, tid, unix, snap) {
+            Ok(()) => read.push(tid),
+            // The task exited.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => {
+                if snap.unreadable.is_none() {
+                    snap.unreadable = Some((
+                        format!("the fd table of PID {pid} (task {tid}) cannot be read"),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// `include/uapi/linux/kcmp.h`.
+const KCMP_FILES: libc::c_int = 2;
+
+/// Whether two tasks share one fd table. An error (no kcmp, or a task gone) says no, so the
+/// table is read again rather than skipped.
+fn same_table(a: u32, b: u32) -> bool {
+    // SAFETY: kcmp with integer arguments only; 0 means the same files_struct.
+    unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_FILES, 0, 0) == 0 }
+}
+
+/// Add each socket of one task's fd table; note the unix sockets with descriptors queued.
+/// readlinkat on the directory's descriptor with one buffer: this runs for every descriptor
+/// of the sandbox on each scan.
+fn scan_table(
+    pid: u32,
+    tid: u32,
+    unix: Option<&HashSet<u64>>,
+    snap: &mut Snapshot,
+) -> io::Result<()> {
+    let path = format!("/proc/{pid}/task/{tid}/fd");
+    let dir = fs::read_dir(&path)?;
+    let c = std::ffi::CString::new(path).map_err(io::Error::other)?;
+    // SAFETY: open(2) of a NUL-terminated path; the result is checked and owned.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor owned by nobody else.
+    let dirfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut buf = [0u8; 64];
+    for e in dir {
+        let e = e?;
+        let Some(num) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let name = std::ffi::CString::new(num.to_string()).map_err(io::Error::other)?;
+        // SAFETY: readlinkat into our buffer, its length given; the result is checked.
+        let n = unsafe {
+            libc::readlinkat(
+                dirfd.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            // Closed since the listing.
+            if err.raw_os_error() == Some(libc::ENOENT) {
+                continue;
+            }
+            return Err(err);
+        }
+        let l = &buf[..n as usize];
+        let Some(ino) = l
+            .strip_prefix(b"socket:[")
+            .and_then(|r| r.strip_suffix(b"]"))
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let v = snap.owners.entry(ino).or_default();
+        if !v.iter().any(|h| h.pid == pid) {
+            v.push(Holder { pid, tid });
+        }
+        if unix.is_some_and(|u| !u.contains(&ino)) {
+            continue;
+        }
+        match queued_fds(pid, tid, num) {
+            Ok(0) => {}
+            Ok(q) => snap.in_flight.push((pid, num, q)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The `scm_fds:` of a socket's fdinfo: descriptors queued on it (0 for any socket that is
+/// not a unix one, which has no such line).
+fn queued_fds(pid: u32, tid: u32, fd: u32) -> io::Result<u32> {
+    let f = fs::File::open(format!("/proc/{pid}/task/{tid}/fdinfo/{fd}"))?;
+    for line in io::BufReader::new(f).lines() {
+        if let Some(v) = line?.strip_prefix("scm_fds:") {
+            return Ok(v.trim().parse().unwrap_or(u32::MAX));
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_descriptor_in_flight_is_counted_on_its_receiver() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let held = std::net::TcpListener::bind("127.0.0.1:0");
+        let Ok(held) = held else {
+            eprintln!("SKIPPED: no loopback to bind");
+            return;
+        };
+        let me = std::process::id();
+        assert_eq!(queued_fds(me, me, b.as_raw_fd() as u32).unwrap(), 0);
+        send_fd(&a, held.as_raw_fd());
+        assert_eq!(queued_fds(me, me, b.as_raw_fd() as u32).unwrap(), 1);
+        assert_eq!(queued_fds(me, me, a.as_raw_fd() as u32).unwrap(), 0);
+        // Not a unix socket: no line.
+        assert_eq!(queued_fds(me, me, held.as_raw_fd() as u32).unwrap(), 0);
+    }
+
+    fn send_fd(s: &UnixStream, fd: i32) {
+        let mut data = [b'x'];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        // SAFETY: CMSG_SPACE with a constant size.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+        let mut cbuf = vec![0u8; space];
+        // SAFETY: a zeroed msghdr, filled with pointers to our live buffers.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: the control buffer has room for one header and one int (CMSG_SPACE).
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
+            assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), 1);
+        }
+    }
+}
