@@ -104,7 +104,16 @@ fn signal_run(extra: &[&str], code: &str, sig: i32) -> (ExitStatus, String, Stri
     assert_eq!(line, "ready\n", "the child never got ready");
     // SAFETY: kill with the pid of the supervisor this test spawned and a valid signal.
     assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
-    let st = wait_bounded(&mut c, 30).expect("the run did not end after the signal");
+    let Some(st) = wait_bounded(&mut c, 30) else {
+        // wait_bounded killed it: say what the run and the command had said by then.
+        let mut err = String::new();
+        c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        panic!(
+            "the run did not end within 30 s of signal {sig}; stdout after ready: {rest:?}; stderr: {err}"
+        );
+    };
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
     let mut err = String::new();
@@ -163,7 +172,7 @@ fn every_proxied_signal_arrives_as_itself() {
              signal.signal(signal.{name}, lambda s, f: (print('got', s), sys.exit(40)))\n\
              print('ready')\ntime.sleep(60)\n"
         );
-        let (st, out, err) = signal_run(&[], &code, sig);
+        let (st, out, err) = signal_run(&["--log-level", "debug"], &code, sig);
         assert_eq!(out, format!("got {sig}\n"), "{name}: {err}");
         assert_eq!(st.code(), Some(40), "{name}: {err}");
     }
@@ -389,9 +398,10 @@ fn a_mistyped_serve_flag_is_a_usage_error_never_the_main_command() {
         let (code, err) = serve_mode(env, &["serve", "--bogus"]);
         assert_eq!(code, Some(125), "{err}");
     }
-    // The shapes a pod uses still parse: flags, then the main command with its own flags.
+    // The shapes a pod uses still parse: flags, then the main command with its own flags
+    // (run here with no gateway, which takes --no-gateway).
     let wd = Workdir::new();
-    let mut args = vec!["--workdir", wd.path().to_str().unwrap()];
+    let mut args = vec!["--no-gateway", "--workdir", wd.path().to_str().unwrap()];
     if !is_root() {
         args.push("--allow-degraded");
     }
@@ -716,7 +726,7 @@ fn sigwinch_resizes_the_childs_terminal() {
     };
     let pty = nix::pty::openpty(Some(&ws(80, 24)), None).unwrap();
     let code = "import os, signal, sys, time\n\
-                def h(s, f):\n    c, l = os.get_terminal_size(1)\n    print('size', c, l, flush=True)\n    sys.exit(0)\n\
+                def h(s, f):\n    c, l = os.get_terminal_size(1)\n    os.write(1, b'size %d %d\\n' % (c, l))\n    os._exit(0)\n\
                 signal.signal(signal.SIGWINCH, h)\n\
                 print('ready', os.get_terminal_size(1).columns, flush=True)\n\
                 time.sleep(60)\n";
