@@ -64,9 +64,12 @@ impl Sandbox {
                 .map(|_| home::name_in_view(&policy));
             match (&home, &in_view) {
                 (Some(_), Some(name)) => home::set(&mut spec.env, Path::new("/tmp").join(name)),
-                (Some(HomeRequest {
-                    scratch: Some(s), ..
-                }), None) => home::set(&mut spec.env, s.clone()),
+                (
+                    Some(HomeRequest {
+                        scratch: Some(s), ..
+                    }),
+                    None,
+                ) => home::set(&mut spec.env, s.clone()),
                 _ => {}
             }
             let parts = Parts::new(spec, &policy.fs.workdir, one.private_tmp())?;
