@@ -31,6 +31,11 @@ pub(super) fn name_in_view(policy: &Policy) -> String {
         .flat_map(|p| [Some(p.clone()), std::fs::canonicalize(p).ok()])
         .flatten()
         .collect();
+    name_clear_of(&grants)
+}
+
+/// The first of `home`, `home.1`, … that no path of `grants` lies at or below, in /tmp.
+fn name_clear_of(grants: &[PathBuf]) -> String {
     (0..)
         .map(|i| match i {
             0 => "home".to_owned(),
@@ -87,4 +92,22 @@ pub(super) fn make_first_free(
         }
     }
     Err(std::io::Error::from_raw_os_error(libc::EEXIST))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_home_is_named_clear_of_the_grants_bound_in_tmp() {
+        let g = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(name_clear_of(&g(&["/tmp/work", "/usr"])), "home");
+        // `/tmp/homework` is not below `/tmp/home`.
+        assert_eq!(name_clear_of(&g(&["/tmp/homework"])), "home");
+        assert_eq!(name_clear_of(&g(&["/tmp/home"])), "home.1");
+        assert_eq!(
+            name_clear_of(&g(&["/tmp/home/project", "/tmp/home.1"])),
+            "home.2"
+        );
+    }
 }
