@@ -349,11 +349,6 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("sandbox::namespaces::helper", "sandbox::namespaces::report"),
         ("sandbox::namespaces::report", "sandbox::namespaces"),
     ],
-    // walk.rs holds `Resolved`, which memo.rs keeps per sandbox, and asks memo.rs first.
-    &[
-        ("sys::walk", "sys::walk::memo"),
-        ("sys::walk::memo", "sys::walk"),
-    ],
     // `build` reads view_root.rs through `use super::*`; view_root.rs calls it.
     &[
         ("sandbox::view_root", "sandbox::view_root::build"),

@@ -4,7 +4,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use super::Resolved;
+use super::file::Resolved;
 
 /// Within the preparation of one sandbox, every path is resolved once (and every path made
 /// canonical once, [`canonical`]) on the thread that prepares it: `run` asks for the same
