@@ -84,11 +84,13 @@ const SANDBOX_LAYERS: &[&[&str]] = &[
         "view_root",
     ],
     // What the kernel offers (`Kernel`), and the decisions taken on it once.
-    &["decide", "kernel", "ownership"],
+    &["decide", "kernel", "ownership", "view_layer"],
     // The child, fork to execve: the one ordered list of steps.
     &["child"],
     // `prepare` and the façade.
     &[""],
+    // `run`'s sandbox, whose exec's init makes the view.
+    &["one"],
 ];
 
 /// `src/egress/`'s own layers, lowest first; `""` is its `mod.rs`.
@@ -133,16 +135,17 @@ const EXEC_LAYERS: &[&[&str]] = &[
         "report_file",
         "stream",
         "tree",
+        "home",
         "usage",
         "workdir",
     ],
     // The process manager (it owns the reaper), why a program could not start, and
     // `RunError`.
-    &["error", "explain", "manager"],
+    &["error", "explain", "manager", "plan"],
     // `Sandbox` and `Child`: spawn, time out, kill.
     &[""],
     // What a run adds around a `Sandbox`: its egress proxy, the exit report.
-    &["egress", "report"],
+    &["egress", "one", "report"],
     // The `run` subcommand.
     &["run"],
 ];
@@ -210,11 +213,15 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     // `Prepared` lives in mod.rs.
     ("src/sandbox/child/init.rs", "src/sandbox/mod.rs"),
     ("src/sandbox/child/mod.rs", "src/sandbox/mod.rs"),
+    ("src/sandbox/child/view_init.rs", "src/sandbox/mod.rs"),
     // `ChildError`'s Display names the rlimit with `rlimits::name_of`.
     ("src/sandbox/child/step.rs", "src/sandbox/rlimits.rs"),
     // `Enforcement`, `LayerStatus` and `PrepareError` live in mod.rs.
     ("src/sandbox/decide.rs", "src/sandbox/mod.rs"),
     ("src/sandbox/ownership.rs", "src/sandbox/mod.rs"),
+    ("src/sandbox/view_layer.rs", "src/sandbox/mod.rs"),
+    // `SpawnSpec` and `Stdio` live in mod.rs.
+    ("src/exec/plan.rs", "src/exec/mod.rs"),
     // `seccomp_available` lives in mod.rs.
     ("src/sandbox/kernel.rs", "src/sandbox/mod.rs"),
 ];
@@ -229,6 +236,7 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("exec", "exec::error"),
         ("exec", "exec::explain"),
         ("exec", "exec::manager"),
+        ("exec", "exec::plan"),
         ("exec::egress", "exec"),
         ("exec::egress", "exec::error"),
         ("exec::error", "exec::egress"),
@@ -236,6 +244,8 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("exec::error", "exec::manager"),
         ("exec::explain", "exec::error"),
         ("exec::manager", "exec"),
+        ("exec::plan", "exec"),
+        ("exec::plan", "exec::error"),
     ],
     // mod.rs holds `Identity`, `NetworkMode`, `Limits` and `PolicyError`, and re-exports
     // and uses what `flags` and `fs` define.
@@ -273,6 +283,7 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("sandbox", "sandbox::namespaces::*"),
         ("sandbox", "sandbox::ownership"),
         ("sandbox", "sandbox::rlimits"),
+        ("sandbox", "sandbox::view_layer"),
         ("sandbox::child::*", "sandbox"),
         ("sandbox::child::*", "sandbox::identity"),
         ("sandbox::child::*", "sandbox::namespaces::*"),
@@ -291,17 +302,28 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("sandbox::ownership", "sandbox"),
         ("sandbox::ownership", "sandbox::view_root::*"),
         ("sandbox::rlimits", "sandbox::child::*"),
+        ("sandbox::view_layer", "sandbox"),
+        ("sandbox::view_layer", "sandbox::child::*"),
+        ("sandbox::view_layer", "sandbox::decide"),
+        ("sandbox::view_layer", "sandbox::kernel"),
+        ("sandbox::view_layer", "sandbox::namespaces::*"),
+        ("sandbox::view_layer", "sandbox::ownership"),
         ("sandbox::view_root::*", "sandbox::child::*"),
     ],
     // mod.rs holds `Enforcement`, `LayerStatus`, `PrepareError` and `seccomp_available`,
-    // which `decide`, `ownership` and `kernel` use, and `prepare` calls them.
+    // which `decide`, `ownership`, `kernel` and `view_layer` use, and `prepare` calls them.
     &[
         ("sandbox", "sandbox::decide"),
         ("sandbox", "sandbox::kernel"),
         ("sandbox", "sandbox::ownership"),
+        ("sandbox", "sandbox::view_layer"),
         ("sandbox::decide", "sandbox"),
         ("sandbox::kernel", "sandbox"),
         ("sandbox::ownership", "sandbox"),
+        ("sandbox::view_layer", "sandbox"),
+        ("sandbox::view_layer", "sandbox::decide"),
+        ("sandbox::view_layer", "sandbox::kernel"),
+        ("sandbox::view_layer", "sandbox::ownership"),
     ],
     // `cgroup/*` read cgroup.rs through `use super::*`; cgroup.rs calls them.
     &[
@@ -314,24 +336,20 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("sandbox::cgroup::owner", "sandbox::cgroup"),
         ("sandbox::cgroup::probe", "sandbox::cgroup"),
     ],
-    // child/mod.rs runs `process`, which reads `init::FORWARDED`; `init` calls mod.rs's
-    // `enforce_in_child`.
-    &[
-        ("sandbox::child", "sandbox::child::process"),
-        ("sandbox::child::init", "sandbox::child"),
-        ("sandbox::child::process", "sandbox::child::init"),
-    ],
     // `ChildError` names the rlimit with `rlimits::name_of`; `rlimits` reports with
     // `ChildError`.
     &[
         ("sandbox::child::step", "sandbox::rlimits"),
         ("sandbox::rlimits", "sandbox::child::step"),
     ],
-    // namespaces.rs holds `HelperReport` and the plans that helper.rs fills and reads, and
-    // calls the helper.
+    // namespaces.rs holds `Kind` and the plans that helper.rs and report.rs fill and read, and
+    // calls the helper and receives the report.
     &[
         ("sandbox::namespaces", "sandbox::namespaces::helper"),
+        ("sandbox::namespaces", "sandbox::namespaces::report"),
         ("sandbox::namespaces::helper", "sandbox::namespaces"),
+        ("sandbox::namespaces::helper", "sandbox::namespaces::report"),
+        ("sandbox::namespaces::report", "sandbox::namespaces"),
     ],
     // `build` reads view_root.rs through `use super::*`; view_root.rs calls it.
     &[
