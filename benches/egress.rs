@@ -292,10 +292,8 @@ fn main() {
 /// identity lookup then walks its descendants), or not (it reads all of /proc).
 fn set_subreaper(on: bool) {
     // SAFETY: prctl with integer arguments.
-    assert_eq!(
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, on as libc::c_ulong, 0, 0, 0) },
-        0
-    );
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, on as libc::c_ulong, 0, 0, 0) };
+    assert_eq!(r, 0);
 }
 
 const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";

@@ -11,6 +11,7 @@
 //! - `OSB_BENCH_TIMELINE=1`: 30 execs of `true`, then the gateway's timestamps of the last one
 //!   next to the supervisor's debug log of it (russh at debug), to see where the time goes;
 //! - `OSB_BENCH_LOGPUSH=1`: only the log-push overhead (5 × 300 execs at each level).
+//! - `OSB_BENCH_RSS=N`: only the supervisor's RSS after 100 execs and after N (10 000).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -317,6 +318,42 @@ async fn log_push_overhead(rounds: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
     (on, off)
 }
 
+/// The supervisor's RSS after the first 100 execs of `true` (`--shell plain`) and after `n`
+/// (target: within 1 MiB), with its peak: a leak per exec shows as the difference.
+async fn rss_over_execs(n: usize) {
+    let (gw, sup) = up(
+        AuthMode::Jwt,
+        SupOpts {
+            args: vec!["--shell".into(), "plain".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let t0 = Instant::now();
+    let _ = round_trips(&gw, 100, &[]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_100 = sup.rss_kib();
+    let mut done = 100;
+    while done < n {
+        let k = (n - done).min(1000);
+        let _ = round_trips(&gw, k, &[]).await;
+        done += k;
+        println!("  {done} execs: RSS {} KiB", sup.rss_kib());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_n = sup.rss_kib();
+    let peak = std::fs::read_to_string(format!("/proc/{}/status", sup.pid()))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .map_or_else(|| "?".into(), |v| v.trim().to_string());
+    println!(
+        "supervisor RSS after 100 execs {after_100} KiB, after {n} {after_n} KiB: {:+} KiB (target: within 1024 KiB); peak {peak}; {:.1} s",
+        after_n as i64 - after_100 as i64,
+        t0.elapsed().as_secs_f64()
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -372,6 +409,11 @@ fn main() {
     }
     if std::env::var_os("OSB_BENCH_TIMELINE").is_some() {
         rt.block_on(timeline());
+        return;
+    }
+    if let Some(n) = std::env::var_os("OSB_BENCH_RSS") {
+        let n: usize = n.to_str().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+        rt.block_on(rss_over_execs(n.max(200)));
         return;
     }
     rt.block_on(async {

@@ -726,7 +726,7 @@ fn sigwinch_resizes_the_childs_terminal() {
     };
     let pty = nix::pty::openpty(Some(&ws(80, 24)), None).unwrap();
     let code = "import os, signal, sys, time\n\
-                def h(s, f):\n    c, l = os.get_terminal_size(1)\n    print('size', c, l, flush=True)\n    sys.exit(0)\n\
+                def h(s, f):\n    c, l = os.get_terminal_size(1)\n    os.write(1, b'size %d %d\\n' % (c, l))\n    os._exit(0)\n\
                 signal.signal(signal.SIGWINCH, h)\n\
                 print('ready', os.get_terminal_size(1).columns, flush=True)\n\
                 time.sleep(60)\n";

@@ -166,8 +166,6 @@ fn layer<'a>(report: &'a serde_json::Value, name: &str) -> &'a str {
         .unwrap_or("")
 }
 
-// Item 25.
-
 /// `--pids` above PID_MAX_LIMIT is refused before anything is created, with an error naming
 /// the kernel's maximum; before, the pids.max write failed with a raw EINVAL and left the
 /// exec's group (and so the supervisor's base group) behind on every try.
@@ -195,8 +193,6 @@ fn pids_above_pid_max_limit_is_refused_up_front_and_leaks_no_group() {
     let r = run(&wd, &["--pids", "4194304"], &["true"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
 }
-
-// Item 13.
 
 /// Without a memory cgroup (a non-root supervisor), `--memory` bounds each process's address
 /// space only: SysV segments and memfds escape it. Asked for explicitly, that is degraded and
@@ -226,8 +222,6 @@ fn nonroot_memory_without_a_memory_cgroup_is_degraded() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(layer(&rep, "memory"), "not_requested", "{rep}");
 }
-
-// Item 16.
 
 /// Start a supervisor held before its first spawn; returns it and its base group.
 fn held_supervisor(wd: &Workdir, pause: &PauseDir, report: &Path) -> (Child, PathBuf) {
@@ -367,8 +361,6 @@ fn a_run_makes_groups_only_in_the_hierarchies_its_limits_need() {
     }
 }
 
-// Item 6.
-
 /// The host pid of the process whose argv carries `mark` (pids inside a run are its own PID
 /// namespace's, so the test finds its processes by a mark on their command line).
 fn pid_by_mark(mark: &str) -> Option<i32> {
@@ -439,8 +431,6 @@ fn a_starting_supervisor_kills_what_a_killed_one_left_and_nothing_live() {
     assert!(gone, "the killed supervisor's daemon survived");
     assert!(live_ok, "a live supervisor's exec was killed");
 }
-
-// Item 4.
 
 /// When the sweep cannot read the exec's members (here: the supervisor's RLIMIT_NOFILE was
 /// lowered at the start of the sweep, as a child of the same uid could with prlimit), the run
@@ -513,8 +503,6 @@ fn a_sweep_that_cannot_read_the_cgroup_fails_closed() {
     );
     assert!(stderr.contains("CONTAINMENT FAILED"), "{stderr}");
 }
-
-// Item 20.
 
 /// The in-namespace pids of `tool args` run inside the PID and mount namespace of `ns_pid`.
 fn nsenter(ns_pid: i32, script: &str) -> Command {

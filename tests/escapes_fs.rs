@@ -58,7 +58,7 @@ fn wait_bounded(mut child: Child, secs: u64) -> Option<Output> {
     None
 }
 
-// ---- item 1: symlinked grant roots ----
+// ---- symlinked grant roots ----
 
 /// Run 1 leaves `W/project -> /`; run 2 names `W/project` as its workdir. Before the fix the
 /// workdir was canonicalised to `/` and run 2 wrote outside every grant.
@@ -281,7 +281,7 @@ fn rw_grant_on_root_or_a_system_ancestor_is_refused() {
     }
 }
 
-// ---- item 2: the check-then-use race in grant expansion ----
+// ---- the check-then-use race in grant expansion ----
 
 fn exchange(a: &Path, b: &Path) {
     let ca = CString::new(a.as_os_str().as_bytes()).unwrap();
@@ -355,9 +355,9 @@ fn grant_expansion_exchange_race_never_widens_a_grant() {
     assert!(wd.path().join("lnk/ok").exists());
 }
 
-// ---- item 3: --report-json written by path: see tests/report_json.rs ----
+// ---- --report-json written by path: see tests/report_json.rs ----
 
-// ---- item 21: relative program paths ----
+// ---- relative program paths ----
 
 /// `run --workdir W -- ./x.sh` started from another directory: the child runs in W, so `./x.sh`
 /// means W/x.sh. Before the fix it was looked up in the supervisor's cwd: a false 127. Relative

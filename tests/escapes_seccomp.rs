@@ -1,14 +1,14 @@
-//! Issue 10's seccomp findings, through the real binary: the hostile probe (tests/probe) runs
+//! Escapes the seccomp filter stops, through the real binary: the hostile probe (tests/probe) runs
 //! the attack inside `openshell-sandbox run`, and the test checks the exact errno, and from
 //! outside that the target is unchanged.
 //!
-//! - item 4: prlimit64 on the supervisor when the child shares its uid (non-root supervisor,
+//! - prlimit64 on the supervisor when the child shares its uid (non-root supervisor,
 //!   `--uid 0`);
-//! - item 5: renice, pinning, SCHED_IDLE, idle I/O and prlimit aimed at another process of the
+//! - renice, pinning, SCHED_IDLE, idle I/O and prlimit aimed at another process of the
 //!   same uid, and at every process of the uid at once (PRIO_USER, IOPRIO_WHO_USER);
-//! - items 9 and 11: socketpair, and the families outside `--network all`'s allow-list;
-//! - item 10: syscall(-1) is ENOSYS, not a kill;
-//! - item 26: fanotify_init is EPERM.
+//! - socketpair, and the families outside `--network all`'s allow-list;
+//! - syscall(-1) is ENOSYS, not a kill;
+//! - fanotify_init is EPERM.
 //!
 //! Each test has a uid of its own (642xx, unused elsewhere), so its attempts on "every process
 //! of the uid" can only reach the test's own processes.
@@ -85,7 +85,7 @@ fn assert_all(out: &Outcome, want: &[(&str, Expect)]) {
     );
 }
 
-// ---- item 4: prlimit64 against the supervisor ------------------------------------------------
+// ---- prlimit64 against the supervisor -----------------------------------------------------------
 
 fn prlimit_on_the_supervisor(uid: u32, mode: Mode) {
     if !probe::require_root_and_cc() {
@@ -133,7 +133,7 @@ fn uid0_child_cannot_set_the_supervisors_rlimits() {
     prlimit_on_the_supervisor(0, Mode::RootTargetUid0);
 }
 
-// ---- item 5: other processes of the same uid --------------------------------------------------
+// ---- other processes of the same uid ------------------------------------------------------------
 
 /// What the test can read about a process from outside.
 #[derive(Debug, PartialEq, Eq)]
@@ -232,7 +232,7 @@ fn another_process_of_the_same_uid_cannot_be_reniced_pinned_or_limited() {
     );
 }
 
-// ---- items 9 and 11: socket families ----------------------------------------------------------
+// ---- socket families ----------------------------------------------------------------------------
 
 const FOREIGN_FAMILIES: &[&str] = &[
     "socket_alg",
@@ -317,7 +317,7 @@ fn network_all_allows_only_unix_ip_and_route_netlink() {
     socket_families(64263, true);
 }
 
-// ---- item 10 and item 26 ----------------------------------------------------------------------
+// ---- syscall(-1) and fanotify_init -------------------------------------------------------------
 
 /// syscall(-1) is nr 0xffffffff to seccomp, which has bit 30 set: the filter killed it as x32.
 /// A bare kernel answers ENOSYS, and so must the sandbox, with the process alive to report it

@@ -1,8 +1,8 @@
-//! Issue 10 items 22 and 23, through the real `serve` binary against the test gateway:
-//! - 22: where an exec has neither its own PID namespace nor a cgroup (degraded), the end of
-//!   one exec must not kill another, still running, exec's double-forked daemon;
-//! - 23: the process manager thread owns fork and wait, so while it is held the async workers
-//!   keep streaming the running execs' output.
+//! Escapes between the execs of one `serve`, through the real binary against the test gateway:
+//! - where an exec has neither its own PID namespace nor a cgroup (degraded), the end of one
+//!   exec must not kill another, still running, exec's double-forked daemon;
+//! - the process manager thread owns fork and wait, so while it is held the async workers keep
+//!   streaming the running execs' output.
 //!
 //! Both need root and a binary built with `test-pause-points` (the degraded shape is forced
 //! with its `OSB_TEST_DENY_PIDNS` / `OSB_TEST_DENY_CGROUP` knobs, the hold with a pause point).
@@ -32,7 +32,7 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-/// Item 22. Without a PID namespace and without a cgroup, a double-forked daemon used to be
+/// Without a PID namespace and without a cgroup, a double-forked daemon used to be
 /// re-parented to the supervisor (a subreaper), and every exec's end swept all such orphans:
 /// exec B's `true` killed exec A's daemon while A was still running. Now the command is its
 /// own exec's subreaper, so A's daemon stays A's child until A ends; A's own end still kills
@@ -177,7 +177,7 @@ fn auto_release(
     });
 }
 
-/// Item 23. Fork, exec and wait happen on the one process-manager thread, never on the two
+/// Fork, exec and wait happen on the one process-manager thread, never on the two
 /// tokio workers. With that thread held at a spawn (and a second spawn queued behind it), a
 /// running exec's output must keep streaming. Had the spawns run on the workers (as before),
 /// the two held spawns would have stopped both workers and the stream with them.

@@ -47,7 +47,7 @@ async fn exec_on(h: &russh::client::Handle<AnyKey>, cmd: &str) -> (String, Strin
     collect(ch).await
 }
 
-/// Issue 10 item 14: stdin is queued at most 1 MiB per channel; beyond that the channel is
+/// Stdin is queued at most 1 MiB per channel; beyond that the channel is
 /// not read, so a child that does not read its stdin cannot make the supervisor (PID 1 of the
 /// pod, outside every exec's limits) buffer what the gateway sends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +87,7 @@ async fn stdin_to_a_sleeping_exec_keeps_supervisor_rss_bounded() {
     );
 }
 
-/// Issue 10 item 14: a session channel that streams data and never sends a request is closed
+/// A session channel that streams data and never sends a request is closed
 /// after the request timeout (30 s by default; shortened here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_channel_without_a_request_is_closed() {
@@ -135,7 +135,7 @@ async fn a_channel_without_a_request_is_closed() {
     assert_eq!((out.as_str(), code), ("still\n", Some(0)));
 }
 
-/// Issue 10 item 15: `--max-execs` counts execs, not relays: one relay carrying two session
+/// `--max-execs` counts execs, not relays: one relay carrying two session
 /// channels under `--max-execs 1` gets the second refused, and the permit comes back when
 /// the first exec ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +188,7 @@ async fn max_execs_counts_session_channels_on_one_relay() {
     }
 }
 
-/// Issue 10 item 19: after UNAUTHENTICATED the token file is read again, so a rotated file
+/// After UNAUTHENTICATED the token file is read again, so a rotated file
 /// recovers the session without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_file_is_read_again_after_unauthenticated() {
@@ -228,7 +228,7 @@ async fn token_file_is_read_again_after_unauthenticated() {
     assert_eq!(out, "rotated\n", "{}", sup.log());
 }
 
-/// Issue 13: the Docker and Podman drivers set OPENSHELL_SANDBOX_UID="" and
+/// The Docker and Podman drivers set OPENSHELL_SANDBOX_UID="" and
 /// OPENSHELL_SANDBOX_GID=""; an empty value means unset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_uid_and_gid_env_mean_unset() {
@@ -261,7 +261,7 @@ fn passwd_entry(name: &str) -> Option<(u32, u32)> {
     })
 }
 
-/// Issue 13: OPENSHELL_OCI_IMAGE_USER (the image's USER) gives the identity when the
+/// OPENSHELL_OCI_IMAGE_USER (the image's USER) gives the identity when the
 /// driver leaves UID/GID empty, as names or numbers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oci_image_user_gives_the_identity() {
@@ -322,7 +322,7 @@ fn run_bin(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
-/// Issue 13: only the combined topology is served; every other `--mode`, the post-HEAD
+/// Only the combined topology is served; every other `--mode`, the post-HEAD
 /// `--role` launch style and the unimplemented hidden subcommands are refused at start with
 /// exit 125 and a message naming them, never run as a main command.
 #[test]
@@ -360,7 +360,7 @@ fn unsupported_topologies_and_launch_styles_are_refused() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-/// Issue 13: an SSH client that closes its connection when it is done (OpenSSH after a
+/// An SSH client that closes its connection when it is done (OpenSSH after a
 /// refused subsystem, or after an exec) is a normal end, not a warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_ssh_close_is_not_a_warning() {

@@ -173,8 +173,8 @@ fn shmem_bytes(group: &Path, key: &str) -> Option<u64> {
 /// serve: the execs of one sandbox share its IPC namespace, so a segment one exec leaves stays
 /// for the next (as in one container). Four execs each leave a touched 6 MiB segment under
 /// `--shm-size 16MiB`: two fit, the third and fourth get ENOSPC, and the two that are left are
-/// charged to the sandbox's memory cgroup. Before the fix all four were made (the issue: four
-/// execs under `--memory 256MiB` held 800 MiB after they ended).
+/// charged to the sandbox's memory cgroup. Without the budget all four would be made, and
+/// segments left this way by four execs under `--memory 256MiB` held 800 MiB after they ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segments_left_by_execs_in_serve_stay_within_the_budget() {
     if !require_root() {

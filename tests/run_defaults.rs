@@ -1,13 +1,14 @@
 //! What `run` takes when the user names nothing: the workdir (the current directory, refused
 //! where that would hand the command a home, `/` or the system's trees), the child's HOME (a
-//! private one, gone after the run) and TMPDIR. Through the real binary.
+//! private one, gone after the run) and TMPDIR; and that ordinary work (Python, a pipeline, a
+//! failing command, `--scratch`) runs as it would outside. Through the real binary.
 
 mod common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{BIN, Workdir, require_root};
+use common::{BIN, Workdir, is_root, require_root, run};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -189,4 +190,60 @@ fn the_tmp_refusal_names_a_fix_that_works() {
     let wd = Workdir::new();
     let out = run_in(wd.path(), Path::new("/"), &["--scratch", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn normal_work_succeeds() {
+    let wd = Workdir::new();
+    let degraded: &[&str] = if is_root() {
+        &[]
+    } else {
+        &["--allow-degraded"]
+    };
+    let r = run(
+        &wd,
+        degraded,
+        &[
+            "python3",
+            "-c",
+            "import json,hashlib; print(json.dumps({'sum': sum(range(10**6)), 'h': hashlib.sha256(b'x').hexdigest()[:8]}))",
+        ],
+    );
+    assert_eq!(
+        r.stdout().trim(),
+        r#"{"sum": 499999500000, "h": "2d711642"}"#,
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(r.code(), 0);
+    let r = run(
+        &wd,
+        degraded,
+        &[
+            "sh",
+            "-c",
+            "seq 1 1000 | grep 7 | wc -l > count.txt && cat count.txt",
+        ],
+    );
+    assert_eq!(r.stdout().trim(), "271", "{}", r.stderr());
+    assert_eq!(r.reason(), "exited");
+    let r = run(&wd, degraded, &["sh", "-c", "echo err >&2; exit 3"]);
+    assert_eq!(r.code(), 3);
+    assert_eq!(r.stderr().lines().next(), Some("err"));
+    // Scratch: a fresh TMPDIR the child can write, gone afterwards.
+    let r = run(
+        &wd,
+        &[&["--scratch"], degraded].concat(),
+        &[
+            "sh",
+            "-c",
+            "echo hi > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && echo $TMPDIR",
+        ],
+    );
+    let lines: Vec<String> = r.stdout().lines().map(String::from).collect();
+    assert_eq!(lines[0], "hi", "{}", r.stderr());
+    assert!(
+        !std::path::Path::new(&lines[1]).exists(),
+        "scratch dir left behind"
+    );
 }

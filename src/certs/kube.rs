@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::CertsError;
+use super::error::CertsError;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -342,7 +342,7 @@ fn load_roots(path: &Path) -> Result<rustls::RootCertStore, CertsError> {
 #[cfg(test)]
 mod tests {
     use super::{bearer, parse_server};
-    use crate::certs::CertsError;
+    use crate::certs::error::CertsError;
     use std::path::Path;
 
     #[test]

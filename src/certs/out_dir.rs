@@ -7,7 +7,8 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{CertsError, pki};
+use super::error::CertsError;
+use super::pki;
 
 const FILES: [(&str, &str); 7] = [
     ("server", "tls.crt"),

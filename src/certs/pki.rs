@@ -10,7 +10,7 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-use super::CertsError;
+use super::error::CertsError;
 
 /// PEM text of one certificate and its key, plus the CA that signed it.
 #[derive(Clone)]

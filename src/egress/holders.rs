@@ -443,10 +443,8 @@ mod tests {
     fn the_descendants_hold_every_member_an_orphan_included() {
         // SAFETY: prctl with integer arguments; the test process becomes its orphans'
         // subreaper, as the supervisor is.
-        assert_eq!(
-            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) },
-            0
-        );
+        let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        assert_eq!(r, 0);
         let spawn = |script: &str| {
             std::process::Command::new("/bin/sh")
                 .args(["-c", script])

@@ -313,6 +313,22 @@ pub fn plan(
     }))
 }
 
+impl RunPlan {
+    /// The command's trust variables and credential placeholders as they will be when the
+    /// view shows the CA's files where the plan asks: its environment is handed to its init
+    /// before the proxy starts (exec/one.rs); [`RunEgress::child_env`] says what holds once
+    /// the sandbox exists.
+    pub fn child_env(&self) -> Vec<(String, String)> {
+        let dir = self.interception.view_files().map(|f| f.dir);
+        self.interception
+            .child_env(dir.as_deref())
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .chain(self.credentials.child_env())
+            .collect()
+    }
+}
+
 /// `run`'s credentials (`--credential`), their values from our environment.
 pub fn run_credentials(
     args: &[String],

@@ -22,7 +22,8 @@ use tokio::sync::oneshot;
 
 use super::reaper::{Reaped, Registry};
 use crate::sandbox::cgroup::ExecCgroup;
-use crate::sandbox::init::{ExecPlan, SpawnError, fork_exec};
+use crate::sandbox::child::view_init::ViewInit;
+use crate::sandbox::init::{ExecPlan, SpawnError, Spawned, fork_exec};
 
 /// What the async side gets back for a started exec.
 pub struct Started {
@@ -56,6 +57,19 @@ enum Job {
         plan: ExecPlan,
         reply: oneshot::Sender<Result<Started, ManagerError>>,
     },
+    /// `run`'s init that made its own view (one.rs), cloned already: told to go here, so that
+    /// it is registered before this thread's reaping could see it exit.
+    Go {
+        sandbox: Arc<super::Inner>,
+        init: ViewInit,
+        plan: ExecPlan,
+        cgroup: Option<Arc<ExecCgroup>>,
+        /// The command first checks it may write its workdir (`ViewInit::go`).
+        check_workdir: bool,
+        reply: oneshot::Sender<Result<Started, ManagerError>>,
+    },
+    /// An exec started on another thread ([`Manager::adopt`]): held here from now on.
+    Adopt { pid: libc::pid_t, entry: Entry },
     /// The bench's baseline: a plain `std::process::Command`, spawned and reaped here too.
     Plain {
         cmd: Box<std::process::Command>,
@@ -118,6 +132,11 @@ pub struct Manager {
 
 static MANAGER: OnceLock<Manager> = OnceLock::new();
 
+/// Whether the manager thread was started already (it reaps every child of ours).
+pub fn running() -> bool {
+    MANAGER.get().is_some()
+}
+
 /// The process-wide manager, started on first use.
 pub fn get() -> &'static Manager {
     MANAGER.get_or_init(|| {
@@ -175,6 +194,60 @@ impl Manager {
             reply,
         })?;
         rx.await.map_err(|_| ManagerError::Gone)?
+    }
+
+    pub(super) async fn go(
+        &self,
+        sandbox: Arc<super::Inner>,
+        init: ViewInit,
+        plan: ExecPlan,
+        cgroup: Option<Arc<ExecCgroup>>,
+        check_workdir: bool,
+    ) -> Result<Started, ManagerError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Job::Go {
+            sandbox,
+            init,
+            plan,
+            cgroup,
+            check_workdir,
+            reply,
+        })?;
+        rx.await.map_err(|_| ManagerError::Gone)?
+    }
+
+    /// Hold an exec that was started on the calling thread (`run`'s init, told to go there):
+    /// reaped here like the others. Only where the manager was not running when that exec
+    /// was cloned ([`running`]): this thread's first round takes the job before it reaps
+    /// anything, so the exec cannot be reaped as an orphan first.
+    pub(super) fn adopt(
+        &self,
+        s: Spawned,
+        cgroup: Option<Arc<ExecCgroup>>,
+    ) -> Result<Started, ManagerError> {
+        let dup = s.pidfd.try_clone().map_err(|source| ManagerError::Io {
+            what: "duplicating the exec's pidfd",
+            source,
+        })?;
+        let (tx, rx) = oneshot::channel();
+        self.registry.insert(s.pid);
+        self.send(Job::Adopt {
+            pid: s.pid,
+            entry: Entry {
+                tx,
+                pidfd: s.pidfd,
+                status: s.status,
+                release: Vec::new(),
+                mnt: None,
+            },
+        })?;
+        Ok(Started {
+            pid: s.pid,
+            pidfd: dup,
+            init: s.init,
+            exit: rx,
+            cgroup,
+        })
     }
 
     /// Spawn a plain command on the manager thread and reap it there (the spawn benchmark's
@@ -241,7 +314,7 @@ impl Manager {
 
 /// The supervisor's own pidfd, inherited by every init so it can tell whether the supervisor
 /// died before the init's parent-death signal was armed.
-fn supervisor_pidfd() -> RawFd {
+pub(super) fn supervisor_pidfd() -> RawFd {
     static FD: OnceLock<Option<OwnedFd>> = OnceLock::new();
     FD.get_or_init(|| {
         // SAFETY: pidfd_open of our own pid; the fd is ours.
@@ -306,6 +379,27 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                     if let Some(root) = &sandbox.prepared.cgroups {
                         root.make_spare(&sandbox.policy.limits);
                     }
+                }
+                Job::Go {
+                    sandbox,
+                    init,
+                    plan,
+                    cgroup,
+                    check_workdir,
+                    reply,
+                } => {
+                    // The view's network namespace, held by the sandbox this job holds.
+                    let net = sandbox.prepared.view.net.as_ref().map(|f| f.as_raw_fd());
+                    let r = init.go(check_workdir, net).map_err(ManagerError::Spawn);
+                    // The child-side stdio ends close here, in the parent.
+                    drop(plan);
+                    let r = r.and_then(|s| {
+                        register(&sandbox.prepared, s, cgroup, &mut entries, registry)
+                    });
+                    let _ = reply.send(r);
+                }
+                Job::Adopt { pid, entry } => {
+                    entries.insert(pid, entry);
                 }
                 Job::Plain { mut cmd, reply } => {
                     orphans_possible = true;
@@ -391,6 +485,17 @@ fn spawn_one(
     let s = fork_exec(prepared, &plan, cgroup.as_deref(), sup)?;
     // The child-side stdio ends close here, in the parent.
     drop(plan);
+    register(prepared, s, cgroup, entries, registry)
+}
+
+/// Hold a started exec: reaped here, its exit sent to the returned receiver.
+fn register(
+    prepared: &crate::sandbox::Prepared,
+    s: Spawned,
+    cgroup: Option<Arc<ExecCgroup>>,
+    entries: &mut HashMap<libc::pid_t, Entry>,
+    registry: &Registry,
+) -> Result<Started, ManagerError> {
     let dup = s.pidfd.try_clone().map_err(|source| ManagerError::Io {
         what: "duplicating the exec's pidfd",
         source,

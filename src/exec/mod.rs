@@ -4,8 +4,11 @@ pub mod credential_flags;
 pub mod egress;
 mod error;
 pub mod explain;
+pub mod home;
 pub mod interception;
 pub mod manager;
+pub mod one;
+mod plan;
 pub mod pty;
 pub mod reaper;
 pub mod report;
@@ -17,13 +20,13 @@ mod usage;
 pub mod workdir;
 
 pub use error::RunError;
+pub use plan::program_candidates;
 pub use tree::SweepError;
 pub use usage::ExitInfo;
 
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,6 +110,8 @@ impl Sandbox {
     /// Validate the policy and build every kernel object. Fails closed: a layer that cannot be
     /// enforced is an error unless `policy.allow_degraded`.
     pub fn new(policy: Policy) -> Result<Sandbox, RunError> {
+        // Each path is resolved once while the sandbox is prepared (sys::walk::Memo).
+        let _memo = crate::sys::walk::Memo::begin();
         policy.validate()?;
         let prepared = sandbox::prepare(&policy)?;
         sandbox::process::harden_supervisor().map_err(|source| RunError::Io {
@@ -132,7 +137,8 @@ impl Sandbox {
         view.private_tmp()
             .then(|| view.tmpfs.iter().find(|(p, _)| p == Path::new("/tmp")))
             .flatten()
-            .map(|(_, fd)| fd.as_fd())
+            .and_then(|(_, fd)| fd.as_ref())
+            .map(|fd| fd.as_fd())
     }
 
     /// Whose ids the writes to the read-write grants carry, as `prepare` decided.
@@ -279,42 +285,32 @@ impl Sandbox {
     /// exec'd, happen on the process-manager thread (`manager.rs`); this only builds the
     /// command's C data and awaits the reply.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<Child, RunError> {
-        let Some(argv0) = spec.argv.first() else {
-            return Err(RunError::Usage("empty command".into()));
-        };
-        // Whether it exists is the child's to find out, in the view (a host directory outside
-        // the grants does not exist there either, and the host's answer must not show).
-        let cwd = spec
-            .cwd
-            .clone()
-            .unwrap_or_else(|| self.inner.policy.fs.workdir.clone());
-        let candidates = match &spec.program_fd {
-            // Exec'd through the fd (execveat); the path is only a name for errors.
-            Some(_) => vec![PathBuf::from("/proc/self/exe")],
-            None => program_candidates(argv0, &spec.env, &cwd)?,
-        };
-        let mut env = spec.env;
-        // The view's /tmp is the child's own, writable temp space.
-        if self.inner.prepared.view.private_tmp() && !env.iter().any(|(k, _)| k == "TMPDIR") {
-            env.push(("TMPDIR".into(), "/tmp".into()));
-        }
-        let (stdin_child, stdin_parent) = child_end(spec.stdin, true)?;
-        let (stdout_child, stdout_parent) = child_end(spec.stdout, false)?;
-        let (stderr_child, stderr_parent) = child_end(spec.stderr, false)?;
-        let plan = ExecPlan::new(
-            &candidates,
-            &spec.argv,
-            &env,
-            &cwd,
-            [stdin_child, stdout_child, stderr_child],
-            spec.controlling_tty,
-            spec.program_fd.clone(),
-        )
-        .map_err(|_| RunError::Usage("an argument or variable contains a NUL byte".into()))?;
+        let parts = plan::Parts::new(
+            spec,
+            &self.inner.policy.fs.workdir,
+            self.inner.prepared.view.private_tmp(),
+        )?;
+        let plan::Parts {
+            plan,
+            parents,
+            candidates,
+            cwd,
+            argv0,
+            ..
+        } = parts;
         let started = manager::get()
             .spawn(self.inner.clone(), plan)
             .await
-            .map_err(|e| self.spawn_error(e, argv0, &candidates, &cwd))?;
+            .map_err(|e| self.spawn_error(e, &argv0, &candidates, &cwd))?;
+        self.child(started, parents)
+    }
+
+    /// The [`Child`] of a started exec, with our ends of its pipes.
+    fn child(
+        &self,
+        started: manager::Started,
+        [stdin_parent, stdout_parent, stderr_parent]: [Option<OwnedFd>; 3],
+    ) -> Result<Child, RunError> {
         let io_err = |source| RunError::Io {
             what: "registering the child's pipes",
             source,
@@ -345,80 +341,6 @@ impl Sandbox {
             _sandbox: self.inner.clone(),
         })
     }
-}
-
-/// The child's end of one stdio stream, and ours when it is a pipe.
-fn child_end(s: Stdio, stdin: bool) -> Result<(OwnedFd, Option<OwnedFd>), RunError> {
-    match s {
-        Stdio::Fd(fd) => Ok((fd, None)),
-        // Read-only as stdin, write-only as output, as a shell's `< /dev/null` and `> /dev/null`
-        // give it: a write to stdin is EBADF. On a read-only mount (sandbox::devnull).
-        Stdio::Null => sandbox::devnull::open(!stdin)
-            .map(|f| (OwnedFd::from(f), None))
-            .map_err(|source| RunError::Io {
-                what: "opening /dev/null",
-                source,
-            }),
-        Stdio::Piped => {
-            let (r, w) = cloexec_pipe()?;
-            Ok(if stdin { (r, Some(w)) } else { (w, Some(r)) })
-        }
-    }
-}
-
-fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into our array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(RunError::Io {
-            what: "creating a pipe",
-            source: io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Where argv[0] may be, in the order the child tries them (see `ExecPlan`): a name with a
-/// `/` is used as is, anything else is joined to each entry of the child's PATH, as the shell
-/// searches. A relative name or PATH entry is relative to `cwd`, the directory the child will
-/// run in, not to ours: `run --workdir W -- ./x.sh` means `W/x.sh` wherever `run` was started.
-/// Nothing here looks at the filesystem: the child searches in the view.
-pub fn program_candidates(
-    argv0: &OsStr,
-    env: &[(OsString, OsString)],
-    cwd: &Path,
-) -> Result<Vec<PathBuf>, RunError> {
-    let name = argv0.as_bytes();
-    if name.is_empty() {
-        return Err(RunError::NotFound(String::new()));
-    }
-    // join keeps an absolute name as it is; components() drops the `.` of `./x` (never a
-    // `..`, which only the lookup may resolve).
-    let clean = |p: PathBuf| p.components().collect::<PathBuf>();
-    if name.contains(&b'/') {
-        return Ok(vec![clean(cwd.join(argv0))]);
-    }
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| OsString::from("/usr/local/bin:/usr/bin:/bin"));
-    let mut out: Vec<PathBuf> = Vec::new();
-    for dir in path.as_bytes().split(|&b| b == b':') {
-        // An empty entry is the current directory, as in every shell.
-        let cand = clean(cwd.join(OsStr::from_bytes(dir)).join(argv0));
-        if !out.contains(&cand) {
-            out.push(cand);
-        }
-    }
-    if out.len() > crate::sandbox::diagnose::MAX_CANDIDATES {
-        return Err(RunError::Usage(format!(
-            "PATH has more than {} entries",
-            crate::sandbox::diagnose::MAX_CANDIDATES
-        )));
-    }
-    Ok(out)
 }
 
 impl Sandbox {

@@ -11,8 +11,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::report::{self, Context, EffectiveLimits, ExitReport, Reason};
 use super::report_file::ReportFile;
-use super::stream::{self, Event, StreamStats, pump};
-use super::{RunError, Sandbox, SpawnSpec, Stdio, workdir};
+use super::stream::{self, Event, StreamStats};
+use super::{RunError, Sandbox, workdir};
 use crate::cli::RunArgs;
 use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{Identity, Policy, PolicyFlags};
@@ -21,9 +21,11 @@ use crate::sandbox::identity::{self, UidLease};
 mod implicit_workdir;
 mod scratch;
 pub(crate) mod stdio;
-mod tty;
+mod streams;
+mod timeline;
 use scratch::Scratch;
 use stdio::*;
+use timeline::Timeline;
 
 pub use super::report::TIMEOUT_EXIT;
 /// Exit code when processes of the run could not be killed: the sandbox failed its promise.
@@ -138,45 +140,6 @@ pub fn main(args: RunArgs) -> Result<ExitCode, RunError> {
     tl.stamp("runtime-drop");
     tl.print();
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
-}
-
-/// With `OSB_RUN_TIMELINE` set, `run` notes when each stage ended (CLOCK_MONOTONIC, the
-/// clock std's `Instant` reads) and prints them on one stderr line at the end, for
-/// benches/corpus.rs to say where a run's time goes. The child never sees the variable: its
-/// environment is built from scratch.
-struct Timeline {
-    stamps: Option<Vec<(&'static str, u64)>>,
-}
-
-impl Timeline {
-    fn from_env() -> Timeline {
-        Timeline {
-            stamps: std::env::var_os("OSB_RUN_TIMELINE").map(|_| Vec::with_capacity(16)),
-        }
-    }
-
-    fn stamp(&mut self, stage: &'static str) {
-        if let Some(v) = &mut self.stamps {
-            v.push((stage, monotonic_ns()));
-        }
-    }
-
-    fn print(&self) {
-        if let Some(v) = &self.stamps {
-            let line: Vec<String> = v.iter().map(|(k, t)| format!("{k}={t}")).collect();
-            let _ = writeln!(std::io::stderr(), "osb-timeline {}", line.join(" "));
-        }
-    }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec on our stack.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Variables that must never reach the child through `--env` or `--inherit-env`.
@@ -372,19 +335,30 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         _ => unsafe { (libc::geteuid(), libc::getegid()) },
     };
     tl.stamp("uid-scratch-env");
-    // One run, one exec: no cgroup is made ahead for a next exec.
-    let sandbox = Sandbox::new(policy)?;
-    sandbox.one_exec_only();
-    let owner = root.then_some(Identity {
-        uid: child_uid,
-        gid: child_gid,
-    });
-    scratch::set_home(&mut env, &args, &sandbox, owner, scratch.as_ref())?;
+    // One run, one exec: its streams are made first, its init makes the view (exec/one.rs),
+    // where the command gets a HOME of its own unless it was given one (scratch.rs).
+    let home = scratch::home_request(&args, root, (child_uid, child_gid), scratch.as_ref());
+    // The trust variables and placeholders go with the command's environment now (its init
+    // may hold it from here on); where the view then shows less than planned, they are
+    // replaced before the command is spawned.
+    let planned_env = plan.as_ref().map(|p| p.child_env()).unwrap_or_default();
+    super::egress::set_child_env(&mut env, &planned_env);
+    let (spec, streams) = streams::make(&args, env)?;
+    let (sandbox, mut pending) = Sandbox::new_with_exec(policy, spec, home)?;
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match (loaded.network, plan) {
         (Some(rules), Some(plan)) => {
             let e = super::egress::RunEgress::start(&sandbox, rules, plan)?;
-            super::egress::set_child_env(&mut env, e.child_env());
+            if e.child_env() != planned_env.as_slice() {
+                let unset: Vec<&str> = planned_env.iter().map(|(k, _)| k.as_str()).collect();
+                if !pending.set_env(&unset, e.child_env()) {
+                    return Err(RunError::Usage(
+                        "the command's environment was handed to its init before the view \
+                         could show the CA's files"
+                            .into(),
+                    ));
+                }
+            }
             Some(e)
         }
         _ => None,
@@ -392,19 +366,22 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     tl.stamp("sandbox-new");
     // Every write of a run in a workdir it cannot write fails, while the report would say
     // "all layers enforced": asked as whom the kernel checks the command there (its owner
-    // through an idmapped mount; after a hand-over, the run's uid).
-    if let Some(who) = sandbox.ownership().workdir_writer() {
-        let chown_to = match lease {
-            Some(_) => Identity {
-                uid: crate::policy::NOBODY,
-                gid: crate::policy::NOBODY,
+    // through an idmapped mount; after a hand-over, the run's uid), by the command itself
+    // before anything of it runs.
+    let check = sandbox
+        .ownership()
+        .workdir_writer()
+        .map(|who| workdir::WritableCheck {
+            who,
+            chown_to: match lease {
+                Some(_) => Identity {
+                    uid: crate::policy::NOBODY,
+                    gid: crate::policy::NOBODY,
+                },
+                None => who,
             },
-            None => who,
-        };
-        let as_owner = Some(who) != sandbox.policy().identity;
-        workdir::check_writable(&sandbox.policy().fs.workdir, who, chown_to, as_owner)
-            .map_err(RunError::Workdir)?;
-    }
+            as_owner: Some(who) != sandbox.policy().identity,
+        });
     for l in sandbox.layers() {
         tracing::info!(layer = l.layer, status = l.status.as_str(), detail = %l.detail, "sandbox layer");
     }
@@ -485,76 +462,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         name,
         events: Some(ev_tx.clone()),
     };
-    // With --tty: the pty whose size follows our terminal's (SIGWINCH).
-    let mut pty_master = None;
-    let (mut child, out_task, err_task, raw_terminal) = if args.tty {
-        let spawned = tty::spawn(&sandbox, &args.command, env, opts("stdout"))
-            .await
-            .map_err(|e| match e {
-                tty::TtyError::Spawn(e) => not_started(e),
-                tty::TtyError::Setup(e) => e,
-            })?;
-        pty_master = Some(spawned.master);
-        (
-            spawned.child,
-            spawned.out_task,
-            tokio::spawn(async { Ok(StreamStats::default()) }),
-            spawned.raw,
-        )
-    } else if args.merge_output || same_open_file(1, 2) {
-        let (r, w, w2) = merged_pipe()?;
-        let child = sandbox
-            .spawn(SpawnSpec {
-                argv: args.command.clone(),
-                env,
-                cwd: None,
-                stdin: if stdin_is_dev_null() {
-                    Stdio::Null
-                } else {
-                    Stdio::Fd(feed_stdin()?)
-                },
-                stdout: Stdio::Fd(w),
-                stderr: Stdio::Fd(w2),
-                controlling_tty: false,
-                program_fd: None,
-            })
-            .await
-            .map_err(not_started)?;
-        let r =
-            tokio::net::unix::pipe::Receiver::from_owned_fd(r).map_err(|source| RunError::Io {
-                what: "registering the merged output pipe",
-                source,
-            })?;
-        // One stream, capped as stdout.
-        let o = opts("output");
-        let out_task = tokio::spawn(async move { pump(r, &mut tokio::io::stdout(), o).await });
-        let err_task = tokio::spawn(async { Ok(StreamStats::default()) });
-        (child, out_task, err_task, None)
-    } else {
-        let mut child = sandbox
-            .spawn(SpawnSpec {
-                argv: args.command.clone(),
-                env,
-                cwd: None,
-                stdin: if stdin_is_dev_null() {
-                    Stdio::Null
-                } else {
-                    Stdio::Fd(feed_stdin()?)
-                },
-                stdout: Stdio::Piped,
-                stderr: Stdio::Piped,
-                controlling_tty: false,
-                program_fd: None,
-            })
-            .await
-            .map_err(not_started)?;
-        let out_r = child.stdout.take().expect("stdout is piped");
-        let err_r = child.stderr.take().expect("stderr is piped");
-        let (o, e) = (opts("stdout"), opts("stderr"));
-        let out_task = tokio::spawn(async move { pump(out_r, &mut tokio::io::stdout(), o).await });
-        let err_task = tokio::spawn(async move { pump(err_r, &mut tokio::io::stderr(), e).await });
-        (child, out_task, err_task, None)
-    };
+    let mut child = pending.start(&sandbox, check).await.map_err(not_started)?;
+    let streams::Running {
+        out_task,
+        err_task,
+        raw_terminal,
+        pty_master,
+    } = streams.start(&mut child, opts)?;
     drop(ev_tx);
 
     tl.stamp("spawned");

@@ -216,6 +216,29 @@ fn access(path: &CString, mode: i32) -> Result<(), i32> {
     }
 }
 
+/// `run`'s question before its command runs: may the command write its workdir, and if not,
+/// what to tell the user ([`NotWritable`]'s fields).
+#[derive(Debug, Clone, Copy)]
+pub struct WritableCheck {
+    /// As whom the kernel checks the command there.
+    pub who: Identity,
+    pub chown_to: Identity,
+    /// `who` is the directory's owner (an idmapped mount, or a hand-over).
+    pub as_owner: bool,
+}
+
+impl WritableCheck {
+    /// Ask here, in a child of ours with `who`'s identity ([`check_writable`]).
+    pub fn ask(&self, dir: &Path) -> Result<(), Box<NotWritable>> {
+        check_writable(dir, self.who, self.chown_to, self.as_owner)
+    }
+
+    /// The error for `dir` when the command itself was refused write or search there.
+    pub fn refused(&self, dir: &Path, source: io::Error) -> Box<NotWritable> {
+        not_writable(dir, self.who, self.chown_to, self.as_owner, source)
+    }
+}
+
 /// [`can_write`], with the owner and mode of `dir` in the error for the message. `as_owner`:
 /// `who` is the directory's owner, as whom the sandbox writes there.
 pub fn check_writable(
@@ -227,8 +250,18 @@ pub fn check_writable(
     let Err(source) = can_write(dir, Some(who)) else {
         return Ok(());
     };
+    Err(not_writable(dir, who, chown_to, as_owner, source))
+}
+
+fn not_writable(
+    dir: &Path,
+    who: Identity,
+    chown_to: Identity,
+    as_owner: bool,
+    source: io::Error,
+) -> Box<NotWritable> {
     let meta = std::fs::metadata(dir).ok();
-    Err(Box::new(NotWritable {
+    Box::new(NotWritable {
         path: dir.to_path_buf(),
         who,
         as_owner,
@@ -237,7 +270,7 @@ pub fn check_writable(
         group: meta.as_ref().map_or(u32::MAX, |m| m.gid()),
         mode: meta.as_ref().map_or(0, |m| m.mode() & 0o7777),
         source,
-    }))
+    })
 }
 
 /// `serve`: a workdir that does not exist is created (its missing parents too, root's, 0755),

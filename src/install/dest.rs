@@ -19,7 +19,7 @@ use nix::sys::stat::{Mode, fchmod};
 use nix::unistd::{UnlinkatFlags, fsync, unlinkat};
 use sha2::{Digest, Sha256};
 
-use super::InstallError;
+use super::error::InstallError;
 
 /// Prefix of our temporary files. A crash can leave one behind; the next installer, holding
 /// the directory lock, removes it (see [`DestDir::remove_stale_temps`]).

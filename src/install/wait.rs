@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 
-use super::InstallError;
+use super::error::InstallError;
 
 pub fn until_terminated() -> Result<ExitCode, InstallError> {
     let mut set = SigSet::empty();

@@ -207,9 +207,7 @@ impl FsPolicy {
         // Landlock ABI < 9 does not check connect), instead of the private one: refused, with
         // what to do instead.
         for t in PRIVATE_TMPFS {
-            let real = Path::new(t)
-                .canonicalize()
-                .unwrap_or_else(|_| PathBuf::from(t));
+            let real = walk::canonical(Path::new(t)).unwrap_or_else(|_| PathBuf::from(t));
             if real.starts_with(&wd.path) {
                 return Err(PolicyError::WorkdirIsPrivateTmpfs {
                     path: self.workdir.clone(),
@@ -259,10 +257,10 @@ fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     for p in paths {
         out.insert(p.clone());
-        if let Ok(c) = p.canonicalize() {
+        if let Ok(c) = walk::canonical(p) {
             out.insert(c);
         } else if let (Some(parent), Some(name)) = (p.parent(), p.file_name())
-            && let Ok(cp) = parent.canonicalize()
+            && let Ok(cp) = walk::canonical(parent)
         {
             out.insert(cp.join(name));
         }

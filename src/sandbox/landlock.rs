@@ -84,6 +84,8 @@ pub struct PreparedRuleset {
     pub scoped: bool,
     /// The read-and-execute rights, as raw bits, for [`PreparedRuleset::add_fresh_proc_rule`].
     read_exec_bits: u64,
+    /// Every filesystem right, as raw bits, for [`PreparedRuleset::add_tmpfs_rule`].
+    all_bits: u64,
 }
 
 /// The right [`PreparedRuleset::add_view_root_rule`] grants: listing a directory.
@@ -146,6 +148,7 @@ pub fn prepare(
         network_restricted: restrict_net,
         scoped: support.scopes,
         read_exec_bits: read_exec.bits(),
+        all_bits: all.bits(),
     })
 }
 
@@ -165,7 +168,14 @@ impl PreparedRuleset {
     /// stays in the ruleset after the exec: about a hundred bytes per exec, and inert once that
     /// proc instance is unmounted. Async-signal-safe: raw syscalls only.
     pub fn add_fresh_proc_rule(&self) -> Result<(), i32> {
-        self.add_rule_here(c"/proc", self.read_exec_bits)
+        self.add_dir_rule(c"/proc", self.read_exec_bits)
+    }
+
+    /// In `run`'s exec init, once it has mounted the view's private tmpfs at `dir`: grant
+    /// every right beneath it, as the supervisor grants the roots of a view made ahead (by
+    /// their descriptors). Async-signal-safe: raw syscalls only.
+    pub fn add_tmpfs_rule(&self, dir: &std::ffi::CStr) -> Result<(), i32> {
+        self.add_dir_rule(dir, self.all_bits)
     }
 
     /// Child side, in the view, before [`PreparedRuleset::enforce`]: allow listing the view's
@@ -178,20 +188,24 @@ impl PreparedRuleset {
     /// granted devices, the directories leading to a grant). Only where the view has that
     /// root: on the host's root this would list the whole filesystem. Async-signal-safe.
     pub fn add_view_root_rule(&self) -> Result<(), i32> {
-        self.add_rule_here(c"/", READ_DIR_BITS)
+        self.add_dir_rule(c"/", READ_DIR_BITS)
     }
 
-    /// Add a path-beneath rule with `access` on `path` as this process sees it (the ruleset is
-    /// shared, see [`PreparedRuleset::add_fresh_proc_rule`]). Raw syscalls only.
-    fn add_rule_here(&self, path: &std::ffi::CStr, access: u64) -> Result<(), i32> {
+    /// A path-beneath rule with `bits` on the directory `dir` as the caller sees it now.
+    fn add_dir_rule(&self, dir: &std::ffi::CStr, bits: u64) -> Result<(), i32> {
         const LANDLOCK_RULE_PATH_BENEATH: u32 = 1;
         // SAFETY: open of a NUL-terminated path; the fd is closed below.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                dir.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return Err(crate::sys::errno());
         }
         let attr = PathBeneathAttr {
-            allowed_access: access,
+            allowed_access: bits,
             parent_fd: fd,
         };
         // SAFETY: the ruleset fd is live; `attr` is a valid packed attr on our stack.

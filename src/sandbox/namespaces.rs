@@ -271,8 +271,7 @@ impl ViewPlan {
     pub fn new(req: &ViewRequest) -> ViewPlan {
         let mut tmpfs = Vec::new();
         for (mount_point, size) in [("/tmp", req.tmp_size), ("/dev/shm", req.shm_size)] {
-            let target = Path::new(mount_point)
-                .canonicalize()
+            let target = crate::sys::walk::canonical(Path::new(mount_point))
                 .unwrap_or_else(|_| PathBuf::from(mount_point));
             // A grant of the mount point itself (or of a parent) would be hidden by the
             // tmpfs; leave that mount point as it is.
@@ -425,8 +424,9 @@ pub struct View {
     /// joins the mount namespace must chroot into it.
     pub chroot: Option<OwnedFd>,
     /// The private tmpfs mount points that were made, with an O_PATH descriptor of each root
-    /// (for the Landlock rule that makes it writable; dropped after prepare).
-    pub tmpfs: Vec<(PathBuf, OwnedFd)>,
+    /// (for the Landlock rule that makes it writable; dropped after prepare). No descriptor
+    /// where the exec's init made the view and added that rule itself (`run`).
+    pub tmpfs: Vec<(PathBuf, Option<OwnedFd>)>,
     /// Only one exec will ever join this view (`run`): it mounts its /proc in the view's mount
     /// namespace itself instead of in a child mount namespace of its own, which would copy the
     /// view's mount tree and tear it down again for nobody else's sake.
@@ -437,6 +437,9 @@ pub struct View {
     /// The directory of the view's own files, when the root holds it, with an O_PATH
     /// descriptor of its tmpfs (for its Landlock read rule; dropped after prepare).
     pub files: Option<(PathBuf, OwnedFd)>,
+    /// The user namespaces those binds were idmapped with (idmap.rs), held as long as the
+    /// view.
+    pub idmap_userns: Vec<super::idmap::UserNs>,
 }
 
 /// What the helper reports, per kind and overall.
@@ -490,9 +493,9 @@ impl View {
         }
     }
 
-    /// Whether /tmp is this view's private tmpfs.
+    /// Whether /tmp is this view's private tmpfs (made only in its private mount namespace).
     pub fn private_tmp(&self) -> bool {
-        self.mnt.is_some() && self.tmpfs.iter().any(|(p, _)| p == Path::new("/tmp"))
+        self.tmpfs.iter().any(|(p, _)| p == Path::new("/tmp"))
     }
 }
 
@@ -509,53 +512,6 @@ pub enum ViewError {
         what: &'static str,
         source: io::Error,
     },
-}
-
-/// Index of each field in the helper's report.
-const N: usize = 6;
-const NOT_TRIED: i32 = -1;
-
-/// What the helper writes back: per kind [step, errno] (step 0 = made, -1 = not tried), the
-/// /proc mode, which tmpfs mounts were made (bit per plan entry), and whether the mount
-/// namespace is usable (its propagation is private).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct HelperReport {
-    kinds: [[i32; 2]; N],
-    proc: i32,
-    tmpfs_made: i32,
-    mnt_usable: i32,
-    /// 1 when the helper pivoted into the new root, 2 when it chrooted into it.
-    root: i32,
-    /// Per idmapped bind: see [`View::idmap`].
-    idmap: [i32; crate::sandbox::view_root::MAX_IDMAP],
-    /// The IPC limits: [step, errno] as per kind (step 0: written, -1: not tried).
-    ipc_limits: [i32; 2],
-}
-
-impl HelperReport {
-    fn set(&mut self, k: Kind, r: Result<(), ChildError>) {
-        self.kinds[k.index()] = Self::encode(r);
-    }
-
-    /// The step in the low byte, its detail (which entry of the view's root, which IPC limit)
-    /// above it; and the errno.
-    fn encode(r: Result<(), ChildError>) -> [i32; 2] {
-        match r {
-            Ok(()) => [0, 0],
-            Err(e) => [
-                i32::from(e.step as u8) | (i32::from(e.detail) << 8),
-                e.errno,
-            ],
-        }
-    }
-
-    fn decode([step, e]: [i32; 2]) -> Option<ChildError> {
-        (step > 0).then(|| ChildError {
-            detail: (step >> 8) as u8,
-            ..ChildError::new(Step::from_u8(step as u8).unwrap_or(Step::UnshareIpc), e)
-        })
-    }
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), ViewError> {
@@ -645,60 +601,16 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
         // SAFETY: reaping our own clone child; __WCLONE because it has no exit signal.
         unsafe { libc::waitpid(pid, &mut st, libc::__WCLONE) };
     };
-    // SAFETY: HelperReport is plain integers; all-zero is a valid value.
-    let mut rep: HelperReport = unsafe { std::mem::zeroed() };
-    let want = std::mem::size_of::<HelperReport>();
-    let n = loop {
-        // SAFETY: reading into our own struct, at most its size.
-        let n = unsafe {
-            libc::read(
-                rep_r.as_raw_fd(),
-                (&mut rep as *mut HelperReport).cast(),
-                want,
-            )
-        };
-        if n < 0 && errno() == libc::EINTR {
-            continue;
-        }
-        break n;
-    };
-    if n != want as isize {
+    let Some(rep) = HelperReport::receive(rep_r.as_raw_fd()) else {
         finish(hold_w);
         return Err(ViewError::HelperDied);
-    }
-    let open = |what: &'static str, path: String, flags: i32| -> Result<OwnedFd, ViewError> {
-        let c = CString::new(path).unwrap_or_default();
-        // SAFETY: valid C string; the fd is ours.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(ViewError::Open {
-                what,
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: just opened, owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     };
     let net = net_thread.map(|t| {
         t.join()
             .unwrap_or_else(|_| Err(ChildError::new(Step::UnshareNet, libc::EIO)))
     });
-    let mut outcomes = [Outcome::NotRequested; N];
-    for k in Kind::ALL {
-        let [step, e] = rep.kinds[k.index()];
-        outcomes[k.index()] = match step {
-            NOT_TRIED => Outcome::NotRequested,
-            0 => Outcome::Made,
-            s => Outcome::Failed(ChildError {
-                detail: (s >> 8) as u8,
-                ..ChildError::new(Step::from_u8(s as u8).unwrap_or(Step::UnshareMount), e)
-            }),
-        };
-    }
-    let ipc_limits = match rep.ipc_limits {
-        [NOT_TRIED, _] => Some(ChildError::new(Step::SetIpcLimit, libc::ENOSYS)),
-        r => HelperReport::decode(r),
-    };
+    let mut outcomes = rep.outcomes();
+    let ipc_limits = rep.ipc_limits_error();
     let mut net_fd = None;
     match net {
         Some(Ok(fd)) => {
@@ -721,7 +633,7 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
                         format!("/proc/{pid}/root{}", t.target.display()),
                         libc::O_PATH | libc::O_DIRECTORY,
                     )?;
-                    view.tmpfs.push((t.target.clone(), root));
+                    view.tmpfs.push((t.target.clone(), Some(root)));
                 }
             }
         }
@@ -774,97 +686,109 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
     })
 }
 
-mod helper;
-pub use helper::mount_proc;
-use helper::{helper_main, make_net_ns};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn grant(path: impl Into<PathBuf>, read_only: bool) -> Grant {
-        Grant {
-            path: path.into(),
-            read_only,
-            dir: true,
-            dev: 0,
-            ino: 0,
-            owner: crate::policy::Identity { uid: 0, gid: 0 },
-            mode: libc::S_IFDIR | 0o755,
-            idmap: None,
-        }
+/// Open `path` (under the builder's /proc/PID) with `flags`, close-on-exec.
+fn open(what: &'static str, path: String, flags: i32) -> Result<OwnedFd, ViewError> {
+    let c = CString::new(path).unwrap_or_default();
+    // SAFETY: valid C string; the fd is ours.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(ViewError::Open {
+            what,
+            source: io::Error::last_os_error(),
+        });
     }
+    // SAFETY: just opened, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
 
-    #[test]
-    fn grants_below_tmp_are_bound_back_and_their_denied_paths_hidden() {
-        let wd = tempfile::Builder::new()
-            .prefix("osb-view-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let wd = wd.path().canonicalize().unwrap();
-        let inner = wd.join("sub");
-        std::fs::create_dir(&inner).unwrap();
-        let secret = wd.join("secret");
-        std::fs::write(&secret, "x").unwrap();
-        let req = ViewRequest {
-            private_net: true,
-            hostname: "sandbox".into(),
-            tmp_size: 1 << 20,
-            shm_size: 1 << 20,
-            grants: vec![
-                grant(inner.clone(), true),
-                grant(wd.clone(), false),
-                grant("/usr", true),
-            ],
-            denied: vec![secret.clone(), "/etc/shadow".into()],
-            proc: None,
-            proc_read: true,
-            links: Vec::new(),
-            workdir: None,
-            ipc: crate::policy::IpcLimits::for_budget(1 << 20, 4096),
-            ipc_userns: Some((1000, 1001)),
-            files: None,
-        };
-        let plan = ViewPlan::new(&req);
-        // The IPC limits, each file with its value, and the id maps of their user namespace.
-        let ipc: Vec<(&str, &str)> = plan
-            .ipc_limits
-            .iter()
-            .map(|(f, v)| (f.to_str().unwrap(), v.to_str().unwrap()))
-            .collect();
-        assert_eq!(ipc[0], ("/proc/sys/kernel/shmmax", "1048576"));
-        assert_eq!(ipc[1], ("/proc/sys/kernel/shmall", "256"));
-        assert_eq!(ipc[6].0, "/proc/sys/kernel/sem");
-        assert_eq!(
-            plan.ipc_userns
-                .as_ref()
-                .map(|[u, g]| (u.to_str().unwrap(), g.to_str().unwrap())),
-            Some(("0 1000 1", "0 1001 1"))
-        );
-        let tmp = plan
+/// The view that `run`'s exec init made itself (namespaces/in_init.rs), from its report and
+/// the network namespace the supervisor made meanwhile ([`net_ns_here`]; `None`: not asked
+/// for). Nothing to join; the Landlock rules of the tmpfs roots are the init's.
+pub(in crate::sandbox) fn view_of_init(
+    rep: &HelperReport,
+    plan: &ViewPlan,
+    net: Option<Result<OwnedFd, ChildError>>,
+) -> ViewMade {
+    let mut outcomes = rep.outcomes();
+    match &net {
+        Some(Ok(_)) => outcomes[Kind::Net.index()] = Outcome::Made,
+        Some(Err(e)) => outcomes[Kind::Net.index()] = Outcome::Failed(*e),
+        None => {}
+    }
+    let made = |k: Kind| outcomes[k.index()] == Outcome::Made;
+    let mut view = View {
+        tmpfs: plan
             .tmpfs
             .iter()
-            .find(|t| t.target == Path::new("/tmp"))
-            .unwrap();
-        assert_eq!(tmp.data.to_str().unwrap(), "mode=1777,size=1048576");
-        // The workdir is bound before the read-only grant inside it.
-        let binds: Vec<_> = tmp
-            .binds
-            .iter()
-            .map(|b| (b.path.clone(), b.read_only))
-            .collect();
-        assert_eq!(binds, vec![(cstr(&wd), false), (cstr(&inner), true)]);
-        assert!(tmp.dirs.is_empty(), "{:?}", tmp.dirs);
-        assert_eq!(tmp.hides, vec![(cstr(&secret), false)]);
-        // A grant of /tmp itself leaves /tmp alone.
-        let whole = ViewRequest {
-            grants: vec![grant("/tmp", false)],
-            ..req
-        };
-        assert!(
-            !ViewPlan::new(&whole)
-                .tmpfs_targets()
-                .contains(&PathBuf::from("/tmp"))
-        );
+            .enumerate()
+            .filter(|(i, _)| rep.tmpfs_made & (1 << i) != 0)
+            .map(|(_, t)| (t.target.clone(), None))
+            .collect(),
+        pid: made(Kind::Pid),
+        proc: if rep.proc == 1 {
+            ProcMount::Full
+        } else {
+            ProcMount::None
+        },
+        root: rep.root != 0,
+        one_exec: true.into(),
+        idmap: rep.idmap[..plan.root.as_ref().map_or(0, RootPlan::idmap_slots)].to_vec(),
+        ..View::default()
+    };
+    view.net = net.and_then(Result::ok);
+    ViewMade {
+        outcomes,
+        view,
+        ipc_limits: rep.ipc_limits_error(),
     }
 }
+
+/// `run`'s network namespace, made by the calling thread while the exec's init builds the
+/// rest of the view on the other core: a namespace whose only interface is `lo`, up, held by
+/// the descriptor returned (the init joins it once told to go). The thread is back in its own
+/// network namespace when this returns; `Err(None)` when it could not get back (it must not
+/// go on: every connection of ours would be made from the sandbox's namespace).
+pub(in crate::sandbox) fn net_ns_here() -> Result<Result<OwnedFd, ChildError>, ()> {
+    let own = open(
+        "the supervisor's network namespace",
+        "/proc/thread-self/ns/net".into(),
+        libc::O_RDONLY,
+    );
+    let Ok(own) = own else {
+        return Ok(Err(ChildError::last(Step::UnshareNet)));
+    };
+    let made = make_net_ns();
+    // SAFETY: setns with a descriptor of our own network namespace, opened above; it changes
+    // only the calling thread.
+    if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(());
+    }
+    Ok(made)
+}
+
+impl ViewPlan {
+    /// Each private tmpfs mount point, as a C string, with its bit in the report.
+    pub(in crate::sandbox) fn tmpfs_c_targets(
+        &self,
+    ) -> impl Iterator<Item = (usize, &std::ffi::CStr)> {
+        self.tmpfs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i, t.c_target.as_c_str()))
+    }
+
+    /// Whether a network namespace of the sandbox's own is asked for.
+    pub(in crate::sandbox) fn private_net(&self) -> bool {
+        self.private_net
+    }
+}
+
+mod helper;
+pub(super) mod in_init;
+mod report;
+pub use helper::mount_proc;
+use helper::{helper_main, make_net_ns};
+pub(in crate::sandbox) use report::HelperReport;
+
+#[cfg(test)]
+mod tests;

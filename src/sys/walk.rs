@@ -17,7 +17,6 @@
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -26,6 +25,11 @@ use std::path::{Component, Path, PathBuf};
 pub const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
 ];
+
+mod file;
+mod memo;
+pub use file::{Meta, Resolved, fstat};
+pub use memo::{Memo, canonical};
 
 /// As many links as the kernel follows in one lookup (MAXSYMLINKS).
 const MAX_LINKS: usize = 40;
@@ -98,57 +102,6 @@ impl WalkError {
         matches!(self, WalkError::Open { source, .. }
             if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)))
     }
-}
-
-/// What `fstat` said about a descriptor.
-#[derive(Debug, Clone, Copy)]
-pub struct Meta {
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub nlink: u64,
-    pub dev: u64,
-    pub ino: u64,
-}
-
-impl Meta {
-    pub fn is_dir(&self) -> bool {
-        self.mode & libc::S_IFMT == libc::S_IFDIR
-    }
-    pub fn is_symlink(&self) -> bool {
-        self.mode & libc::S_IFMT == libc::S_IFLNK
-    }
-    pub fn is_file(&self) -> bool {
-        self.mode & libc::S_IFMT == libc::S_IFREG
-    }
-}
-
-/// One resolved file: an `O_PATH` descriptor, the symlink-free absolute path that reached it,
-/// and its metadata, all of the same inode.
-#[derive(Debug)]
-pub struct Resolved {
-    pub fd: OwnedFd,
-    pub path: PathBuf,
-    pub meta: Meta,
-}
-
-pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Meta> {
-    let mut st = MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: fstat writes a whole struct stat to the pointer on success; the fd is borrowed.
-    let rc = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: rc == 0, so the kernel filled the struct.
-    let st = unsafe { st.assume_init() };
-    Ok(Meta {
-        mode: st.st_mode,
-        uid: st.st_uid,
-        gid: st.st_gid,
-        nlink: st.st_nlink,
-        dev: st.st_dev,
-        ino: st.st_ino,
-    })
 }
 
 fn openat(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
@@ -310,10 +263,11 @@ struct Step {
 
 impl Walker {
     pub fn new(uid: u32, gid: u32) -> Walker {
+        let overflow_uid = memo::overflow_uid(userns_overflow_uid);
         Walker {
             uid,
             gid,
-            overflow_uid: userns_overflow_uid(),
+            overflow_uid,
         }
     }
 
@@ -325,10 +279,15 @@ impl Walker {
     /// Resolve an absolute path without following any symlink the sandbox could have planted.
     /// `..` goes up the directories actually walked, as the kernel's lookup would.
     pub fn resolve(&self, path: &Path) -> Result<Resolved, WalkError> {
-        if let Some(r) = resolve_linkless(path) {
+        if let Some(r) = memo::resolved(self.uid, self.gid, path) {
             return Ok(r);
         }
-        self.walk(path)
+        let r = match resolve_linkless(path) {
+            Some(r) => r,
+            None => self.walk(path)?,
+        };
+        memo::keep(self.uid, self.gid, path, &r);
+        Ok(r)
     }
 
     /// [`Walker::resolve`] component by component.
@@ -558,6 +517,33 @@ mod tests {
 
     fn walker() -> Walker {
         Walker::new(65534, 65534)
+    }
+
+    #[test]
+    fn within_a_memo_a_path_is_resolved_once_and_after_it_again() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let a = root.join("a");
+        std::fs::create_dir(&a).unwrap();
+        let first_ino = std::fs::metadata(&a).unwrap().ino();
+        let w = walker();
+        let memo = Memo::begin();
+        let r1 = w.resolve(&a).unwrap();
+        // Swapped behind the walk's back: within the memo the first answer holds (the view and
+        // Landlock then agree on it), each with a descriptor of its own.
+        std::fs::rename(&a, root.join("old")).unwrap();
+        std::fs::create_dir(&a).unwrap();
+        let r2 = w.resolve(&a).unwrap();
+        assert_eq!((r1.meta.ino, r2.meta.ino), (first_ino, first_ino));
+        assert_ne!(r1.fd.as_raw_fd(), r2.fd.as_raw_fd());
+        assert_eq!(fstat(r2.fd.as_fd()).unwrap().ino, first_ino);
+        assert_eq!(canonical(&a).unwrap(), a);
+        drop(memo);
+        // No memo: asked again.
+        let r3 = w.resolve(&a).unwrap();
+        assert_ne!(r3.meta.ino, first_ino);
+        assert_eq!(r3.meta.ino, std::fs::metadata(&a).unwrap().ino());
     }
 
     /// The one-lookup path and the walk agree on every path without a link, and leave every

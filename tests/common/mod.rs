@@ -3,7 +3,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
 
@@ -230,4 +231,30 @@ pub fn cgroup_mounts() -> Vec<String> {
                 .then(|| point.to_string())
         })
         .collect()
+}
+
+/// Whether `p` appears within `secs`.
+pub fn wait_for_file(p: &Path, secs: u64) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if p.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// The exit status of `c` within `secs`; otherwise it is killed and reaped, and `None`.
+pub fn wait_exit(c: &mut Child, secs: u64) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if let Some(st) = c.try_wait().unwrap() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    None
 }

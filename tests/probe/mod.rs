@@ -1,4 +1,4 @@
-//! The harness around the adversarial probe (`tests/probe/*.c`): build it, lay out the files it
+//! The harness around the escape probe (`tests/probe/*.c`): build it, lay out the files it
 //! attacks, run it inside `openshell-sandbox run` with the supervisor as root or as a non-root
 //! user, and parse its output, one JSON line per attempt.
 //!
@@ -50,7 +50,7 @@ pub fn is_root() -> bool {
 pub fn require_root_and_cc() -> bool {
     require(
         is_root(),
-        "root: the adversarial suite runs the supervisor as root and as a test uid",
+        "root: the escape suites run the supervisor as root and as a test uid",
     ) && require(
         Command::new("cc")
             .arg("--version")

@@ -1,8 +1,8 @@
 /*
- * Scheduling, I/O priority and resource limits of *other* processes of the same uid (issue 10,
- * items 4 and 5). The kernel allows all of these between processes of one uid, so without the
- * seccomp filter a run could starve, pin or kill another run, or lower its own supervisor's
- * RLIMIT_NOFILE (the kill sweep then cannot open /proc) or RLIMIT_CPU (the supervisor dies).
+ * Scheduling, I/O priority and resource limits of *other* processes of the same uid. The kernel
+ * allows all of these between processes of one uid, so without the seccomp filter a run could
+ * starve, pin or kill another run, or lower its own supervisor's RLIMIT_NOFILE (the kill sweep
+ * then cannot open /proc) or RLIMIT_CPU (the supervisor dies).
  * Parameters:
  *   sup       the supervisor's pid
  *   witness   a process outside the sandbox of the sandbox's own uid

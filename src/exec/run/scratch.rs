@@ -1,11 +1,10 @@
 //! `run`'s private storage: the `--scratch` directory, and the HOME its command gets.
 
-use std::ffi::OsString;
-use std::os::fd::BorrowedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::cli::RunArgs;
-use crate::exec::{RunError, Sandbox};
+use crate::exec::RunError;
+use crate::exec::home::HomeRequest;
 use crate::policy::Identity;
 
 /// A fresh scratch directory, owned by the sandbox identity, removed on drop.
@@ -55,60 +54,23 @@ impl Drop for Scratch {
     }
 }
 
-/// A HOME of the run's own, gone with it, so that dotfiles and caches (`.python_history`,
-/// `.cache`) land neither in the workdir nor anywhere lasting: `/tmp/home`, an empty directory
-/// of the sandbox identity (`owner`) made on the view's private /tmp, else the scratch
-/// directory; only a degraded run with neither keeps the workdir. `--env HOME=...` (or
-/// `--inherit-env HOME`) chooses another, and then nothing is made.
-pub(super) fn set_home(
-    env: &mut Vec<(OsString, OsString)>,
+/// What the command's HOME is to be (exec/home.rs): `None` when `--env HOME=...` (or
+/// `--inherit-env HOME`) chooses another, and then nothing is made. `root`: we switch to
+/// `child` (the directory is given to it).
+pub(super) fn home_request(
     args: &RunArgs,
-    sandbox: &Sandbox,
-    owner: Option<Identity>,
+    root: bool,
+    child: (u32, u32),
     scratch: Option<&Scratch>,
-) -> Result<(), RunError> {
+) -> Option<HomeRequest> {
     if args.env.iter().any(|(k, _)| k == "HOME") || args.inherit_env.iter().any(|k| k == "HOME") {
-        return Ok(());
+        return None;
     }
-    let home = match (sandbox.private_tmp(), scratch) {
-        (Some(tmp), _) => make_home(tmp, owner).map_err(|source| RunError::Io {
-            what: "making the command's HOME on the view's /tmp",
-            source,
-        })?,
-        (None, Some(s)) => s.path.clone(),
-        (None, None) => return Ok(()),
-    };
-    env.retain(|(k, _)| k != "HOME");
-    env.push(("HOME".into(), home.into_os_string()));
-    Ok(())
-}
-
-/// `/tmp/home` in the view (`/tmp/home.N` where a grant is bound at that name), mode 0700,
-/// given to `owner`. No exec has joined the view yet, so nothing of the run's can be in the
-/// way, and the calls never follow a link.
-fn make_home(tmp: BorrowedFd<'_>, owner: Option<Identity>) -> std::io::Result<PathBuf> {
-    use nix::fcntl::AtFlags;
-    use nix::sys::stat::Mode;
-    for i in 0..16 {
-        let name = match i {
-            0 => "home".to_owned(),
-            i => format!("home.{i}"),
-        };
-        match nix::sys::stat::mkdirat(tmp, name.as_str(), Mode::from_bits_truncate(0o700)) {
-            Ok(()) => {}
-            Err(nix::errno::Errno::EEXIST) => continue,
-            Err(e) => return Err(e.into()),
-        }
-        if let Some(id) = owner {
-            nix::unistd::fchownat(
-                tmp,
-                name.as_str(),
-                Some(id.uid.into()),
-                Some(id.gid.into()),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )?;
-        }
-        return Ok(Path::new("/tmp").join(name));
-    }
-    Err(std::io::Error::from_raw_os_error(libc::EEXIST))
+    Some(HomeRequest {
+        owner: root.then_some(Identity {
+            uid: child.0,
+            gid: child.1,
+        }),
+        scratch: scratch.map(|s| s.path.clone()),
+    })
 }

@@ -14,22 +14,40 @@ use crate::exec::RunError;
 /// backpressure; its end of the pipe closes at our EOF (or when the child is gone, EPIPE), so
 /// EOF reaches the child. It is a plain thread, not a runtime task: a read of a terminal
 /// cannot be cancelled, and process exit ends the thread wherever it blocks.
-pub(crate) fn feed_stdin() -> Result<OwnedFd, RunError> {
-    let io = |what, source| RunError::Io { what, source };
+///
+/// `run` makes the pipe with the command's other streams, before the sandbox, and starts the
+/// thread only once the command runs ([`start_feeding`]), so that a run refused before it
+/// takes nothing from our stdin; [`feed_stdin`] does both at once.
+pub(crate) fn stdin_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into our array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io(
-            "creating the stdin pipe",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(RunError::Io {
+            what: "creating the stdin pipe",
+            source: std::io::Error::last_os_error(),
+        });
     }
     // SAFETY: both fds were just created and are owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The feeder thread of [`stdin_pipe`]'s write end `w`, or of a pty master (`pty_master`, see
+/// [`copy_stdin`]).
+pub(crate) fn start_feeding(w: OwnedFd, pty_master: bool) -> Result<(), RunError> {
     std::thread::Builder::new()
         .name("stdin-feeder".into())
-        .spawn(move || copy_stdin(w, false))
-        .map_err(|e| io("starting the stdin thread", e))?;
+        .spawn(move || copy_stdin(w, pty_master))
+        .map(drop)
+        .map_err(|source| RunError::Io {
+            what: "starting the stdin thread",
+            source,
+        })
+}
+
+/// [`stdin_pipe`] with its feeder already started: the read end.
+pub(crate) fn feed_stdin() -> Result<OwnedFd, RunError> {
+    let (r, w) = stdin_pipe()?;
+    start_feeding(w, false)?;
     Ok(r)
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use base64::Engine;
 use tonic::Code;
 
-use super::Step;
+use super::step::Step;
 use crate::gateway::config::{GatewayConfig, TokenSource};
 use crate::gateway::tls::TlsError;
 use crate::gateway::tokens::TokenError;

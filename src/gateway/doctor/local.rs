@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Step;
+use super::step::Step;
 use crate::gateway::config::{ALLOW_PLAINTEXT_TOKEN, ConfigError, GatewayConfig, ServeArgs};
 use crate::gateway::exec_service::DEFAULT_PATH;
 use crate::gateway::main_spec::MainProcess;

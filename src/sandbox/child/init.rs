@@ -38,6 +38,9 @@ use crate::sandbox::diagnose::{self, Diagnosis, RECORD_MAX};
 use crate::sandbox::namespaces::{ExecView, ProcMount, mount_proc};
 use crate::sandbox::{ChildError, Prepared, Step, errno};
 
+use super::signals::{COMMAND, forward};
+pub use super::signals::{FORWARDED, forward_to_job};
+
 /// How long the supervisor waits for the command's account of a failed execve (the
 /// examination in `diagnose.rs`, a handful of lookups) before it kills the exec and reports the
 /// bare errno: a lookup on a hung network filesystem must not hold the spawn.
@@ -65,6 +68,9 @@ pub struct ExecPlan {
     /// Exec this open file (execveat, AT_EMPTY_PATH) instead of a candidate: our own binary for
     /// the sftp-server mode, which the sandbox may not open by name.
     program_fd: Option<std::sync::Arc<OwnedFd>>,
+    /// The workdir, for the command's own check that it may write there (`run`, see
+    /// `process::check_workdir`); empty when never asked.
+    workdir: CString,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same struct, which are never
@@ -118,7 +124,20 @@ impl ExecPlan {
             stdio,
             controlling_tty,
             program_fd,
+            workdir: CString::default(),
         })
+    }
+
+    /// The workdir that `run`'s command may be asked to check it can write (see
+    /// [`ExecPlan::workdir`]).
+    pub fn with_workdir(mut self, dir: &std::path::Path) -> Result<ExecPlan, NulError> {
+        self.workdir = CString::new(dir.as_os_str().as_bytes())?;
+        Ok(self)
+    }
+
+    /// The child's ends of its standard streams, given back.
+    pub fn into_stdio(self) -> [OwnedFd; 3] {
+        self.stdio
     }
 
     /// Make this a plan for [`probe`]: the child examines the program and exits.
@@ -155,7 +174,7 @@ pub enum SpawnError {
     },
 }
 
-fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
+pub(super) fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), SpawnError> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into our array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -174,7 +193,11 @@ pub fn fork_exec(
     cg: Option<&ExecCgroup>,
     supervisor_pidfd: RawFd,
 ) -> Result<Spawned, SpawnError> {
-    let c = clone_exec(p, plan, cg, supervisor_pidfd)?;
+    await_exec(clone_exec(p, plan, cg, supervisor_pidfd)?)
+}
+
+/// Wait until the command of the exec just cloned has exec'd (or a step failed).
+pub(super) fn await_exec(c: Cloned) -> Result<Spawned, SpawnError> {
     let mut buf = [0u8; ChildError::WIRE];
     let n = loop {
         // SAFETY: reading into a stack buffer. Our write end is closed; the init closes its
@@ -273,7 +296,7 @@ fn read_until_eof(r: &OwnedFd, limit: std::time::Duration, pidfd: &OwnedFd) -> V
 }
 
 /// Wait for the child behind `pidfd` to exit.
-fn reap(pidfd: &OwnedFd) {
+pub(super) fn reap(pidfd: &OwnedFd) {
     // SAFETY: siginfo is plain data; waiting on our own pidfd.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
@@ -287,12 +310,12 @@ fn reap(pidfd: &OwnedFd) {
 }
 
 /// The children of one exec, just cloned.
-struct Cloned {
-    pid: libc::pid_t,
-    pidfd: OwnedFd,
-    err_r: OwnedFd,
-    status: Option<OwnedFd>,
-    init: bool,
+pub(super) struct Cloned {
+    pub(super) pid: libc::pid_t,
+    pub(super) pidfd: OwnedFd,
+    pub(super) err_r: OwnedFd,
+    pub(super) status: Option<OwnedFd>,
+    pub(super) init: bool,
 }
 
 fn clone_exec(
@@ -355,7 +378,7 @@ fn clone_exec(
                     };
                     init_main(p, plan, cg, a)
                 }
-                None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err),
+                None => command_main(p, plan, cg, Some(&view), p.supervisor_pid, err, None),
             }
         }
     }
@@ -374,7 +397,7 @@ fn clone_exec(
 
 /// The supervisor's argv and environment areas (arg_start, arg_end, env_start, env_end of
 /// /proc/self/stat), read once before any fork.
-fn args_area() -> [usize; 4] {
+pub(super) fn args_area() -> [usize; 4] {
     static AREA: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
     *AREA.get_or_init(|| {
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -399,7 +422,7 @@ fn args_area() -> [usize; 4] {
 ///
 /// # Safety
 /// Only in the forked init; `area` is from [`args_area`] of the process it was forked from.
-unsafe fn scrub_identity(area: [usize; 4]) {
+pub(super) unsafe fn scrub_identity(area: [usize; 4]) {
     const NAME: &[u8] = b"openshell-init\0";
     // SAFETY: the areas are mapped, writable stack memory of this process (our private copy
     // after fork); nothing reads them again in the init.
@@ -417,7 +440,7 @@ unsafe fn scrub_identity(area: [usize; 4]) {
     }
 }
 
-fn fail(e: ChildError, err_w: RawFd) -> ! {
+pub(super) fn fail(e: ChildError, err_w: RawFd) -> ! {
     e.send(err_w);
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(125) }
@@ -458,99 +481,6 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
     Ok(())
 }
 
-/// The signals the init relays. The supervisor's own SIGTERM (a timeout, a shutdown) must
-/// reach the whole tree; the rest are what `run` forwards for its caller (docker's
-/// `--sig-proxy` set, less SIGWINCH, which a pty's resize delivers itself).
-pub const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
-
-/// The value that marks a signal as one forwarded for `run`'s caller (sent with SI_QUEUE by
-/// [`forward_to_job`]): the init hands it to the command's process group, as a terminal's
-/// Ctrl-C reaches its foreground job. An unmarked one (the supervisor's own, or kill(1) from
-/// the host) goes to every process of the namespace.
-const TO_JOB: u64 = 0x6f73_625f_6a6f_6221;
-
-/// The command's pid in the namespace, which is its process group too (it is a session
-/// leader, and a session leader cannot change its group). Set by the init before it unblocks
-/// [`FORWARDED`]; 0 before.
-static COMMAND: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-/// siginfo as the kernel lays it out for SI_QUEUE on 64-bit Linux (`_sifields._rt`): signo,
-/// errno, code, padding to the 8-byte aligned union, then pid, uid and the value. libc keeps
-/// the union private, so the two ends of [`TO_JOB`] read and write it through this.
-#[repr(C)]
-struct QueuedInfo {
-    signo: i32,
-    errno: i32,
-    code: i32,
-    _pad: i32,
-    pid: i32,
-    uid: u32,
-    value: u64,
-    _rest: [u64; 12],
-}
-const _: () = assert!(std::mem::size_of::<QueuedInfo>() == std::mem::size_of::<libc::siginfo_t>());
-
-/// Send `sig` through the init held by `pidfd` to its command's process group (see
-/// [`TO_JOB`]). pidfd_send_signal takes a caller's siginfo only with a negative si_code
-/// (SI_QUEUE); the kernel zeroes si_pid, which the init cannot see from its namespace, and
-/// keeps the value.
-pub fn forward_to_job(pidfd: std::os::fd::BorrowedFd<'_>, sig: libc::c_int) -> io::Result<()> {
-    let info = QueuedInfo {
-        signo: sig,
-        errno: 0,
-        code: libc::SI_QUEUE,
-        _pad: 0,
-        // SAFETY: getpid has no preconditions.
-        pid: unsafe { libc::getpid() },
-        // SAFETY: getuid has no preconditions.
-        uid: unsafe { libc::getuid() },
-        value: TO_JOB,
-        _rest: [0; 12],
-    };
-    // SAFETY: pidfd_send_signal with a pidfd we hold and a siginfo-sized struct on our stack.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            &info as *const QueuedInfo,
-            0u32,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// The init's relaying handler: a signal marked [`TO_JOB`] goes to the command's process
-/// group; any other to every process of the namespace (kill(-1) from PID 1 reaches all of them
-/// but the init itself), as SIGTERM reached the whole tree before there was an init.
-extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler, laid out as
-    // QueuedInfo for SI_QUEUE; kill, an atomic load and the errno location are
-    // async-signal-safe; errno is restored so the interrupted wait4 sees its own.
-    unsafe {
-        let saved = errno();
-        let q = &*(info as *const QueuedInfo);
-        let job = COMMAND.load(std::sync::atomic::Ordering::Relaxed);
-        if q.code == libc::SI_QUEUE && q.value == TO_JOB && job > 0 {
-            libc::kill(-job, sig);
-        } else {
-            libc::kill(-1, sig);
-        }
-        *libc::__errno_location() = saved;
-    }
-}
-
 /// The init's descriptors and the command's stack.
 struct InitArgs<'a> {
     view: &'a ExecView,
@@ -571,6 +501,22 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         stack,
     } = a;
     // SAFETY: raw syscalls on prepared data throughout.
+    unsafe {
+        init_prologue(cg, supervisor_pidfd, err_w);
+        if let Err(e) = join_view(view, true) {
+            fail(e, err_w);
+        }
+        serve_exec(p, plan, err_w, status_w, stack, false)
+    }
+}
+
+/// The init's first steps (child/mod.rs, 1 and 2): the parent-death signal, checked against the
+/// supervisor's pidfd, then the exec's cgroup.
+///
+/// # Safety
+/// Only in an exec's init, as its first steps.
+pub(super) unsafe fn init_prologue(cg: Option<&ExecCgroup>, supervisor_pidfd: RawFd, err_w: RawFd) {
+    // SAFETY: raw syscalls with integer arguments and a stack pollfd.
     unsafe {
         if libc::prctl(
             libc::PR_SET_PDEATHSIG,
@@ -598,9 +544,25 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         {
             fail(ChildError::new(Step::JoinCgroup, e), err_w);
         }
-        if let Err(e) = join_view(view, true) {
-            fail(e, err_w);
-        }
+    }
+}
+
+/// The init's part once it stands in the view (child/mod.rs, 4 and 5): relay signals, clone
+/// the command, then hold nothing of the supervisor's and reap until the command exits.
+///
+/// # Safety
+/// Only in an exec's init, in the exec's view, with `stack` its own copy of the command's
+/// stack.
+pub(super) unsafe fn serve_exec(
+    p: &Prepared,
+    plan: &ExecPlan,
+    err_w: RawFd,
+    status_w: RawFd,
+    stack: &[u8],
+    check_workdir: bool,
+) -> ! {
+    // SAFETY: raw syscalls on prepared data throughout.
+    unsafe {
         // Block the forwarded signals until the command exists to receive them; the command
         // unblocks them itself just before exec.
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -621,7 +583,12 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
         // does): copying the page tables of a second copy of the supervisor was the largest
         // single cost of the spawn. It runs on its own stack, prepared before the first fork;
         // we are suspended until its execve (or _exit) releases the memory.
-        let args = CommandArgs { p, plan, err_w };
+        let args = CommandArgs {
+            p,
+            plan,
+            err_w,
+            check_workdir,
+        };
         let top = (stack.as_ptr() as usize + stack.len()) & !15;
         let cmd = libc::clone(
             command_entry,
@@ -662,6 +629,8 @@ struct CommandArgs<'a> {
     p: &'a Prepared,
     plan: &'a ExecPlan,
     err_w: RawFd,
+    /// Ask whether the command may write its workdir ([`ExecPlan::with_workdir`]).
+    check_workdir: bool,
 }
 
 /// The command's entry point from the init's clone.
@@ -670,7 +639,8 @@ extern "C" fn command_entry(arg: *mut libc::c_void) -> libc::c_int {
     // vfork; we are the single-threaded command child.
     unsafe {
         let a = &*(arg as *const CommandArgs<'_>);
-        command_main(a.p, a.plan, None, None, 1, a.err_w)
+        let workdir = a.check_workdir.then_some(a.plan.workdir.as_c_str());
+        command_main(a.p, a.plan, None, None, 1, a.err_w, workdir)
     }
 }
 
@@ -683,6 +653,7 @@ unsafe fn command_main(
     view: Option<&ExecView>,
     parent: libc::pid_t,
     err_w: RawFd,
+    workdir: Option<&std::ffi::CStr>,
 ) -> ! {
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -719,7 +690,7 @@ unsafe fn command_main(
         if view.is_some() && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             fail(ChildError::last(Step::Subreaper), err_w);
         }
-        if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent) {
+        if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent, workdir) {
             fail(e, err_w);
         }
         match &plan.program_fd {

@@ -5,7 +5,10 @@
 //! The steps are named by [`Step`] (step.rs), whose declaration order is the order below; a
 //! failing step travels back to the supervisor over the exec's error pipe with its errno.
 //!
-//! **The exec's init** (PID 1 of the exec's PID namespace; `init_main` in init.rs):
+//! **The exec's init** (PID 1 of the exec's PID namespace; `init_main` in init.rs, or
+//! `view_init_main` in view_init.rs for `run`, whose init makes the view itself: there step 3
+//! is the view's build, then the Landlock rules of its private tmpfs roots, the report, and the
+//! supervisor's go, in place of the setns):
 //! 1. parent-death signal (SIGKILL), then the supervisor's pidfd polled: if the supervisor
 //!    died before the signal was armed, it would never fire;
 //! 2. join the exec's cgroup, so every process of the exec is born in it (writing
@@ -26,7 +29,8 @@
 //! 5. identity: ambient set cleared, securebits and the bounding set (they need CAP_SETPCAP,
 //!    so before setuid), then groups, gid, uid (each needs a capability the next removes),
 //!    verified, every capability set emptied, no_new_privs (Landlock and seccomp require it
-//!    of an unprivileged caller);
+//!    of an unprivileged caller); then, where `run` asks, whether the command may write its
+//!    workdir, asked of the kernel as the command itself, in its view;
 //! 6. parent-death signal: here, after the identity switch, because the kernel clears it
 //!    whenever the effective uid or gid changes; then `getppid()` checked against the parent
 //!    read before fork;
@@ -41,7 +45,9 @@
 
 pub mod init;
 pub mod process;
+mod signals;
 mod step;
+pub mod view_init;
 
 pub use step::{ChildError, Step};
 
@@ -63,6 +69,7 @@ pub unsafe fn enforce_in_child(
     join: Option<&cgroup::ExecCgroup>,
     controlling_tty: bool,
     parent: libc::pid_t,
+    workdir: Option<&std::ffi::CStr>,
 ) -> Result<(), ChildError> {
     process::enforce_session(controlling_tty)?;
     if let Some(cg) = join {
@@ -71,6 +78,9 @@ pub unsafe fn enforce_in_child(
     }
     rlimits::apply(&p.rlimits)?;
     identity::enforce(&p.identity)?;
+    if let Some(dir) = workdir {
+        process::check_workdir(dir)?;
+    }
     process::enforce_parent_death(parent)?;
     if let Some(ll) = &p.landlock {
         if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {

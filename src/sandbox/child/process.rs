@@ -19,6 +19,34 @@ pub fn enforce_session(controlling_tty: bool) -> Result<(), ChildError> {
     Ok(())
 }
 
+/// Child side, right after the identity switch, where `run` asks for it: whether the command
+/// may create entries in its workdir `dir` (write and search), by the permissions alone
+/// (faccessat2 with AT_EACCESS: the effective ids, no capability left), through the view's
+/// mount of it (an idmapped one checks the command as the directory's owner). A run whose
+/// command cannot write its workdir would fail every write while its report said "all layers
+/// enforced". Async-signal-safe.
+pub fn check_workdir(dir: &std::ffi::CStr) -> Result<(), ChildError> {
+    // SAFETY: faccessat2 (access as a fallback) with a NUL-terminated path and integer flags.
+    let rc = unsafe {
+        let rc = libc::syscall(
+            libc::SYS_faccessat2,
+            libc::AT_FDCWD,
+            dir.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        );
+        if rc != 0 && crate::sys::errno() == libc::ENOSYS {
+            libc::access(dir.as_ptr(), libc::W_OK | libc::X_OK) as libc::c_long
+        } else {
+            rc
+        }
+    };
+    if rc != 0 {
+        return Err(ChildError::last(Step::WorkdirWritable));
+    }
+    Ok(())
+}
+
 /// Child side, after the identity switch: SIGKILL when the parent dies. It must come after
 /// setresuid/setresgid, because the kernel clears the parent-death signal whenever the
 /// effective uid or gid changes. `parent` is the pid `getppid()` must return (read before

@@ -74,6 +74,7 @@ steps! {
     SetnsIpc => "join the view's IPC namespace",
     SetnsUts => "join the view's UTS namespace",
     SetnsNet => "join the view's network namespace",
+    LandlockTmpfsRule => "grant the view's private tmpfs in the Landlock ruleset",
     InitSignals => "install the init's signal handlers",
     ForkCommand => "fork the command",
     // The command, in the order of child/mod.rs.
@@ -93,6 +94,7 @@ steps! {
     VerifyGid => "verify gid",
     Capset => "capset",
     NoNewPrivs => "set no_new_privs",
+    WorkdirWritable => "check that the sandbox may write its workdir",
     ParentDeath => "set parent-death signal",
     LandlockProcRule => "grant read on the exec's /proc",
     LandlockRootRule => "grant listing the view's root",

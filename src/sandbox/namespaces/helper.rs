@@ -4,12 +4,13 @@
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-use super::{HelperReport, Kind, N, NOT_TRIED, ProcMount, RootPlan, TmpfsPlan, ViewPlan};
+use super::report::{HelperReport, NOT_TRIED};
+use super::{Kind, ProcMount, RootPlan, TmpfsPlan, ViewPlan};
 use crate::sandbox::view_root::{self, Built};
 use crate::sandbox::{ChildError, Step};
 use crate::sys::{errno, proc_fd_path as fd_path};
 
-fn check(rc: libc::c_int, step: Step) -> Result<(), ChildError> {
+pub(super) fn check(rc: libc::c_int, step: Step) -> Result<(), ChildError> {
     if rc != 0 {
         Err(ChildError::last(step))
     } else {
@@ -26,15 +27,7 @@ pub(super) unsafe fn helper_main(
     pid_ns: Result<(), i32>,
     private_net: bool,
 ) -> ! {
-    let mut rep = HelperReport {
-        kinds: [[NOT_TRIED, 0]; N],
-        proc: 0,
-        tmpfs_made: 0,
-        mnt_usable: 0,
-        root: 0,
-        idmap: [-1; view_root::MAX_IDMAP],
-        ipc_limits: [NOT_TRIED, 0],
-    };
+    let mut rep = HelperReport::new();
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
         libc::prctl(
@@ -164,8 +157,7 @@ pub(super) unsafe fn helper_main(
             })();
             rep.set(Kind::Net, net);
         }
-        let size = std::mem::size_of::<HelperReport>();
-        libc::write(report_w, (&rep as *const HelperReport).cast(), size);
+        rep.send(report_w);
         // Hold the namespaces until the supervisor has opened them, then go.
         let mut b = 0u8;
         while libc::read(hold_r, (&mut b as *mut u8).cast(), 1) < 0 && errno() == libc::EINTR {}
@@ -175,7 +167,7 @@ pub(super) unsafe fn helper_main(
 
 /// # Safety
 /// Only in the forked helper, inside its own mount namespace.
-unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
+pub(super) unsafe fn mount_tmpfs(t: &TmpfsPlan) -> Result<(), ChildError> {
     // SAFETY: raw syscalls on prepared C strings.
     unsafe {
         // Open the grants below the mount point before the tmpfs hides them.
@@ -325,7 +317,7 @@ unsafe fn make_ipc(plan: &ViewPlan) -> (Result<(), ChildError>, [i32; 2]) {
 ///
 /// # Safety
 /// Raw syscalls only; in the helper (or its IPC child).
-unsafe fn write_ipc_limits(plan: &ViewPlan) -> Result<(), ChildError> {
+pub(super) unsafe fn write_ipc_limits(plan: &ViewPlan) -> Result<(), ChildError> {
     for (i, (path, value)) in plan.ipc_limits.iter().enumerate() {
         let fail = |errno| ChildError {
             detail: i as u8,
@@ -471,7 +463,7 @@ pub(super) fn make_net_ns() -> Result<OwnedFd, ChildError> {
 
 /// # Safety
 /// Raw syscalls only; in the helper or a thread, inside its new network namespace.
-unsafe fn loopback_up() -> Result<(), ChildError> {
+pub(super) unsafe fn loopback_up() -> Result<(), ChildError> {
     // SAFETY: an ioctl on a socket we own with a zeroed ifreq on our stack.
     unsafe {
         let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
@@ -556,10 +548,10 @@ pub fn mount_proc(mode: ProcMount) -> libc::c_int {
 }
 
 /// The flags of every /proc of ours but the trial one while the IPC limits are written.
-const PROC_FLAGS: libc::c_ulong =
+pub(super) const PROC_FLAGS: libc::c_ulong =
     libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
 
-fn mount_proc_flags(mode: ProcMount, rdonly: libc::c_ulong) -> libc::c_int {
+pub(super) fn mount_proc_flags(mode: ProcMount, rdonly: libc::c_ulong) -> libc::c_int {
     let data: *const libc::c_void = match mode {
         ProcMount::SubsetPid => c"subset=pid".as_ptr().cast(),
         _ => std::ptr::null(),

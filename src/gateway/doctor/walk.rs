@@ -1,198 +1,33 @@
-//! `openshell-sandbox check --gateway`: walk the supervisor's dial-back path one step at a time
-//! and name the first step that fails, with its fix.
-//!
-//! It reads exactly what `serve` reads (the same `ServeArgs`, so every flag and env var of the
-//! pod), and goes: configuration and endpoint, DNS, TCP, TLS (files, handshake, and the
-//! gateway's verdict on our client certificate), the token (source, exchange, claims), `Health`,
-//! then `GetSandboxConfig` with the bearer. The main process the pod would start is checked on
-//! the side, because a main process that ends at once ends the sandbox whatever the gateway
-//! does.
-//!
-//! It never calls ConnectSupervisor: the gateway lets one session live per sandbox, so a second
-//! hello would replace the running supervisor's session. Everything it
-//! calls is read-only; the service-account exchange only mints a token, as every supervisor
-//! start does. It writes no file and signals no process.
+//! The walk along the dial-back path: each step in the supervisor's order, the first failure
+//! named and the steps after it skipped; the main process checked on the side.
 
-use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::Parser;
-use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::transport::Channel;
 
-use super::auth;
-use super::channel;
-use super::config::{GatewayConfig, ServeArgs, TokenSource};
-use super::tls;
-use super::tokens::{TokenError, TokenStore};
+use crate::gateway::config::{GatewayConfig, TokenSource};
+use crate::gateway::tokens::{TokenError, TokenStore};
+use crate::gateway::{auth, channel, tls};
 use crate::proto::sandbox::v1::{GetSandboxConfigRequest, GetSandboxConfigResponse};
 use crate::proto::v1::{HealthRequest, ServiceStatus, open_shell_client::OpenShellClient};
 
-mod causes;
-mod local;
-
-use self::causes::{
+use super::args::DoctorArgs;
+use super::causes::{
     client_cert_refused, handshake_failure, jwt_claims, not_after, status_failure,
     tls_file_failure, token_failure,
 };
-use self::local::{Early, main_process_step, resolve};
+use super::local::{Early, main_process_step, resolve};
+use super::step::{Report, Status, Step};
 
 /// The method path of the read-only, authenticated probe.
 const GET_SANDBOX_CONFIG: &str = "/openshell.v1.OpenShell/GetSandboxConfig";
 
-/// `openshell-sandbox check --gateway [--json] [SERVE FLAGS...]`
-#[derive(Debug, Parser)]
-#[command(
-    name = "openshell-sandbox check --gateway",
-    about = "Walk the dial-back path to the gateway with the pod's env and flags, and name the first failing step"
-)]
-pub struct DoctorArgs {
-    /// Check the path to the gateway (this mode).
-    #[arg(long)]
-    pub gateway: bool,
-
-    /// Print the steps as JSON.
-    #[arg(long)]
-    pub json: bool,
-
-    /// Seconds each network step may take.
-    #[arg(long = "step-timeout", value_name = "SECS", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..=300))]
-    pub step_timeout: u64,
-
-    #[command(flatten)]
-    pub serve: ServeArgs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Failed,
-    /// Not run, because an earlier step on the path failed (or it does not apply).
-    Skipped,
-}
-
-/// One step's outcome. `kind` names the cause in a stable, machine-readable word.
-#[derive(Debug, Clone, Serialize)]
-pub struct Step {
-    pub step: &'static str,
-    pub status: Status,
-    pub detail: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
-}
-
-impl Step {
-    fn ok(step: &'static str, detail: impl Into<String>) -> Step {
-        Step {
-            step,
-            status: Status::Ok,
-            detail: detail.into(),
-            kind: None,
-            fix: None,
-        }
-    }
-
-    fn failed(
-        step: &'static str,
-        kind: &'static str,
-        detail: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Step {
-        Step {
-            step,
-            status: Status::Failed,
-            detail: detail.into(),
-            kind: Some(kind),
-            fix: Some(fix.into()),
-        }
-    }
-
-    fn skipped(step: &'static str, detail: impl Into<String>) -> Step {
-        Step {
-            step,
-            status: Status::Skipped,
-            detail: detail.into(),
-            kind: None,
-            fix: None,
-        }
-    }
-}
-
-#[derive(Debug, Serialize)]
-pub struct Report {
-    pub ok: bool,
-    /// The first failed step, if any.
-    pub first_failure: Option<&'static str>,
-    pub steps: Vec<Step>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DoctorError {
-    #[error("starting the async runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-    #[error("encoding the report as JSON: {0}")]
-    Json(#[from] serde_json::Error),
-}
-
 /// The dial-back steps, in the order the supervisor takes them.
 const PATH_STEPS: [&str; 7] = ["endpoint", "dns", "tcp", "tls", "token", "health", "config"];
-
-/// Entry point; `argv[0]` is `check`.
-pub fn main(argv: &[OsString]) -> Result<ExitCode, DoctorError> {
-    super::unset_empty_identity_env();
-    let args = crate::cli::parsed_or_exit(DoctorArgs::try_parse_from(argv), argv);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(DoctorError::Runtime)?;
-    let json = args.json;
-    let report = rt.block_on(run(args));
-    print(&report, json)?;
-    Ok(if report.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-fn print(report: &Report, json: bool) -> Result<(), DoctorError> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
-    } else {
-        for s in &report.steps {
-            println!("{}", line(s));
-        }
-        match report.first_failure {
-            None => println!("gateway: every step passed"),
-            Some(f) => println!("gateway: first failing step: {f}"),
-        }
-    }
-    Ok(())
-}
-
-/// One human line: `step      ok: detail` or `step      FAILED: detail; fix: ...`.
-pub fn line(s: &Step) -> String {
-    match s.status {
-        Status::Ok => format!("{:<13} ok: {}", s.step, s.detail),
-        Status::Skipped => format!("{:<13} skipped: {}", s.step, s.detail),
-        Status::Failed => format!(
-            "{:<13} FAILED: {} [{}]; fix: {}",
-            s.step,
-            s.detail,
-            s.kind.unwrap_or("failed"),
-            s.fix.as_deref().unwrap_or("")
-        ),
-    }
-}
 
 /// Walk every step and build the report.
 pub async fn run(args: DoctorArgs) -> Report {
@@ -344,7 +179,7 @@ impl Walk {
                 ),
                 format!(
                     "make `{host}` resolve to 127.0.0.1 / ::1 only (/etc/hosts), use https://, or accept the risk with {}=1",
-                    super::config::ALLOW_PLAINTEXT_TOKEN
+                    crate::gateway::config::ALLOW_PLAINTEXT_TOKEN
                 ),
             ));
         }

@@ -7,7 +7,7 @@
 //! afterwards. The bombs run one at a time: on a two-core machine, two spinning fork bombs
 //! would mostly measure each other.
 //!
-//! Run: `cargo test --test adversarial_bombs` as root.
+//! Run: `cargo test --test escapes_bombs` as root.
 
 mod probe;
 
@@ -312,11 +312,10 @@ fn nonroot_setsid_daemon_does_not_outlive_the_run() {
     daemon(64235, Mode::NonRoot, "daemon_setsid");
 }
 
-/// FINDING (fails today): a daemon that is a chain 300 processes deep, each waiting on its
-/// child. Without a cgroup the supervisor's sweep (src/exec/tree.rs) finds only the top of the
-/// chain (the one orphan re-parented to it) in each round, kills it, and gives up after 200
-/// rounds; `run` then reports a clean exit while the rest of the chain lives on. See
-/// SECURITY.md, "Findings".
+/// A daemon that is a chain 300 processes deep, each waiting on its child. Without a cgroup
+/// the supervisor's sweep (src/exec/tree.rs) must take the whole chain in one pass over a
+/// parent-to-children map of /proc: a sweep that found only the top of the chain per round
+/// would give up with the rest alive and report a clean exit. See SECURITY.md, "Findings".
 #[test]
 fn nonroot_deep_daemon_chain_does_not_outlive_the_run() {
     daemon(64236, Mode::NonRoot, "daemon_deep");

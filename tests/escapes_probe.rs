@@ -1,14 +1,15 @@
-//! The adversarial suite: the probe (tests/probe) tries every known escape from inside
-//! `openshell-sandbox run` and reports one JSON line per attempt; this file holds the run to
-//! the table in tests/probe/expect.rs, and checks outside the sandbox what the probe cannot see
-//! (signals at the witness, connections at the listeners, processes left behind).
+//! Every known escape from inside `openshell-sandbox run`, tried by the probe (tests/probe):
+//! it reports one JSON line per attempt; this file holds the run to the table in
+//! tests/probe/expect.rs, and checks outside the sandbox what the probe cannot see (signals at
+//! the witness, connections at the listeners, processes left behind). Links left in a workdir
+//! for a later run are tried here too, with the probe as the later run.
 //!
 //! The set runs with the supervisor as root (the child becomes a test uid with every capability
 //! dropped), with the supervisor itself non-root (the child keeps the supervisor's uid, so only
 //! the sandbox separates them), with `--network all`, and with `--uid 0` (root without
-//! capabilities). Resource bombs are in adversarial_bombs.rs.
+//! capabilities). Resource bombs are in escapes_bombs.rs.
 //!
-//! Run: `cargo test --test adversarial` as root. The raw results of each run land in
+//! Run: `cargo test --test escapes_probe` as root. The raw results of each run land in
 //! target/tmp/probe-results/LABEL.jsonl; SECURITY.md holds the table.
 
 mod probe;
@@ -321,11 +322,10 @@ fn run_with_private_dir(scene: &Scene, attempt: &str) -> probe::Outcome {
     probe::launch(scene, Mode::Root, &["--deny", &deny], &args)
 }
 
-/// FINDING (fails today): when a denied path lies below the workdir, expand_grants splits the
-/// workdir's grant into its entries and grants each symlink as its target (src/policy/fs.rs,
-/// `expand_one`). A link `escape -> /` left by an earlier run becomes read-write rules on every
-/// top-level directory except the path to the denied one: the child writes outside its
-/// workdir. See SECURITY.md, "Findings".
+/// When a denied path lies below the workdir, the workdir's grant is split into its entries
+/// (src/policy/fs.rs, `expand_one`), and a symlink among them is skipped, never granted as its
+/// target: a link `escape -> /` left by an earlier run must not become read-write rules on
+/// every top-level directory. See SECURITY.md, "Findings".
 #[test]
 fn symlink_left_in_the_workdir_does_not_widen_a_later_run() {
     if !probe::require_root_and_cc() {
@@ -350,9 +350,10 @@ fn symlink_left_in_the_workdir_does_not_widen_a_later_run() {
     );
 }
 
-/// FINDING (fails today): three links to their own directory make the same expansion
-/// exponential (3^16 walks of the directory, src/policy/fs.rs `expand_one`): the next run
-/// with a denied path below the workdir never gets past preparing its sandbox.
+/// Three links to their own directory, followed, would make the same split exponential
+/// (3^16 walks of the directory, src/policy/fs.rs `expand_one`) and the next run with a denied
+/// path below the workdir would never get past preparing its sandbox; skipped, they cost
+/// nothing.
 #[test]
 fn symlink_loops_left_in_the_workdir_do_not_stall_a_later_run() {
     if !probe::require_root_and_cc() {
