@@ -288,6 +288,17 @@ impl Credentials {
     /// [`Credentials::rewrite`] for a request whose canonical path is known; `to.host` is
     /// lower-case.
     pub fn rewrite_to(&self, s: &str, to: &Dest<'_>) -> Result<Option<String>, CredentialError> {
+        self.rewrite_noting(s, to, &mut Injected::default())
+    }
+
+    /// [`Credentials::rewrite_to`], noting in `noted` each value put in and the placeholder
+    /// it replaced, so that the response can be searched for them.
+    pub fn rewrite_noting(
+        &self,
+        s: &str,
+        to: &Dest<'_>,
+        noted: &mut Injected,
+    ) -> Result<Option<String>, CredentialError> {
         if !s.contains(MARKER) {
             return Ok(None);
         }
@@ -313,6 +324,7 @@ impl Credentials {
                 });
             }
             out.push_str(&secret.value);
+            noted.note(&secret.value, &rest[at..at + MARKER.len() + len]);
             rest = &after[len..];
         }
         out.push_str(rest);
@@ -345,6 +357,17 @@ impl Credentials {
         value: &str,
         to: &Dest<'_>,
     ) -> Result<Option<String>, CredentialError> {
+        self.rewrite_header_noting(value, to, &mut Injected::default())
+    }
+
+    /// [`Credentials::rewrite_header_to`], noting what was put in (for `Basic`, the encoded
+    /// pair too: an upstream repeating the header repeats it encoded).
+    pub fn rewrite_header_noting(
+        &self,
+        value: &str,
+        to: &Dest<'_>,
+        noted: &mut Injected,
+    ) -> Result<Option<String>, CredentialError> {
         if let Some(b64) = value
             .strip_prefix("Basic ")
             .or_else(|| value.strip_prefix("basic "))
@@ -352,13 +375,98 @@ impl Credentials {
             let std = base64::engine::general_purpose::STANDARD;
             if let Ok(raw) = std.decode(b64.trim())
                 && let Ok(text) = String::from_utf8(raw)
-                && let Some(new) = self.rewrite_to(&text, to)?
+                && let Some(new) = self.rewrite_noting(&text, to, noted)?
             {
-                return Ok(Some(format!("Basic {}", std.encode(new))));
+                let encoded = std.encode(new);
+                noted.note(&encoded, b64.trim());
+                return Ok(Some(format!("Basic {encoded}")));
             }
         }
-        self.rewrite_to(value, to)
+        self.rewrite_noting(value, to, noted)
     }
+}
+
+/// The values a request carried out, each with the placeholder (as the client wrote it) it
+/// replaced: what the response is searched for on its way back.
+#[derive(Default, Clone)]
+pub struct Injected(Vec<(Vec<u8>, Vec<u8>)>);
+
+impl std::fmt::Debug for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the values.
+        write!(f, "Injected({})", self.0.len())
+    }
+}
+
+impl Injected {
+    fn note(&mut self, value: &str, placeholder: &str) {
+        if value.is_empty() || self.0.iter().any(|(v, _)| v == value.as_bytes()) {
+            return;
+        }
+        self.0
+            .push((value.as_bytes().to_vec(), placeholder.as_bytes().to_vec()));
+        // Longest first: a value that holds another is replaced whole.
+        self.0.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The longest value's length.
+    pub fn longest(&self) -> usize {
+        self.0.first().map_or(0, |(v, _)| v.len())
+    }
+
+    /// Replace every value in `data[..upto]` (a value may run past `upto` if it starts before)
+    /// by its placeholder; returns the output and where it stopped in `data`.
+    pub fn redact_prefix(&self, data: &[u8], upto: usize) -> (Vec<u8>, usize) {
+        let mut out = Vec::with_capacity(data.len());
+        let mut i = 0;
+        'outer: while i < upto {
+            for (v, p) in &self.0 {
+                if data[i..].starts_with(v) {
+                    out.extend_from_slice(p);
+                    i += v.len();
+                    continue 'outer;
+                }
+            }
+            out.push(data[i]);
+            i += 1;
+        }
+        (out, i)
+    }
+
+    /// Every value in `s` replaced by its placeholder.
+    pub fn redact(&self, s: &[u8]) -> Vec<u8> {
+        self.redact_prefix(s, s.len()).0
+    }
+}
+
+/// Whether `s`, once percent-decoded, holds the marker in any case: a placeholder written
+/// `openshell%3Aresolve%3Aenv%3AKEY` is not replaced, and must not leave either.
+pub fn has_encoded_marker(s: &str) -> bool {
+    if !s.contains('%') {
+        return false;
+    }
+    let b = s.as_bytes();
+    let mut decoded = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            decoded.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        decoded.push(b[i].to_ascii_lowercase());
+        i += 1;
+    }
+    let lower: Vec<u8> = decoded.iter().map(u8::to_ascii_lowercase).collect();
+    has_marker(&lower)
 }
 
 /// The placeholders in `s` shown as `[CREDENTIAL]`, for logs.

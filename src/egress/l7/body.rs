@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use super::super::credentials::{CredentialError, Credentials, Dest, MARKER};
+use super::super::credentials::{CredentialError, Credentials, Dest, Injected, MARKER};
 use super::super::relay::Refusal;
 use super::super::response;
 
@@ -64,6 +64,15 @@ impl Body for ScanBody {
                 {
                     return Poll::Ready(Some(Err(Box::new(PlaceholderInBody))));
                 }
+                // Trailers are not rewritten: one holding a placeholder fails the body too.
+                if let Some(t) = f.trailers_ref()
+                    && t.iter().any(|(k, v)| {
+                        super::super::credentials::has_marker(v.as_bytes())
+                            || super::super::credentials::has_marker(k.as_str().as_bytes())
+                    })
+                {
+                    return Poll::Ready(Some(Err(Box::new(PlaceholderInBody))));
+                }
                 Poll::Ready(Some(Ok(f)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
@@ -83,6 +92,8 @@ impl Body for ScanBody {
 
 /// A body rewritten whole is buffered up to this (`request_body_credential_rewrite`).
 pub const MAX_REWRITE_BODY: usize = 256 * 1024;
+/// ... and must arrive whole within this (408 past it).
+pub const REWRITE_BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Whether a body with these headers may be rewritten: UTF-8 JSON, form or `text/*` (no other
 /// charset), not compressed.
@@ -115,6 +126,7 @@ pub async fn rewrite(
     headers: &mut http::HeaderMap,
     creds: &Credentials,
     to: &Dest<'_>,
+    noted: &mut Injected,
 ) -> Result<super::respond::Body, Refusal> {
     use http_body_util::BodyExt;
     let too_big = || Refusal {
@@ -133,15 +145,28 @@ pub async fn rewrite(
     if declared.is_some_and(|n| n > MAX_REWRITE_BODY as u64) {
         return Err(too_big());
     }
-    let bytes = match http_body_util::Limited::new(body, MAX_REWRITE_BODY)
-        .collect()
-        .await
-    {
-        Ok(c) => c.to_bytes(),
-        Err(_) => return Err(too_big()),
+    // A client that stops sending holds the buffer and the request: it gets a deadline.
+    let collect = http_body_util::Limited::new(body, MAX_REWRITE_BODY).collect();
+    let bytes = match tokio::time::timeout(REWRITE_BODY_DEADLINE, collect).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(_)) => return Err(too_big()),
+        Err(_) => {
+            return Err(Refusal {
+                response: response::json(
+                    408,
+                    "request_body_timeout",
+                    &format!(
+                        "a body to rewrite must arrive whole within {}s",
+                        REWRITE_BODY_DEADLINE.as_secs()
+                    ),
+                    None,
+                ),
+                reason: "request body for credential rewrite did not arrive in time".into(),
+            });
+        }
     };
     let out = match std::str::from_utf8(&bytes) {
-        Ok(text) => match creds.rewrite_to(text, to) {
+        Ok(text) => match creds.rewrite_noting(text, to, noted) {
             Ok(Some(new)) => bytes::Bytes::from(new),
             Ok(None) => bytes,
             Err(e) => {

@@ -7,11 +7,12 @@ use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::super::credentials::{self, CredentialError, Credentials, Dest};
+use super::super::credentials::{self, CredentialError, Credentials, Dest, Injected};
 use super::super::response;
 use super::body::{self, ScanBody};
 use super::event::L7Decision;
 use super::path::{self, PathError};
+use super::redact;
 use super::respond::{self, Body, Denied, from_raw};
 use super::rules::{L7Scope, RequestView, Verdict};
 use super::tunnel::{Closed, Tunnel, Upgrade, UpgradeSlot};
@@ -49,9 +50,15 @@ fn rewrite_head(
     to: &Dest<'_>,
     target: &mut String,
     headers: &mut http::HeaderMap,
+    noted: &mut Injected,
 ) -> Result<bool, CredentialError> {
     let mut injected = false;
-    if let Some(n) = creds.rewrite_to(target, to)? {
+    if credentials::has_encoded_marker(target) {
+        return Err(CredentialError::Unresolvable(
+            "a percent-encoded placeholder in the request target".into(),
+        ));
+    }
+    if let Some(n) = creds.rewrite_noting(target, to, noted)? {
         *target = n;
         injected = true;
     }
@@ -63,7 +70,7 @@ fn rewrite_head(
             }
             continue;
         };
-        if let Some(n) = creds.rewrite_header_to(v, to)? {
+        if let Some(n) = creds.rewrite_header_noting(v, to, noted)? {
             replaced.push((name.clone(), n));
         }
     }
@@ -143,6 +150,29 @@ pub(super) async fn handle(
             return Err(Closed::Path(e));
         }
     };
+    // hyper keeps every Host field and the upstream gets them all: a second one would take
+    // the request (and its credential) to another origin behind a shared front end. HTTP/1.1
+    // answers more than one Host with 400 (RFC 9112, section 3.2).
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    if hosts > 1 {
+        let detail = format!("a request must carry exactly one Host header (it carried {hosts})");
+        let r = Some(detail.clone());
+        t.emit(
+            L7Decision::Deny,
+            &method,
+            "-",
+            &canon.path,
+            r,
+            generation,
+            false,
+        );
+        return Ok(from_raw(&response::json(
+            400,
+            "invalid_host_header",
+            &detail,
+            None,
+        )));
+    }
     let host_ok = req
         .headers()
         .get(header::HOST)
@@ -266,8 +296,25 @@ pub(super) async fn handle(
         path: Some(&canon.path),
     };
     let mut target = canon.target();
-    let injected = match rewrite_head(&creds, &to, &mut target, req.headers_mut()) {
-        Ok(i) => i,
+    let mut noted = Injected::default();
+    let injected = match rewrite_head(&creds, &to, &mut target, req.headers_mut(), &mut noted) {
+        Ok(true) => {
+            if let Err((error, detail)) = refuse_exposure(&method, t) {
+                let r = Some(detail.clone());
+                t.emit(
+                    L7Decision::Deny,
+                    &method,
+                    &rule,
+                    &redacted,
+                    r,
+                    generation,
+                    false,
+                );
+                return Ok(from_raw(&response::json(403, error, &detail, None)));
+            }
+            true
+        }
+        Ok(false) => false,
         Err(e) => {
             let r = Some(e.to_string());
             t.emit(
@@ -307,11 +354,12 @@ pub(super) async fn handle(
         // No compression: every text message must be readable by the relay.
         headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
     }
+    let head_only = parts.method == http::Method::HEAD;
     let rewrite_body = scope
         .select(&canon.path)
         .is_some_and(|(_, e)| e.request_body_credential_rewrite);
     let body = if rewrite_body && body::rewritable(&headers) {
-        match body::rewrite(incoming, &mut headers, &creds, &to).await {
+        match body::rewrite(incoming, &mut headers, &creds, &to, &mut noted).await {
             Ok(b) => b,
             Err(refusal) => {
                 let r = Some(refusal.reason.clone());
@@ -330,6 +378,23 @@ pub(super) async fn handle(
     } else {
         ScanBody::new(incoming).boxed()
     };
+    if !noted.is_empty() {
+        if !injected && let Err((error, detail)) = refuse_exposure(&method, t) {
+            let r = Some(detail.clone());
+            t.emit(
+                L7Decision::Deny,
+                &method,
+                &rule,
+                &redacted,
+                r,
+                generation,
+                false,
+            );
+            return Ok(from_raw(&response::json(403, error, &detail, None)));
+        }
+        // The answer is searched for the values put in: ask for it uncompressed.
+        headers.remove(header::ACCEPT_ENCODING);
+    }
     let mut out = match Request::builder()
         .method(parts.method)
         .uri(target.as_str())
@@ -375,8 +440,32 @@ pub(super) async fn handle(
         });
     }
     let (parts, body) = resp.into_parts();
-    Ok(Response::from_parts(
+    let resp = Response::from_parts(
         parts,
         body.map_err(|e| Box::new(e) as respond::BoxError).boxed(),
-    ))
+    );
+    Ok(redact::response(resp, noted, head_only))
+}
+
+/// Refusals that depend on a value having been put in: TRACE and TRACK send the request back
+/// as the body, and plain HTTP inside a CONNECT to 443 would carry the value in clear text
+/// where the binding meant TLS (a binding for another port names that port on purpose, plain
+/// or not).
+fn refuse_exposure(method: &str, t: &Tunnel) -> Result<(), (&'static str, String)> {
+    if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
+        return Err((
+            "credential_reflection_refused",
+            format!("{method} echoes the request; it may not carry a credential"),
+        ));
+    }
+    if !t.tls && t.dest.port == 443 {
+        return Err((
+            "credential_requires_tls",
+            format!(
+                "a credential for {} goes only inside TLS; this request is plain HTTP",
+                t.dest.display()
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -14,6 +14,7 @@ mod forward;
 mod handle;
 pub mod idle;
 pub mod path;
+mod redact;
 pub mod relay;
 mod respond;
 pub mod rules;
