@@ -1,6 +1,12 @@
 //! The egress proxy against a direct connection to the same upstream, side by side in one
 //! run (as root): connect + first byte p50, a 256 MiB download's throughput, the proxy's CPU
-//! per GiB carried, and the proxy's memory per 1000 idle tunnels.
+//! per GiB carried, and the proxy's memory per 1000 idle tunnels. Then HTTPS through the
+//! proxy's TLS interception against a `tls: skip` tunnel to the same TLS upstream
+//! (`egress_parts/tls.rs`): a 256 MiB download, keep-alive request p50, the first request to
+//! a host the proxy has no leaf for yet, and memory per 1000 open inspected tunnels.
+//!
+//! The proxy runs as `run` and `serve` run it: with the interceptor (a sandbox CA made at
+//! start), so L4 CONNECTs are classified by their first bytes before they become raw tunnels.
 //!
 //! Run: `cargo bench --bench egress` (`make bench` runs it with the others).
 //!
@@ -22,6 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openshell_sandbox::egress::{self, PolicyHandle, ProxyConfig};
+
+#[path = "egress_parts/tls.rs"]
+mod tls;
 use openshell_sandbox::policy::network::NetworkRules;
 use openshell_sandbox::policy::openshell::from_yaml;
 
@@ -33,13 +42,20 @@ const BULK_BYTES: usize = 256 << 20;
 
 // ---- the client (re-executed) ---------------------------------------------------------------
 
+/// The second proxy, whose identity lookup is a given caller: the proxy's own cost apart.
+const FIXED_PROXY: &str = "10.200.0.2:3128";
+
 fn dial(proxied: bool, port: u16) -> TcpStream {
-    if !proxied {
+    dial_via(proxied.then_some("10.200.0.1:3128"), port)
+}
+
+fn dial_via(proxy: Option<&str>, port: u16) -> TcpStream {
+    let Some(proxy) = proxy else {
         let s = TcpStream::connect(SocketAddr::new(UPSTREAM.into(), port)).unwrap();
         s.set_nodelay(true).unwrap();
         return s;
-    }
-    let mut s = TcpStream::connect("10.200.0.1:3128").unwrap();
+    };
+    let mut s = TcpStream::connect(proxy).unwrap();
     s.set_nodelay(true).unwrap();
     write!(
         s,
@@ -66,13 +82,17 @@ fn dial(proxied: bool, port: u16) -> TcpStream {
 }
 
 fn client(args: &[String]) {
-    let proxied = args.get(1).map(String::as_str) == Some("proxy");
+    let via = match args.get(1).map(String::as_str) {
+        Some("proxy") | Some("scan") => Some("10.200.0.1:3128"),
+        Some("fixed") => Some(FIXED_PROXY),
+        _ => None,
+    };
     match args[0].as_str() {
         "lat" => {
             let n: usize = args[2].parse().unwrap();
             for _ in 0..n {
                 let t = Instant::now();
-                let mut s = dial(proxied, ECHO);
+                let mut s = dial_via(via, ECHO);
                 s.write_all(b"x").unwrap();
                 let mut b = [0u8; 1];
                 s.read_exact(&mut b).unwrap();
@@ -80,8 +100,10 @@ fn client(args: &[String]) {
             }
         }
         "bulk" => {
-            let mut s = dial(proxied, BULK);
+            let mut s = dial_via(via, BULK);
             let t = Instant::now();
+            // The client speaks first, as over any CONNECT the proxy classifies.
+            s.write_all(b"x").unwrap();
             let mut buf = vec![0u8; 1 << 16];
             let mut total = 0usize;
             loop {
@@ -101,6 +123,7 @@ fn client(args: &[String]) {
             let mut line = String::new();
             let _ = std::io::stdin().read_line(&mut line);
         }
+        "tls" => tls::client(&args[1..]),
         other => panic!("client mode {other}"),
     }
 }
@@ -173,6 +196,15 @@ fn rss_kib() -> u64 {
         .unwrap()
 }
 
+/// Events dropped: the bench measures the proxy, not the log.
+struct Quiet;
+
+impl egress::EventSink for Quiet {
+    fn emit(&self, _: &egress::NetEvent) {}
+
+    fn emit_l7(&self, _: &egress::L7Event) {}
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -207,6 +239,10 @@ async fn upstream() {
             let (mut s, _) = bulk.accept().await.unwrap();
             let chunk = chunk.clone();
             tokio::spawn(async move {
+                let mut b = [0u8; 1];
+                if s.read_exact(&mut b).await.is_err() {
+                    return;
+                }
                 for _ in 0..BULK_BYTES / chunk.len() {
                     if s.write_all(&chunk).await.is_err() {
                         return;
@@ -234,10 +270,70 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
-    std::thread::spawn(move || world(quick)).join().unwrap();
+    set_subreaper(true);
+    // The upstream's CA joins the system bundle, in a mount namespace of this process's own
+    // (made while it has one thread), so that the proxy trusts it as it would any root.
+    let (up_ca, up_tls) = tls::upstream_config();
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("bundle.pem");
+    let mut b = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();
+    b.push('\n');
+    b.push_str(&up_ca);
+    std::fs::write(&bundle, b).unwrap();
+    std::fs::write(tmp.path().join("upstream-ca.pem"), &up_ca).unwrap();
+    bind_over(&bundle, SYSTEM_BUNDLE);
+    let dir = tmp.path().to_path_buf();
+    std::thread::spawn(move || world(quick, &dir, up_tls))
+        .join()
+        .unwrap();
 }
 
-fn world(quick: bool) {
+/// Make this process its orphans' subreaper, as `run` and `serve` make the supervisor (the
+/// identity lookup then walks its descendants), or not (it reads all of /proc).
+fn set_subreaper(on: bool) {
+    // SAFETY: prctl with integer arguments.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, on as libc::c_ulong, 0, 0, 0) };
+    assert_eq!(r, 0);
+}
+
+const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Bind `src` over `dst` in a private mount namespace of this (still single-threaded) process.
+fn bind_over(src: &std::path::Path, dst: &str) {
+    use std::ffi::CString;
+    let (s, d) = (
+        CString::new(src.as_os_str().as_encoded_bytes()).unwrap(),
+        CString::new(dst).unwrap(),
+    );
+    // SAFETY: raw syscalls on valid C strings; the process has one thread here.
+    unsafe {
+        assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0);
+        assert_eq!(
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null()
+            ),
+            0
+        );
+        assert_eq!(
+            libc::mount(
+                s.as_ptr(),
+                d.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null()
+            ),
+            0,
+            "{}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) {
     let host = ns_ino("/proc/self/ns/net");
     // SAFETY: unshare affects this thread only: the outer namespace.
     assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
@@ -257,6 +353,7 @@ fn world(quick: bool) {
         .build()
         .unwrap();
     up_rt.spawn(upstream());
+    up_rt.spawn(tls::upstream(UPSTREAM, up_tls));
     let proxy_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("egress-proxy")
@@ -271,35 +368,45 @@ fn world(quick: bool) {
     })
     .join()
     .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let hosts = tmp.path().join("hosts");
-    std::fs::write(&hosts, "192.88.99.10 up.test\n").unwrap();
+    let hosts = dir.join("hosts");
+    let mut names = "192.88.99.10 up.test secure.bench raw.bench\n".to_string();
+    for i in 0..tls::NEW_HOSTS {
+        names.push_str(&format!("192.88.99.10 n{i}.new.bench\n"));
+    }
+    std::fs::write(&hosts, names).unwrap();
     let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+    let p = tls::TLS_PORT;
     let yaml = format!(
-        "version: 1\nnetwork_policies:\n  bench:\n    endpoints: [{{host: up.test, ports: [{ECHO}, {BULK}, {IDLE}]}}]\n    binaries: [{{path: \"{}\"}}]\n",
+        "version: 1\nnetwork_policies:\n  bench:\n    endpoints:\n      - {{host: up.test, ports: [{ECHO}, {BULK}, {IDLE}]}}\n      - {{host: secure.bench, port: {p}}}\n      - {{host: raw.bench, port: {p}, tls: skip}}\n      - {{host: \"*.new.bench\", port: {p}}}\n    binaries: [{{path: \"{}\"}}]\n",
         me.display()
     );
     let rules = NetworkRules::compile(&from_yaml(&yaml).unwrap().network_policies).unwrap();
     let socks = egress::netns::open_in(inner.as_fd(), egress::netns::PROXY_ADDR).unwrap();
     let identity = Arc::new(egress::procfs::ProcIdentity::new(inner.as_fd(), socks.diag).unwrap());
     let resolver = Arc::new(egress::SandboxResolver {
-        hosts: Some(hosts),
+        hosts: Some(hosts.clone()),
         system: false,
     });
     let proxy = {
         let _g = proxy_rt.enter();
-        struct Quiet;
-        impl egress::EventSink for Quiet {
-            fn emit(&self, _: &egress::NetEvent) {}
-        }
+        // As run and serve start it: the sandbox CA, the system roots upstream.
+        let ca = Arc::new(egress::tls::SandboxCa::generate().unwrap());
+        std::fs::write(dir.join("sandbox-ca.pem"), ca.cert_pem()).unwrap();
+        let up = Arc::new(egress::tls::Upstream::system().unwrap());
+        let counters = Arc::new(egress::Counters::default());
+        let interceptor =
+            egress::Interceptor::new(ca, up, egress::Credentials::default(), Arc::new(Quiet))
+                .counted(counters.clone());
         let cfg = ProxyConfig {
             max_connections: 4096,
             max_per_exec: 2048,
+            inspector: Some(Arc::new(interceptor)),
+            counters,
             ..ProxyConfig::default()
         };
         egress::Proxy::start(
             socks.listener,
-            PolicyHandle::new(rules),
+            PolicyHandle::new(rules.clone()),
             identity,
             resolver,
             Arc::new(Quiet),
@@ -307,23 +414,74 @@ fn world(quick: bool) {
         )
         .unwrap()
     };
+    // The same proxy with the caller given: what the identity lookup (a scan of /proc for the
+    // socket's owners) costs shows as the difference.
+    let fixed = {
+        let _g = proxy_rt.enter();
+        let socks = egress::netns::open_in(inner.as_fd(), FIXED_PROXY.parse().unwrap()).unwrap();
+        let caller = egress::Caller {
+            pid: 1,
+            exe: me.display().to_string(),
+            ancestors: Vec::new(),
+            cmdline_paths: Vec::new(),
+            exec: egress::ExecKey(1),
+            ..Default::default()
+        };
+        let ca = Arc::new(egress::tls::SandboxCa::generate().unwrap());
+        let up = Arc::new(egress::tls::Upstream::system().unwrap());
+        let interceptor =
+            egress::Interceptor::new(ca, up, egress::Credentials::default(), Arc::new(Quiet));
+        egress::Proxy::start(
+            socks.listener,
+            PolicyHandle::new(rules.clone()),
+            Arc::new(egress::FixedCaller(caller)),
+            Arc::new(egress::SandboxResolver {
+                hosts: Some(hosts.clone()),
+                system: false,
+            }),
+            Arc::new(Quiet),
+            ProxyConfig {
+                inspector: Some(Arc::new(interceptor)),
+                ..ProxyConfig::default()
+            },
+        )
+        .unwrap()
+    };
     std::thread::sleep(Duration::from_millis(200));
 
     // Connect + first byte: interleaved rounds.
     let (rounds, per) = if quick { (3, 50) } else { (7, 200) };
-    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    // "scan" is the same proxy as "proxy" with this process not a subreaper, so the lookup
+    // reads all of /proc for the sandbox's processes instead of walking its descendants (as
+    // before the walk).
+    let (mut direct, mut proxied, mut given, mut scanned) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let per_s = per.to_string();
     for _ in 0..rounds {
-        for (side, v) in [("direct", &mut direct), ("proxy", &mut proxied)] {
-            let inner = (side == "proxy").then_some(&inner);
+        for (side, v) in [
+            ("direct", &mut direct),
+            ("proxy", &mut proxied),
+            ("fixed", &mut given),
+            ("scan", &mut scanned),
+        ] {
+            let inner = (side != "direct").then_some(&inner);
+            set_subreaper(side != "scan");
             let out = run_client(inner, &["lat", side, &per_s]);
             v.extend(out.lines().map(|l| l.parse::<f64>().unwrap() / 1000.0));
         }
     }
-    let (d50, p50) = (median(&mut direct), median(&mut proxied));
+    set_subreaper(true);
+    let (d50, p50, g50, s50) = (
+        median(&mut direct),
+        median(&mut proxied),
+        median(&mut given),
+        median(&mut scanned),
+    );
     println!(
-        "connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs ({} samples each)",
+        "connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs; with the caller given (no lookup) {g50:.0} µs, overhead {:.0} µs; with the lookup reading all of /proc {s50:.0} µs, overhead {:.0} µs ({} samples each)",
         p50 - d50,
+        g50 - d50,
+        s50 - d50,
         direct.len()
     );
 
@@ -375,5 +533,111 @@ fn world(quick: bool) {
         "{n} idle tunnels ({open} open at the proxy): supervisor RSS +{:.1} MiB",
         (after.saturating_sub(before)) as f64 / 1024.0
     );
+    https(quick, dir, &inner, &proxy);
+    proxy_rt.block_on(fixed.shutdown());
     proxy_rt.block_on(proxy.shutdown());
+}
+
+/// HTTPS through interception (`secure.bench`) against `tls: skip` (`raw.bench`).
+fn https(quick: bool, dir: &std::path::Path, inner: &OwnedFd, proxy: &egress::ProxyHandle) {
+    let sandbox_ca = dir.join("sandbox-ca.pem");
+    let upstream_ca = dir.join("upstream-ca.pem");
+    let (sca, uca) = (sandbox_ca.to_str().unwrap(), upstream_ca.to_str().unwrap());
+    let sides = [("secure.bench", sca), ("raw.bench", uca)];
+    let nums = |out: String| -> Vec<f64> {
+        out.lines()
+            .map(|l| l.split_whitespace().next().unwrap().parse::<f64>().unwrap())
+            .collect()
+    };
+
+    // Keep-alive requests on one tunnel each, interleaved rounds.
+    let (rounds, per) = if quick { (3, 100) } else { (7, 400) };
+    let (mut ti, mut ts) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        for ((host, roots), v) in sides.iter().zip([&mut ti, &mut ts]) {
+            let out = run_client(Some(inner), &["tls", "ka", host, roots, &per.to_string()]);
+            v.extend(nums(out).into_iter().map(|n| n / 1000.0));
+        }
+    }
+    let (i50, s50) = (median(&mut ti), median(&mut ts));
+    println!(
+        "HTTPS keep-alive request p50: tls: skip {s50:.0} µs, intercepted {i50:.0} µs, overhead {:.0} µs ({} samples each)",
+        i50 - s50,
+        ti.len()
+    );
+
+    // 256 MiB over HTTPS, interleaved.
+    let runs = if quick { 2 } else { 5 };
+    let (mut bi, mut bs) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for ((host, roots), v) in sides.iter().zip([&mut bi, &mut bs]) {
+            let out = run_client(Some(inner), &["tls", "bulk", host, roots]);
+            let f: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            assert_eq!(f[1] as usize, tls::BULK_BYTES);
+            v.push(f[0] / 1e9);
+        }
+    }
+    let mib = (tls::BULK_BYTES >> 20) as f64;
+    let (im, sm) = (median(&mut bi), median(&mut bs));
+    println!(
+        "HTTPS 256 MiB download: tls: skip {:.0} MiB/s, intercepted {:.0} MiB/s, ratio {:.2}",
+        mib / sm,
+        mib / im,
+        sm / im
+    );
+
+    // The first request on a fresh tunnel: to a host with no leaf yet (signed now), to one
+    // whose leaf is cached, and through tls: skip; interleaved in batches.
+    let batches = if quick { 4 } else { 10 };
+    let per = tls::NEW_HOSTS / batches;
+    let (mut new, mut cached, mut skip) = (Vec::new(), Vec::new(), Vec::new());
+    for b in 0..batches {
+        let hosts: Vec<String> = (b * per..(b + 1) * per)
+            .map(|i| format!("n{i}.new.bench"))
+            .collect();
+        let mut args = vec!["tls", "first", sca];
+        args.extend(hosts.iter().map(String::as_str));
+        new.extend(nums(run_client(Some(inner), &args)));
+        let mut args = vec!["tls", "first", sca];
+        args.extend(std::iter::repeat_n("secure.bench", per));
+        cached.extend(nums(run_client(Some(inner), &args)));
+        let mut args = vec!["tls", "first", uca];
+        args.extend(std::iter::repeat_n("raw.bench", per));
+        skip.extend(nums(run_client(Some(inner), &args)));
+    }
+    let ms = |v: &mut Vec<f64>| median(v) / 1e6;
+    let (n50, c50, s50) = (ms(&mut new), ms(&mut cached), ms(&mut skip));
+    println!(
+        "HTTPS first request on a fresh tunnel p50: tls: skip {s50:.2} ms, intercepted (leaf cached) {c50:.2} ms, intercepted to a new host {n50:.2} ms: leaf signing {:.2} ms, new host over skip {:.2} ms ({} hosts)",
+        n50 - c50,
+        n50 - s50,
+        new.len()
+    );
+
+    // Open inspected tunnels: one request each, then held (keep-alive, idle).
+    let n = 1000;
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_kib();
+    let mut holder = client_cmd(
+        Some(inner),
+        &["tls", "hold", "secure.bench", sca, &n.to_string()],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), format!("READY {n}"));
+    std::thread::sleep(Duration::from_secs(1));
+    let open = proxy.open_connections();
+    let after = rss_kib();
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    println!(
+        "{n} open inspected tunnels ({open} open at the proxy): supervisor RSS +{:.1} MiB",
+        (after.saturating_sub(before)) as f64 / 1024.0
+    );
 }

@@ -56,6 +56,10 @@ struct Report {
     /// With `--explain`: the network rules the egress proxy keeps, one line each.
     #[serde(skip_serializing_if = "Option::is_none")]
     network_rules: Option<Vec<String>>,
+    /// With `--explain`: each `--credential` and where the proxy would send it (never a
+    /// value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credentials: Option<Vec<String>>,
     /// Whether programs would start in the sandbox: the command given after `--`, or the
     /// system's shell, env and dynamic loader where the policy grants them.
     programs: Vec<ProgramCheck>,
@@ -193,6 +197,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // private tmpfs, refused as a workdir.
     let bare = BareWorkdir::new(args.flags.workdir.is_none());
     let mut network_rules = None;
+    let mut credentials = None;
     let mut proxy_rules = None;
     let loaded = run::load_policy(
         &args.flags,
@@ -206,6 +211,13 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let policy = match loaded {
         Ok(loaded) => {
             network_rules = loaded.network.as_ref().map(crate::exec::egress::describe);
+            if !args.credential.is_empty() {
+                let c = crate::exec::egress::run_credentials(
+                    &args.credential,
+                    loaded.network.as_ref(),
+                )?;
+                credentials = Some(crate::exec::credential_flags::describe(&c));
+            }
             proxy_rules = loaded
                 .network
                 .as_ref()
@@ -362,6 +374,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         landlock_rules,
         seccomp_rules,
         network_rules: args.explain.then(|| network_rules.unwrap_or_default()),
+        credentials: credentials.filter(|_| args.explain),
         programs,
         programs_start,
     };
@@ -541,6 +554,14 @@ fn print_human(report: &Report, source: &str) {
             for r in rules {
                 println!("  {r}");
             }
+        }
+    }
+    if let Some(creds) = &report.credentials {
+        println!(
+            "credentials (name -> where the proxy puts its value; children hold a placeholder):"
+        );
+        for c in creds {
+            println!("  {c}");
         }
     }
     if !report.programs.is_empty() {

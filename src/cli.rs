@@ -81,6 +81,13 @@ pub struct RunArgs {
     #[arg(long = "allow-net", value_name = "HOST[:PORT][,BINARY]", help_heading = ISOLATION)]
     pub allow_net: Vec<String>,
 
+    /// A credential the egress proxy holds for the run (repeatable): its value is read from
+    /// our variable NAME and never enters the sandbox; the command's NAME is a placeholder the
+    /// proxy replaces only in requests to HOST:PORT (default 443), which a network rule must
+    /// allow. Without @HOST, the policy's `credential_binding: {provider: NAME}` says where.
+    #[arg(long = "credential", value_name = "NAME@HOST[:PORT]", help_heading = ISOLATION)]
+    pub credential: Vec<String>,
+
     /// Make a fresh, empty read-write scratch directory, export it as TMPDIR, remove it afterwards.
     #[arg(long, help_heading = ISOLATION)]
     pub scratch: bool,
@@ -413,6 +420,11 @@ pub struct CheckArgs {
     /// A network rule, as for `run --allow-net` (repeatable).
     #[arg(long = "allow-net", value_name = "HOST[:PORT][,BINARY]", help_heading = ISOLATION)]
     pub allow_net: Vec<String>,
+
+    /// A credential, as for `run --credential` (repeatable): `--explain` lists its bindings,
+    /// never its value.
+    #[arg(long = "credential", value_name = "NAME@HOST[:PORT]", help_heading = ISOLATION)]
+    pub credential: Vec<String>,
 
     /// Answer whether the egress proxy would let a connection to HOST:PORT through, and why
     /// (exit 0 allowed, 1 denied), from the policy's network rules, without a run. The

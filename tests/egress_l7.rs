@@ -11,218 +11,42 @@ mod egress_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
-use egress_support::l7_servers::L7Upstream;
+use egress_support::l7::*;
 use egress_support::*;
-use openshell_sandbox::egress::tls::{self, SandboxCa};
-use openshell_sandbox::egress::{Binding, Credentials, Interceptor, L7Decision, ProxyConfig};
+use openshell_sandbox::egress::L7Decision;
 
-const RULES: &str = r#"
-  api_ro:
-    endpoints:
-      - host: api.test
-        port: 8180
-        protocol: rest
-        enforcement: enforce
-        access: read-only
-        deny_rules:
-          - method: GET
-            path: "/admin/**"
-    binaries: [{path: /t/bin/probe-a}, {path: CURL}]
-  api_rules:
-    endpoints:
-      - host: rules.test
-        port: 8180
-        protocol: rest
-        enforcement: enforce
-        rules:
-          - allow: {method: GET, path: "/repos/*/issues"}
-          - allow: {method: GET, path: /download, query: {tag: "v1.*"}}
-        deny_rules:
-          - {method: GET, path: /download, query: {tag: "*-rc*"}}
-    binaries: [{path: CURL}, {path: /t/bin/probe-a}]
-  api_audit:
-    endpoints:
-      - {host: audit.test, port: 8180, protocol: rest, access: read-only}
-    binaries: [{path: CURL}]
-  slashes:
-    endpoints:
-      - {host: gitlab.test, port: 8180, protocol: rest, enforcement: enforce, access: full, allow_encoded_slash: true}
-    binaries: [{path: CURL}]
-  tls_l4:
-    endpoints:
-      - {host: secure.test, port: 9443}
-      - {host: cred.test, port: 9443}
-    binaries: [{path: CURL}, {path: PYTHON}, {path: GIT_HTTP}, {path: NODE}]
-  tls_l7:
-    endpoints:
-      - {host: secure-api.test, port: 9443, protocol: rest, enforcement: enforce, access: read-only}
-    binaries: [{path: CURL}]
-  tls_raw:
-    endpoints:
-      - {host: raw.test, port: 9443, tls: skip}
-      - {host: rawcred.test, port: 9443, tls: skip}
-    binaries: [{path: CURL}, {path: /t/bin/probe-a}]
+/// One tunnel: a request, three quiet seconds, a second request, then a head that stalls
+/// half-way; prints both status lines and how long the stalled head was held.
+const KEEP_ALIVE: &str = r#"
+import socket, time
+s = socket.create_connection(("10.200.0.1", 3128))
+s.sendall(b"CONNECT api.test:8180 HTTP/1.1\r\nHost: api.test:8180\r\n\r\n")
+f = s.makefile("rb")
+assert f.readline().startswith(b"HTTP/1.1 200"); f.readline()
+def get(path):
+    s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: api.test:8180\r\n\r\n")
+    line = f.readline().decode().strip()
+    n = 0
+    while True:
+        h = f.readline()
+        if h in (b"\r\n", b""): break
+        if h.lower().startswith(b"content-length:"): n = int(h.split(b":")[1])
+    f.read(n)
+    print(line, flush=True)
+get(b"/c")
+time.sleep(3)
+get(b"/d")
+s.sendall(b"GET /e HTTP/1.1\r\nHo")
+t = time.time()
+s.settimeout(20)
+try:
+    gone = s.recv(1) == b""
+except OSError:
+    gone = True
+print("closed" if gone else "data", round(time.time() - t, 2), flush=True)
 "#;
-
-/// The kernel's path of a program found on PATH.
-fn real_path(program: &str) -> Option<PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    (!p.is_empty())
-        .then(|| std::fs::canonicalize(p).ok())
-        .flatten()
-}
-
-fn python() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sys,os;print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    p.is_file().then_some(p)
-}
-
-/// git runs HTTPS through its `git-remote-https` helper, the process that connects.
-fn git_http() -> Option<PathBuf> {
-    let out = Command::new("git").arg("--exec-path").output().ok()?;
-    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    std::fs::canonicalize(dir.join("git-remote-https")).ok()
-}
-
-fn need(name: &str, p: Option<PathBuf>) -> Option<PathBuf> {
-    if p.is_none() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!(
-                "required for this test but absent: {name} (CI=true turns this skip into a failure)"
-            );
-        }
-        eprintln!("SKIPPED: {name} is not installed");
-    }
-    p
-}
-
-const SECRET: &str = "ghp_REAL_VALUE_1f2e3d";
-
-/// One world with the interceptor, the test upstreams and the CA files for the child.
-struct L7 {
-    up: Arc<L7Upstream>,
-    ca: Arc<SandboxCa>,
-    tls_dir: PathBuf,
-    curl: PathBuf,
-    creds_env: Vec<(String, String)>,
-}
-
-fn start(w: &mut World, curl: &Path) -> L7 {
-    start_timed(w, curl, Duration::from_secs(10))
-}
-
-fn start_timed(w: &mut World, curl: &Path, head_timeout: Duration) -> L7 {
-    let up = w.rt.block_on(L7Upstream::start());
-    let ca = Arc::new(SandboxCa::generate().unwrap());
-    let tls_dir = w.tmp.path().join("openshell-tls");
-    std::fs::create_dir_all(&tls_dir).unwrap();
-    let files = ca.files(Path::new("/"));
-    std::fs::write(tls_dir.join(tls::CA_FILE), &files.ca_pem).unwrap();
-    std::fs::write(tls_dir.join(tls::BUNDLE_FILE), &files.bundle_pem).unwrap();
-    std::fs::write(tls_dir.join("upstream-ca.pem"), &up.ca_pem).unwrap();
-    let mut creds = Credentials::new(3, &"0f".repeat(32));
-    creds.insert(
-        "GITHUB_TOKEN",
-        SECRET.to_string(),
-        vec![
-            Binding {
-                host: "cred.test".into(),
-                port: 9443,
-            },
-            Binding {
-                host: "rawcred.test".into(),
-                port: 9443,
-            },
-        ],
-    );
-    let creds_env = creds.child_env();
-    let upstream = Arc::new(tls::Upstream::system_and_test_roots(&up.ca_pem).unwrap());
-    let events: Arc<dyn openshell_sandbox::egress::EventSink> = w.events.clone();
-    let mut interceptor = Interceptor::new(ca.clone(), upstream, Arc::new(creds), events);
-    interceptor.head_timeout = head_timeout;
-    let config = ProxyConfig {
-        inspector: Some(Arc::new(interceptor)),
-        ..ProxyConfig::default()
-    };
-    let opt =
-        |p: Option<PathBuf>| p.map_or("/nonexistent".to_string(), |p| p.display().to_string());
-    let rules = RULES
-        .replace("CURL", &curl.display().to_string())
-        .replace("PYTHON", &opt(python()))
-        .replace("GIT_HTTP", &opt(git_http()))
-        .replace("NODE", &opt(real_path("node")));
-    w.start(&rules, config);
-    L7 {
-        up,
-        ca,
-        tls_dir,
-        curl: curl.to_path_buf(),
-        creds_env,
-    }
-}
-
-impl L7 {
-    /// A command in the sandbox with the proxy, CA and credential variables a child gets.
-    fn cmd(&self, w: &World, program: &Path) -> Command {
-        let mut c = w.in_sandbox(program);
-        for (k, v) in tls::ca_env(self.tls_dir.to_str().unwrap()) {
-            c.env(k, v);
-        }
-        for (k, v) in &self.creds_env {
-            c.env(k, v);
-        }
-        c
-    }
-
-    /// curl with `args`; stdout (`-i`: the head and the body), and its exit code.
-    fn curl(&self, w: &World, args: &[&str]) -> (String, i32) {
-        let mut c = self.cmd(w, &self.curl);
-        c.args(["-s", "-i", "--max-time", "20"]).args(args);
-        c.stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let out = c.output().unwrap();
-        (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            out.status.code().unwrap_or(-1),
-        )
-    }
-}
-
-fn curl_or_skip() -> Option<PathBuf> {
-    if !require() {
-        return None;
-    }
-    need("curl", real_path("curl"))
-}
-
-/// The last response of curl's `-i` output: (status line, head, body).
-fn last_response(out: &str) -> (String, String, String) {
-    let at = out
-        .rfind("HTTP/1.1 ")
-        .unwrap_or_else(|| panic!("no response: {out:?}"));
-    split_response(&out[at..])
-}
-
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
 
 #[test]
 fn rest_in_a_connect_tunnel_keep_alive_allow_deny_and_deny_rules() {
@@ -311,6 +135,24 @@ fn rest_in_a_connect_tunnel_keep_alive_allow_deny_and_deny_rules() {
             .filter(|e| e.decision == L7Decision::Deny)
             .count();
         assert_eq!(denies, 3);
+        // Six requests over four tunnels of one revision: its rules were compiled once.
+        assert_eq!(l.interceptor.compilations(), 1);
+        let rules = w.rules(
+            &RULES
+                .replace("CURL", &l.curl.display().to_string())
+                .replace("PYTHON", "/nonexistent")
+                .replace("GIT_HTTP", "/nonexistent")
+                .replace("NODE", "/nonexistent")
+                .replace("ws.test", "ws2.test"),
+        );
+        w.policy().publish(rules);
+        let (out, _) = l.curl(w, &["-p", "http://api.test:8180/again"]);
+        assert_eq!(last_response(&out).0, "HTTP/1.1 200 OK", "{out}");
+        assert_eq!(
+            l.interceptor.compilations(),
+            2,
+            "and once more for the new revision"
+        );
     });
 }
 
@@ -783,23 +625,31 @@ fn relay_limits_a_16_kib_header_block_and_an_idle_keep_alive() {
             "{out:.300}"
         );
         assert_eq!(l.up.requests(), ["GET /a HTTP/1.1"]);
-        // A keep-alive tunnel that goes quiet after a request is closed after the head
-        // timeout, not held for ever.
-        let start = std::time::Instant::now();
-        let out = w.probe(
-            "probe-a",
-            &[
-                "--hold",
-                connect,
-                "GET /c HTTP/1.1\\r\\nHost: api.test:8180\\r\\n\\r\\n",
-            ],
+        // A keep-alive tunnel that goes quiet between requests stays open past the head
+        // timeout (the idle timeout applies there, as to a raw tunnel); a head that stalls
+        // half-way is closed after the head timeout.
+        let py = python().expect("python3");
+        let mut c = w.in_sandbox(&py);
+        c.args(["-c", KEEP_ALIVE]);
+        let out = output(c, Duration::from_secs(60));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert_eq!(lines[0], "HTTP/1.1 200 OK", "{out}");
+        assert_eq!(
+            lines[1], "HTTP/1.1 200 OK",
+            "the second request after 3 s: {out}"
         );
-        assert!(out.contains("HTTP/1.1 200 OK"), "{out}");
-        assert!(out.trim_end().ends_with("CLOSED eof"), "{out}");
+        let (what, secs) = lines[2].split_once(' ').unwrap();
+        assert_eq!(what, "closed", "{out}");
+        let secs: f64 = secs.parse().unwrap();
         assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "{:?}",
-            start.elapsed()
+            (0.8..6.0).contains(&secs),
+            "a stalled head closes after ~1 s: {out}"
+        );
+        assert_eq!(
+            &l.up.requests()[1..],
+            ["GET /c HTTP/1.1", "GET /d HTTP/1.1"],
+            "the stalled head never reached the upstream"
         );
         // A tunnel that never sends its first byte is closed too.
         let start = std::time::Instant::now();

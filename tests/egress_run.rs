@@ -159,7 +159,7 @@ python3 -c \"{DIRECT}\""
             serde_json::from_slice(&std::fs::read(work.join("report.json")).unwrap()).unwrap();
         assert_eq!(
             report["egress"],
-            serde_json::json!({"allowed": 1, "denied": 1})
+            serde_json::json!({"allowed": 1, "denied": 1, "requests": {"allowed": 0, "audited": 0, "denied": 0}})
         );
         // The local shorthand of each decision.
         let stderr = text(&out.stderr);

@@ -94,14 +94,7 @@ fn any_target() {
 fn store() -> Credentials {
     let mut c = Credentials::new(2, &"a1".repeat(32));
     for (k, v) in [("TOKEN", "real-token"), ("K_2", "v2:with:colons")] {
-        c.insert(
-            k,
-            v.to_string(),
-            vec![Binding {
-                host: "bound.test".into(),
-                port: 443,
-            }],
-        );
+        c.insert(k, v.to_string(), vec![Binding::new("bound.test", 443)]);
     }
     c
 }

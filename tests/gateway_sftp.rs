@@ -369,6 +369,7 @@ async fn with_provider_env(opts: SupOpts) -> (TestGateway, Supervisor) {
         .collect(),
         non_secret: vec!["API_URL".into(), "HOME".into()],
         static_keys: vec!["STATIC_TOKEN".into()],
+        ..Default::default()
     };
     let mut sup = Supervisor::start(&gw, opts);
     gw.wait_ready(&mut sup).await;
@@ -376,7 +377,7 @@ async fn with_provider_env(opts: SupOpts) -> (TestGateway, Supervisor) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn provider_env_gives_children_only_non_secret_keys() {
+async fn provider_env_gives_children_placeholders_for_secrets() {
     let user_env = r#"{"FOO":"bar","HOME":"/user-home","OPENSHELL_INTERNAL":"no"}"#;
     let opts = SupOpts {
         env: vec![("OPENSHELL_USER_ENVIRONMENT".into(), user_env.into())],
@@ -390,6 +391,12 @@ async fn provider_env_gives_children_only_non_secret_keys() {
     assert!(has("OPENSHELL_SANDBOX=1"), "{env}");
     // Provider env is the last step, over the user environment, over the defaults.
     assert!(has("HOME=/provider-home"), "{env}");
+    // Secrets stay in the supervisor's proxy: children hold OpenShell's placeholders.
+    assert!(has("API_KEY=openshell:resolve:env:API_KEY"), "{env}");
+    assert!(
+        has("STATIC_TOKEN=openshell:resolve:env:STATIC_TOKEN"),
+        "{env}"
+    );
     assert!(
         !env.contains("sk-secret-value") && !env.contains("static-secret"),
         "{env}"
@@ -399,7 +406,7 @@ async fn provider_env_gives_children_only_non_secret_keys() {
     assert!(!req.is_empty());
     assert!(
         req.iter()
-            .all(|r| r.sandbox_id == SANDBOX_ID && !r.supports_static_credential_bindings)
+            .all(|r| r.sandbox_id == SANDBOX_ID && r.supports_static_credential_bindings)
     );
 }
 

@@ -9,22 +9,88 @@
 //! `[A-Za-z0-9_]+`.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use base64::Engine;
+
+use crate::policy::network::Glob;
 
 /// What every placeholder starts with.
 pub const MARKER: &str = "openshell:resolve:env:";
 
-/// Where one credential may go: a host (exact, case-insensitive) and a port.
+/// Where one credential may go: a host (exact and case-insensitive, or a glob of the policy's
+/// host syntax such as `*.example.com`), a port, and optionally a path glob (`/v1/**`; empty:
+/// any path), matched against the canonical request path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Binding {
     pub host: String,
     pub port: u16,
+    pub path: String,
+}
+
+impl Binding {
+    /// Any path of `host:port`.
+    pub fn new(host: impl Into<String>, port: u16) -> Binding {
+        Binding {
+            host: host.into(),
+            port,
+            path: String::new(),
+        }
+    }
+}
+
+/// A binding as the store matches it, its globs compiled once.
+struct Bound {
+    binding: Binding,
+    host: Option<Glob>,
+    path: Option<Glob>,
+}
+
+impl Bound {
+    fn new(b: Binding) -> Bound {
+        let host = b.host.to_ascii_lowercase();
+        let glob = |s: &str, d| (s.contains('*')).then(|| Glob::new(s, d).ok()).flatten();
+        Bound {
+            host: glob(&host, b'.'),
+            path: glob(&b.path, b'/'),
+            binding: Binding { host, ..b },
+        }
+    }
+
+    fn matches(&self, to: &Dest<'_>) -> bool {
+        if self.binding.port != to.port {
+            return false;
+        }
+        let host_ok = match &self.host {
+            Some(g) => g.matches(to.host),
+            None => self.binding.host == to.host,
+        };
+        let path_ok = match (self.binding.path.as_str(), to.path) {
+            ("" | "**" | "/**", _) => true,
+            (_, None) => false,
+            (p, Some(path)) => match &self.path {
+                Some(g) => g.matches(path),
+                None => p == path,
+            },
+        };
+        host_ok && path_ok
+    }
+}
+
+/// Where a request goes, as the bindings are matched: the host (lower-case), the port and the
+/// canonical path (`None`: not known, so only bindings without a path match).
+#[derive(Debug, Clone, Copy)]
+pub struct Dest<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub path: Option<&'a str>,
 }
 
 struct Secret {
     value: String,
-    bound: Vec<Binding>,
+    bound: Vec<Bound>,
+    /// This key's own stable handle (64 hex), besides the store's.
+    handle: Option<String>,
 }
 
 /// The real values, held by the proxy only.
@@ -41,6 +107,38 @@ impl std::fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("keys", &self.secrets.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
+    }
+}
+
+/// The store the proxy reads, swapped whole when the provider environment or the policy
+/// changes: each request reads the store current when it is rewritten, so a refresh applies to
+/// the next request of an open tunnel too.
+#[derive(Clone, Default)]
+pub struct CredentialStore(Arc<RwLock<Arc<Credentials>>>);
+
+impl CredentialStore {
+    pub fn new(c: Credentials) -> CredentialStore {
+        CredentialStore(Arc::new(RwLock::new(Arc::new(c))))
+    }
+
+    pub fn current(&self) -> Arc<Credentials> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn replace(&self, c: Credentials) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(c);
+    }
+}
+
+impl From<Arc<Credentials>> for CredentialStore {
+    fn from(c: Arc<Credentials>) -> CredentialStore {
+        CredentialStore(Arc::new(RwLock::new(c)))
+    }
+}
+
+impl From<Credentials> for CredentialStore {
+    fn from(c: Credentials) -> CredentialStore {
+        CredentialStore::new(c)
     }
 }
 
@@ -76,15 +174,43 @@ impl Credentials {
 
     /// Add `key` with its real value and the endpoints it may go to.
     pub fn insert(&mut self, key: &str, value: String, bound: Vec<Binding>) {
-        let bound = bound
-            .into_iter()
-            .map(|b| Binding {
-                host: b.host.to_ascii_lowercase(),
-                port: b.port,
-            })
-            .collect();
+        let bound = bound.into_iter().map(Bound::new).collect();
+        self.secrets.insert(
+            key.to_string(),
+            Secret {
+                value,
+                bound,
+                handle: None,
+            },
+        );
+    }
+
+    /// Give `key` a stable handle of its own (64 hex): its `s<handle>_KEY` form resolves too.
+    pub fn set_handle(&mut self, key: &str, handle: &str) {
+        if let Some(s) = self.secrets.get_mut(key)
+            && handle.len() == 64
+            && handle.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            s.handle = Some(handle.to_ascii_lowercase());
+        }
+    }
+
+    /// The keys and where each may go, for `check --explain` and the log: never a value.
+    pub fn describe(&self) -> Vec<(String, Vec<Binding>)> {
         self.secrets
-            .insert(key.to_string(), Secret { value, bound });
+            .iter()
+            .map(|(k, s)| {
+                (
+                    k.clone(),
+                    s.bound.iter().map(|b| b.binding.clone()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Whether `value` is one of the real values (for tests and leak checks).
+    pub fn holds_value(&self, value: &str) -> bool {
+        self.secrets.values().any(|s| s.value == value)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -102,9 +228,15 @@ impl Credentials {
     /// Whether some credential is bound to `host:port`: such an endpoint must be inspected.
     pub fn is_credentialed(&self, host: &str, port: u16) -> bool {
         let host = host.to_ascii_lowercase();
-        self.secrets
-            .values()
-            .any(|s| s.bound.iter().any(|b| b.host == host && b.port == port))
+        self.secrets.values().any(|s| {
+            s.bound.iter().any(|b| {
+                b.binding.port == port
+                    && match &b.host {
+                        Some(g) => g.matches(&host),
+                        None => b.binding.host == host,
+                    }
+            })
+        })
     }
 
     /// The key a placeholder body (what follows [`MARKER`]) names, if it is one of this
@@ -122,8 +254,14 @@ impl Credentials {
             && rest.as_bytes()[64] == b'_'
             && rest[..64].bytes().all(|b| b.is_ascii_hexdigit())
         {
-            return (!self.handle.is_empty() && rest[..64].eq_ignore_ascii_case(&self.handle))
-                .then(|| &rest[65..]);
+            let (handle, key) = (&rest[..64], &rest[65..]);
+            let own = self
+                .secrets
+                .get(key)
+                .and_then(|s| s.handle.as_deref())
+                .is_some_and(|h| h.eq_ignore_ascii_case(handle));
+            let store = !self.handle.is_empty() && handle.eq_ignore_ascii_case(&self.handle);
+            return (own || store).then_some(key);
         }
         Some(body)
     }
@@ -136,10 +274,34 @@ impl Credentials {
         host: &str,
         port: u16,
     ) -> Result<Option<String>, CredentialError> {
+        let host = host.to_ascii_lowercase();
+        self.rewrite_to(
+            s,
+            &Dest {
+                host: &host,
+                port,
+                path: None,
+            },
+        )
+    }
+
+    /// [`Credentials::rewrite`] for a request whose canonical path is known; `to.host` is
+    /// lower-case.
+    pub fn rewrite_to(&self, s: &str, to: &Dest<'_>) -> Result<Option<String>, CredentialError> {
+        self.rewrite_noting(s, to, &mut Injected::default())
+    }
+
+    /// [`Credentials::rewrite_to`], noting in `noted` each value put in and the placeholder
+    /// it replaced, so that the response can be searched for them.
+    pub fn rewrite_noting(
+        &self,
+        s: &str,
+        to: &Dest<'_>,
+        noted: &mut Injected,
+    ) -> Result<Option<String>, CredentialError> {
         if !s.contains(MARKER) {
             return Ok(None);
         }
-        let host = host.to_ascii_lowercase();
         let mut out = String::with_capacity(s.len());
         let mut rest = s;
         while let Some(at) = rest.find(MARKER) {
@@ -155,17 +317,14 @@ impl Credentials {
                 .secrets
                 .get(key)
                 .ok_or_else(|| CredentialError::Unresolvable(key.to_string()))?;
-            if !secret
-                .bound
-                .iter()
-                .any(|b| b.host == host && b.port == port)
-            {
+            if !secret.bound.iter().any(|b| b.matches(to)) {
                 return Err(CredentialError::NotBound {
                     key: key.to_string(),
-                    dest: format!("{host}:{port}"),
+                    dest: format!("{}:{}", to.host, to.port),
                 });
             }
             out.push_str(&secret.value);
+            noted.note(&secret.value, &rest[at..at + MARKER.len() + len]);
             rest = &after[len..];
         }
         out.push_str(rest);
@@ -181,6 +340,34 @@ impl Credentials {
         host: &str,
         port: u16,
     ) -> Result<Option<String>, CredentialError> {
+        let host = host.to_ascii_lowercase();
+        self.rewrite_header_to(
+            value,
+            &Dest {
+                host: &host,
+                port,
+                path: None,
+            },
+        )
+    }
+
+    /// [`Credentials::rewrite_header`] for a request whose canonical path is known.
+    pub fn rewrite_header_to(
+        &self,
+        value: &str,
+        to: &Dest<'_>,
+    ) -> Result<Option<String>, CredentialError> {
+        self.rewrite_header_noting(value, to, &mut Injected::default())
+    }
+
+    /// [`Credentials::rewrite_header_to`], noting what was put in (for `Basic`, the encoded
+    /// pair too: an upstream repeating the header repeats it encoded).
+    pub fn rewrite_header_noting(
+        &self,
+        value: &str,
+        to: &Dest<'_>,
+        noted: &mut Injected,
+    ) -> Result<Option<String>, CredentialError> {
         if let Some(b64) = value
             .strip_prefix("Basic ")
             .or_else(|| value.strip_prefix("basic "))
@@ -188,13 +375,98 @@ impl Credentials {
             let std = base64::engine::general_purpose::STANDARD;
             if let Ok(raw) = std.decode(b64.trim())
                 && let Ok(text) = String::from_utf8(raw)
-                && let Some(new) = self.rewrite(&text, host, port)?
+                && let Some(new) = self.rewrite_noting(&text, to, noted)?
             {
-                return Ok(Some(format!("Basic {}", std.encode(new))));
+                let encoded = std.encode(new);
+                noted.note(&encoded, b64.trim());
+                return Ok(Some(format!("Basic {encoded}")));
             }
         }
-        self.rewrite(value, host, port)
+        self.rewrite_noting(value, to, noted)
     }
+}
+
+/// The values a request carried out, each with the placeholder (as the client wrote it) it
+/// replaced: what the response is searched for on its way back.
+#[derive(Default, Clone)]
+pub struct Injected(Vec<(Vec<u8>, Vec<u8>)>);
+
+impl std::fmt::Debug for Injected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the values.
+        write!(f, "Injected({})", self.0.len())
+    }
+}
+
+impl Injected {
+    fn note(&mut self, value: &str, placeholder: &str) {
+        if value.is_empty() || self.0.iter().any(|(v, _)| v == value.as_bytes()) {
+            return;
+        }
+        self.0
+            .push((value.as_bytes().to_vec(), placeholder.as_bytes().to_vec()));
+        // Longest first: a value that holds another is replaced whole.
+        self.0.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The longest value's length.
+    pub fn longest(&self) -> usize {
+        self.0.first().map_or(0, |(v, _)| v.len())
+    }
+
+    /// Replace every value in `data[..upto]` (a value may run past `upto` if it starts before)
+    /// by its placeholder; returns the output and where it stopped in `data`.
+    pub fn redact_prefix(&self, data: &[u8], upto: usize) -> (Vec<u8>, usize) {
+        let mut out = Vec::with_capacity(data.len());
+        let mut i = 0;
+        'outer: while i < upto {
+            for (v, p) in &self.0 {
+                if data[i..].starts_with(v) {
+                    out.extend_from_slice(p);
+                    i += v.len();
+                    continue 'outer;
+                }
+            }
+            out.push(data[i]);
+            i += 1;
+        }
+        (out, i)
+    }
+
+    /// Every value in `s` replaced by its placeholder.
+    pub fn redact(&self, s: &[u8]) -> Vec<u8> {
+        self.redact_prefix(s, s.len()).0
+    }
+}
+
+/// Whether `s`, once percent-decoded, holds the marker in any case: a placeholder written
+/// `openshell%3Aresolve%3Aenv%3AKEY` is not replaced, and must not leave either.
+pub fn has_encoded_marker(s: &str) -> bool {
+    if !s.contains('%') {
+        return false;
+    }
+    let b = s.as_bytes();
+    let mut decoded = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            decoded.push((h * 16 + l) as u8);
+            i += 3;
+            continue;
+        }
+        decoded.push(b[i].to_ascii_lowercase());
+        i += 1;
+    }
+    let lower: Vec<u8> = decoded.iter().map(u8::to_ascii_lowercase).collect();
+    has_marker(&lower)
 }
 
 /// The placeholders in `s` shown as `[CREDENTIAL]`, for logs.

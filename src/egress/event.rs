@@ -198,11 +198,18 @@ impl EventSink for LogSink {
     }
 }
 
-/// Allowed and denied connection counts.
+/// Allowed and denied connection counts, and the decisions on HTTP requests inside
+/// inspected tunnels and forwards.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
     pub allowed: u64,
     pub denied: u64,
+    /// Requests allowed by an L7 rule, or passed on an L4 endpoint whose TLS was intercepted.
+    pub requests_allowed: u64,
+    /// Requests an `audit` endpoint's rules would deny, forwarded.
+    pub requests_audited: u64,
+    /// Requests refused (rules, authority, placeholders, a target with no canonical form).
+    pub requests_denied: u64,
 }
 
 /// The counters of one proxy (one sandbox), and of each exec in it.
@@ -210,7 +217,25 @@ pub struct Counts {
 pub struct Counters {
     allowed: AtomicU64,
     denied: AtomicU64,
+    requests: [AtomicU64; 3],
     per_exec: Mutex<HashMap<ExecKey, Counts>>,
+}
+
+/// A sink that counts each request decision into [`Counters`] before passing it on.
+pub struct Counted {
+    pub counters: std::sync::Arc<Counters>,
+    pub inner: std::sync::Arc<dyn EventSink>,
+}
+
+impl EventSink for Counted {
+    fn emit(&self, event: &NetEvent) {
+        self.inner.emit(event);
+    }
+
+    fn emit_l7(&self, event: &L7Event) {
+        self.counters.record_l7(event.decision, event.caller.exec);
+        self.inner.emit_l7(event);
+    }
 }
 
 impl Counters {
@@ -236,11 +261,31 @@ impl Counters {
         }
     }
 
+    /// One request decision inside an inspected tunnel or a forward.
+    pub fn record_l7(&self, decision: L7Decision, exec: ExecKey) {
+        let i = match decision {
+            L7Decision::Allow | L7Decision::Passthrough => 0,
+            L7Decision::Audit => 1,
+            L7Decision::Deny | L7Decision::ParseRejected => 2,
+        };
+        self.requests[i].fetch_add(1, Ordering::Relaxed);
+        let mut m = self.per_exec.lock().unwrap_or_else(|p| p.into_inner());
+        let c = m.entry(exec).or_default();
+        match i {
+            0 => c.requests_allowed += 1,
+            1 => c.requests_audited += 1,
+            _ => c.requests_denied += 1,
+        }
+    }
+
     /// The whole sandbox's counts.
     pub fn total(&self) -> Counts {
         Counts {
             allowed: self.allowed.load(Ordering::Relaxed),
             denied: self.denied.load(Ordering::Relaxed),
+            requests_allowed: self.requests[0].load(Ordering::Relaxed),
+            requests_audited: self.requests[1].load(Ordering::Relaxed),
+            requests_denied: self.requests[2].load(Ordering::Relaxed),
         }
     }
 

@@ -36,6 +36,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, BufRead};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
 use std::time::Instant;
 
 use super::freeze::{Freezer, NotFrozen};
@@ -97,20 +98,103 @@ impl Snapshot {
 
 /// The processes whose leader is in one of the network namespaces `netns`, or whose leader
 /// has exited while a thread of theirs is there; each with its namespace.
+///
+/// Where they are looked for: among the supervisor's descendants when it is its orphans'
+/// subreaper (`run` and `serve` make it one at startup), else in all of `/proc`. The
+/// descendants hold every member, because:
+/// - A process gets into a network namespace by being forked in it, or by `setns(2)` or
+///   `unshare(2)`. The supervisor made the namespaces and puts only its own children in them;
+///   a sandboxed process cannot `setns`, `unshare` or clone with `CLONE_NEW*` (its seccomp
+///   filter answers EPERM), and anyone else needs `CAP_SYS_ADMIN` over the namespace's owning
+///   user namespace (root's, or the supervisor's own): as privileged as the supervisor.
+/// - A descendant stays one. An orphan goes to another thread of its parent's group, else to
+///   its nearest subreaper ancestor (the supervisor at worst, and the command of an exec
+///   without an init is one too), else to its PID namespace's init, which is an exec's init,
+///   our child; never to a process outside the tree. `CLONE_PARENT` makes a sibling of its
+///   maker, the child of a descendant or of us.
+/// - A child is listed in the `children` file of the thread that forked it, so every task's
+///   file is read, of processes outside the namespaces too (one that moved out could still
+///   have children inside). A process forked after its parent's file was read is in the
+///   second listing [`scan`] makes once the sandbox is frozen; frozen, nothing forks, exits
+///   or is re-parented while it is read, so that listing is as complete as a walk of all of
+///   `/proc`. Not frozen, both are best effort against a process that forks or exits while
+///   they run.
+///
+/// The walk reads the supervisor's threads and the sandbox's processes, where the scan of
+/// `/proc` reads a namespace link of every process of the machine: that was most of the
+/// proxy's time to first byte (BENCHMARKS.md).
 pub fn members(netns: &[u64]) -> Vec<(u32, u64)> {
+    let candidates = if is_subreaper() {
+        descendants_of_self()
+    } else {
+        None
+    };
+    candidates
+        .unwrap_or_else(every_pid)
+        .into_iter()
+        .filter_map(|pid| Some((pid, netns_of(pid).filter(|ns| netns.contains(ns))?)))
+        .collect()
+}
+
+/// Every process of `/proc`.
+fn every_pid() -> Vec<u32> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .collect()
+}
+
+/// Whether orphans of our descendants come to us rather than to an init outside the tree.
+fn is_subreaper() -> bool {
+    let mut v: libc::c_int = 0;
+    // SAFETY: prctl writes one int to the address given, which is ours.
+    let r = unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut v as *mut libc::c_int) };
+    r == 0 && v != 0
+}
+
+/// Every descendant of this process, each once; `None` when a `children` file cannot be read
+/// for another reason than its task having exited (a kernel without `CONFIG_PROC_CHILDREN`),
+/// and then the caller reads all of `/proc`.
+fn descendants_of_self() -> Option<Vec<u32>> {
+    let me = std::process::id();
     let mut out = Vec::new();
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+    let mut seen = HashSet::new();
+    let mut todo = children(me).ok()?;
+    while let Some(pid) = todo.pop() {
+        if pid == me || !seen.insert(pid) {
             continue;
-        };
-        if let Some(ns) = netns_of(pid).filter(|ns| netns.contains(ns)) {
-            out.push((pid, ns));
+        }
+        out.push(pid);
+        todo.extend(children(pid).ok()?);
+    }
+    Some(out)
+}
+
+/// The children of every thread of `pid` (none for a process or thread that has exited).
+fn children(pid: u32) -> io::Result<Vec<u32>> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    for tid in tasks(pid) {
+        text.clear();
+        let read = fs::File::open(format!("/proc/{pid}/task/{tid}/children"))
+            .and_then(|mut f| io::Read::read_to_string(&mut f, &mut text));
+        match read {
+            Ok(_) => out.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            ),
+            Err(e) if gone(&e) && !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {}
+            Err(e) => return Err(e),
         }
     }
-    out
+    Ok(out)
+}
+
+/// An error of a read in `/proc/<pid>/task/<tid>` that may mean the task has exited.
+fn gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
 }
 
 /// The network namespace of `pid`: its leader's, or, when the leader is a zombie (its
@@ -351,6 +435,61 @@ mod tests {
         assert_eq!(queued_fds(me, me, a.as_raw_fd() as u32).unwrap(), 0);
         // Not a unix socket: no line.
         assert_eq!(queued_fds(me, me, held.as_raw_fd() as u32).unwrap(), 0);
+    }
+
+    /// The walk finds a grandchild, and an orphan re-parented to us, and the members it
+    /// gives are the ones a scan of all of /proc gives among our descendants.
+    #[test]
+    fn the_descendants_hold_every_member_an_orphan_included() {
+        // SAFETY: prctl with integer arguments; the test process becomes its orphans'
+        // subreaper, as the supervisor is.
+        let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        assert_eq!(r, 0);
+        let spawn = |script: &str| {
+            std::process::Command::new("/bin/sh")
+                .args(["-c", script])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let read_pid = |c: &mut std::process::Child| -> u32 {
+            let mut line = String::new();
+            io::BufReader::new(c.stdout.as_mut().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            line.trim().parse().unwrap()
+        };
+        // A grandchild under a live parent, and one whose parent exits at once.
+        let mut parent = spawn("sleep 30 & echo $!; wait");
+        let grandchild = read_pid(&mut parent);
+        let mut gone = spawn("sleep 30 & echo $!");
+        let orphan = read_pid(&mut gone);
+        gone.wait().unwrap();
+        let walk = descendants_of_self().expect("children files on this kernel");
+        for pid in [parent.id(), grandchild, orphan] {
+            assert!(walk.contains(&pid), "{pid} not among {walk:?}");
+        }
+        let own = ns_inode(std::process::id(), "net").unwrap();
+        let mut walked = members(&[own]);
+        let mut scanned: Vec<(u32, u64)> = every_pid()
+            .into_iter()
+            .filter(|p| walk.contains(p))
+            .filter_map(|p| Some((p, netns_of(p).filter(|n| *n == own)?)))
+            .collect();
+        walked.retain(|(p, _)| [parent.id(), grandchild, orphan].contains(p));
+        scanned.retain(|(p, _)| [parent.id(), grandchild, orphan].contains(p));
+        walked.sort_unstable();
+        scanned.sort_unstable();
+        assert_eq!(walked.len(), 3, "{walked:?}");
+        assert_eq!(walked, scanned);
+        for pid in [grandchild, orphan] {
+            // SAFETY: kill and reap processes this test started (the orphan is ours now).
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+                libc::waitpid(pid as i32, std::ptr::null_mut(), 0);
+            }
+        }
+        parent.wait().unwrap();
     }
 
     fn send_fd(s: &UnixStream, fd: i32) {

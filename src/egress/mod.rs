@@ -50,9 +50,9 @@ mod decide_tests;
 #[cfg(test)]
 mod request_tests;
 
-pub use credentials::{Binding, Credentials};
+pub use credentials::{Binding, CredentialStore, Credentials};
 pub use decide::{Allow, Decision, Deny, Mode, decide};
-pub use event::{Counters, Counts, EventSink, LogSink, NetEvent, Outcome, Via};
+pub use event::{Counted, Counters, Counts, EventSink, LogSink, NetEvent, Outcome, Via};
 pub use identity::{Caller, ExecKey, FixedCaller, Identify, IdentityError};
 pub use l7::{Interceptor, L7Decision, L7Event};
 pub use proxy::{Proxy, ProxyConfig, ProxyHandle};

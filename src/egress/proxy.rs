@@ -59,6 +59,9 @@ pub struct ProxyConfig {
     pub identify_concurrency: usize,
     /// Where L7-inspected endpoints go; `None` refuses them.
     pub inspector: Option<Arc<dyn Inspector>>,
+    /// Where the proxy counts (shared with the inspector's [`super::Counted`] sink, so that
+    /// request decisions land in the same counts).
+    pub counters: Arc<Counters>,
 }
 
 impl Default for ProxyConfig {
@@ -71,6 +74,7 @@ impl Default for ProxyConfig {
             idle_timeout: Some(Duration::from_secs(3600)),
             identify_concurrency: 4,
             inspector: None,
+            counters: Arc::default(),
         }
     }
 }
@@ -147,7 +151,7 @@ impl Proxy {
         let local = listener.local_addr()?;
         let listener = TcpListener::from_std(listener)?;
         let cancel = CancellationToken::new();
-        let counters = Arc::new(Counters::default());
+        let counters = config.counters.clone();
         let open = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
             policy,
@@ -624,6 +628,19 @@ impl Conn<'_> {
             return self
                 .address_denied(&mut stream, d.kind, d.detail, &caller, rev.generation)
                 .await;
+        }
+        // No CA: a CONNECT is refused rather than tunnelled past the credential rewrite.
+        if fwd.is_none()
+            && let Some(r) = inspector.and_then(|i| i.refuse_connect(self.dest, tls_skip))
+        {
+            let _ = stream.write_all(&r.response).await;
+            return self.event(
+                Outcome::Denied,
+                &allow.rule,
+                Some(r.reason),
+                Some(&caller),
+                rev.generation,
+            );
         }
         let mut guard = Guard::new(
             shared.policy.subscribe(),

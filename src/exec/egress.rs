@@ -8,12 +8,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::egress::{
-    self, Caller, Counts, Decision, EventSink, ExecKey, PolicyHandle, PolicyState, ProxyConfig,
-    ProxyHandle,
+    self, Caller, Counts, CredentialStore, Credentials, Decision, EventSink, ExecKey, PolicyHandle,
+    PolicyState, ProxyConfig, ProxyHandle,
 };
 use crate::policy::network::{NetworkPolicyError, NetworkRules};
 use crate::policy::openshell::{NetworkBinary, NetworkEndpoint, NetworkPolicyRule};
 
+use super::interception::Interception;
 use super::{RunError, Sandbox};
 
 /// The port of an `--allow-net HOST` without one: HTTPS, what package indexes, forges and
@@ -48,6 +49,12 @@ pub enum EgressError {
     NetworkAll,
     #[error("starting the egress proxy in the sandbox's network namespace: {0}")]
     Listen(#[from] egress::netns::NetnsError),
+    #[error(transparent)]
+    Credential(#[from] super::credential_flags::CredentialFlagError),
+    #[error(
+        "--credential needs network rules to bind to (--allow-net or the policy's network_policies)"
+    )]
+    CredentialWithoutRules,
     #[error("starting the egress proxy: {what}: {source}")]
     Io {
         what: &'static str,
@@ -211,12 +218,13 @@ pub fn resolver() -> Arc<dyn egress::Resolve> {
 }
 
 /// Start `sandbox`'s proxy on 10.200.0.1:3128 in its network namespace, keeping `policy`'s
-/// current revision. Must be called inside a tokio runtime; the proxy stops when the handle
-/// is dropped.
+/// current revision, with `config` (its inspector and counters). Must be called inside a
+/// tokio runtime; the proxy stops when the handle is dropped.
 pub fn start(
     sandbox: &Sandbox,
     policy: PolicyHandle,
     events: Arc<dyn EventSink>,
+    config: ProxyConfig,
 ) -> Result<ProxyHandle, EgressError> {
     let netns = sandbox.net_namespace().ok_or(EgressError::NoNamespace)?;
     let socks = egress::netns::open_in(netns, egress::netns::PROXY_ADDR)?;
@@ -231,12 +239,31 @@ pub fn start(
         Arc::new(identity),
         resolver(),
         events,
-        ProxyConfig::default(),
+        config,
     )
     .map_err(|source| EgressError::Io {
         what: "registering the listener",
         source,
     })
+}
+
+/// The proxy's config for a sandbox: its interceptor (TLS, rules, `credentials`), counting
+/// request decisions into the proxy's counters.
+pub fn proxy_config(
+    sandbox: &Sandbox,
+    interception: &Interception,
+    credentials: CredentialStore,
+    events: Arc<dyn EventSink>,
+) -> ProxyConfig {
+    let counters = Arc::new(egress::Counters::default());
+    let interceptor = interception
+        .interceptor(sandbox.view_files(), credentials, events)
+        .counted(counters.clone());
+    ProxyConfig {
+        inspector: Some(Arc::new(interceptor)),
+        counters,
+        ..ProxyConfig::default()
+    }
 }
 
 /// Add OpenShell's proxy variables to a child's environment. A variable the caller set
@@ -250,21 +277,116 @@ pub fn add_child_env(env: &mut Vec<(OsString, OsString)>) {
     }
 }
 
+/// Put `vars` in a child's environment, replacing what is there: the trust variables and the
+/// credential placeholders must be the proxy's, whatever `--env` or `--inherit-env` said (an
+/// inherited `NAME` would be the real value of a `--credential NAME`).
+pub fn set_child_env<K: AsRef<str>>(env: &mut Vec<(OsString, OsString)>, vars: &[(K, String)]) {
+    for (k, v) in vars {
+        env.retain(|(ek, _)| ek.as_os_str() != k.as_ref());
+        env.push((k.as_ref().into(), v.into()));
+    }
+}
+
+/// What `run` prepares for its proxy before the sandbox exists: the credentials
+/// (`--credential`) and the CA, whose public files the view is to show.
+pub struct RunPlan {
+    credentials: Credentials,
+    interception: Interception,
+}
+
+/// `run`'s plan when it has network rules (the view of `policy` then shows the CA's files);
+/// a `--credential` without rules is refused.
+pub fn plan(
+    credential_args: &[String],
+    rules: Option<&NetworkRules>,
+    policy: &mut crate::policy::Policy,
+) -> Result<Option<RunPlan>, EgressError> {
+    let credentials = run_credentials(credential_args, rules)?;
+    if rules.is_none() {
+        return Ok(None);
+    }
+    let interception = Interception::prepare();
+    policy.namespaces.files = interception.view_files();
+    Ok(Some(RunPlan {
+        credentials,
+        interception,
+    }))
+}
+
+impl RunPlan {
+    /// The command's trust variables and credential placeholders as they will be when the
+    /// view shows the CA's files where the plan asks: its environment is handed to its init
+    /// before the proxy starts (exec/one.rs); [`RunEgress::child_env`] says what holds once
+    /// the sandbox exists.
+    pub fn child_env(&self) -> Vec<(String, String)> {
+        let dir = self.interception.view_files().map(|f| f.dir);
+        self.interception
+            .child_env(dir.as_deref())
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .chain(self.credentials.child_env())
+            .collect()
+    }
+}
+
+/// `run`'s credentials (`--credential`), their values from our environment.
+pub fn run_credentials(
+    args: &[String],
+    rules: Option<&NetworkRules>,
+) -> Result<Credentials, EgressError> {
+    if !args.is_empty() && rules.is_none() {
+        return Err(EgressError::CredentialWithoutRules);
+    }
+    Ok(super::credential_flags::credentials(args, rules, &|k| {
+        std::env::var_os(k)
+    })?)
+}
+
 /// `run`'s proxy: started once the sandbox exists, counted into the report at the end.
 pub struct RunEgress {
     proxy: ProxyHandle,
+    /// The trust variables and credential placeholders of the command.
+    env: Vec<(String, String)>,
 }
 
 impl RunEgress {
-    /// The sandbox's proxy with `rules`; its events go to the log as `NET:*` lines.
-    pub fn start(sandbox: &Sandbox, rules: NetworkRules) -> Result<RunEgress, RunError> {
-        let proxy = start(sandbox, PolicyHandle::new(rules), Arc::new(egress::LogSink))?;
-        Ok(RunEgress { proxy })
+    /// The sandbox's proxy with `rules`, TLS interception and `credentials`; its events go to
+    /// the log as `NET:*` and `HTTP:*` lines.
+    pub fn start(
+        sandbox: &Sandbox,
+        rules: NetworkRules,
+        plan: RunPlan,
+    ) -> Result<RunEgress, RunError> {
+        let RunPlan {
+            credentials,
+            interception,
+        } = plan;
+        let interception = &interception;
+        let mut env: Vec<(String, String)> = interception
+            .child_env(sandbox.view_files())
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        env.extend(credentials.child_env());
+        let events: Arc<dyn EventSink> = Arc::new(egress::LogSink);
+        let config = proxy_config(
+            sandbox,
+            interception,
+            CredentialStore::new(credentials),
+            events.clone(),
+        );
+        let proxy = start(sandbox, PolicyHandle::new(rules), events, config)?;
+        Ok(RunEgress { proxy, env })
     }
 
     /// The connections allowed and denied so far (`run` has one exec: the sandbox's counts).
     pub fn counts(&self) -> Counts {
         self.proxy.counters().total()
+    }
+
+    /// The command's trust variables and credential placeholders.
+    pub fn child_env(&self) -> &[(String, String)] {
+        &self.env
     }
 }
 

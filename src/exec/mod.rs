@@ -1,9 +1,11 @@
 //! The parent side of a sandboxed exec: spawn, stream, time out, kill the tree, report.
 
+pub mod credential_flags;
 pub mod egress;
 mod error;
 pub mod explain;
 pub mod home;
+pub mod interception;
 pub mod manager;
 pub mod one;
 mod plan;
@@ -205,6 +207,17 @@ impl Sandbox {
     pub fn net_namespace(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         self.inner.prepared.view.net.as_ref().map(|f| f.as_fd())
+    }
+
+    /// The directory of the view's own files (`NamespacePolicy::files`), when the view shows
+    /// them (its root was built and the files written).
+    pub fn view_files(&self) -> Option<&std::path::Path> {
+        self.inner
+            .prepared
+            .view
+            .files
+            .as_ref()
+            .map(|(p, _)| p.as_path())
     }
 
     pub fn landlock_abi(&self) -> i32 {

@@ -138,6 +138,20 @@ impl Sandbox {
 }
 
 impl Pending {
+    /// Remove `unset` from the command's environment and set `vars`, where it is still to be
+    /// spawned; `false` where its init already holds its environment.
+    pub fn set_env(&mut self, unset: &[&str], vars: &[(String, String)]) -> bool {
+        match &mut self.0 {
+            Inside::Later { spec, .. } => {
+                spec.env
+                    .retain(|(k, _)| !unset.iter().any(|u| k.as_os_str() == *u));
+                super::egress::set_child_env(&mut spec.env, vars);
+                true
+            }
+            Inside::Init(_) => false,
+        }
+    }
+
     /// Start the command in `sandbox` (the one it was made with) and wait until it has
     /// exec'd. With `check`, the command may not start unless it may write its workdir
     /// (asked of the kernel by the command itself, where its init made the view).

@@ -310,6 +310,17 @@ pub struct EgressCounts {
     pub allowed: u64,
     /// Connections it refused (403 `policy_denied` or `ssrf_denied`).
     pub denied: u64,
+    /// The HTTP requests inside inspected tunnels and forwards, by decision.
+    pub requests: RequestCounts,
+}
+
+/// Decisions on HTTP requests (L7 rules, or requests passed on an intercepted L4 endpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RequestCounts {
+    pub allowed: u64,
+    /// Would be denied, forwarded because the endpoint only audits.
+    pub audited: u64,
+    pub denied: u64,
 }
 
 impl From<crate::egress::Counts> for EgressCounts {
@@ -317,6 +328,11 @@ impl From<crate::egress::Counts> for EgressCounts {
         EgressCounts {
             allowed: c.allowed,
             denied: c.denied,
+            requests: RequestCounts {
+                allowed: c.requests_allowed,
+                audited: c.requests_audited,
+                denied: c.requests_denied,
+            },
         }
     }
 }

@@ -325,6 +325,8 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     if loaded.network.is_some() {
         super::egress::add_child_env(&mut env);
     }
+    // Credentials and the CA before the sandbox: its view shows the CA's public files.
+    let plan = super::egress::plan(&args.credential, loaded.network.as_ref(), &mut policy)?;
     let limits = policy.limits.clone();
     // Who the child runs as: the switched identity when we are root, else our own.
     let (child_uid, child_gid) = match policy.identity {
@@ -336,12 +338,30 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     // One run, one exec: its streams are made first, its init makes the view (exec/one.rs),
     // where the command gets a HOME of its own unless it was given one (scratch.rs).
     let home = scratch::home_request(&args, root, (child_uid, child_gid), scratch.as_ref());
+    // The trust variables and placeholders go with the command's environment now (its init
+    // may hold it from here on); where the view then shows less than planned, they are
+    // replaced before the command is spawned.
+    let planned_env = plan.as_ref().map(|p| p.child_env()).unwrap_or_default();
+    super::egress::set_child_env(&mut env, &planned_env);
     let (spec, streams) = streams::make(&args, env)?;
-    let (sandbox, pending) = Sandbox::new_with_exec(policy, spec, home)?;
+    let (sandbox, mut pending) = Sandbox::new_with_exec(policy, spec, home)?;
     // The proxy listens in the sandbox's network namespace before anything runs there.
-    let egress = match loaded.network {
-        Some(rules) => Some(super::egress::RunEgress::start(&sandbox, rules)?),
-        None => None,
+    let egress = match (loaded.network, plan) {
+        (Some(rules), Some(plan)) => {
+            let e = super::egress::RunEgress::start(&sandbox, rules, plan)?;
+            if e.child_env() != planned_env.as_slice() {
+                let unset: Vec<&str> = planned_env.iter().map(|(k, _)| k.as_str()).collect();
+                if !pending.set_env(&unset, e.child_env()) {
+                    return Err(RunError::Usage(
+                        "the command's environment was handed to its init before the view \
+                         could show the CA's files"
+                            .into(),
+                    ));
+                }
+            }
+            Some(e)
+        }
+        _ => None,
     };
     tl.stamp("sandbox-new");
     // Every write of a run in a workdir it cannot write fails, while the report would say

@@ -8,9 +8,12 @@
 use std::sync::Arc;
 
 use super::ocsf;
-use crate::egress::{self, EventSink, NetEvent, Outcome, PolicyHandle, ProxyHandle};
+use crate::egress::{
+    self, CredentialStore, EventSink, L7Event, NetEvent, Outcome, PolicyHandle, ProxyHandle,
+};
 use crate::exec::Sandbox;
 use crate::exec::egress::EgressError;
+use crate::exec::interception::Interception;
 use crate::policy::network::NetworkRules;
 
 const NETWORK_ACTIVITY: ocsf::Class = ocsf::Class {
@@ -84,6 +87,36 @@ fn http_method_name(m: &str) -> &'static str {
     KNOWN.into_iter().find(|k| *k == m).unwrap_or("OTHER")
 }
 
+/// The OCSF record of one request decision inside an inspected tunnel or a forward: HTTP
+/// Activity (4002), `firewall_rule{rule key, l7}`, OpenShell's `L7_REQUEST` / `HTTP_REQUEST`
+/// message (placeholders already redacted, no query).
+pub fn ocsf_l7_event(e: &L7Event) -> ocsf::Event {
+    let severity = if e.severity_id() == 1 {
+        ocsf::Severity::Informational
+    } else {
+        ocsf::Severity::Medium
+    };
+    let activity = ocsf::Activity {
+        id: 99,
+        name: http_method_name(&e.method),
+    };
+    let who = format!("{}({})", e.caller.exe, e.caller.pid);
+    let mut ev = ocsf::Event::new(HTTP_ACTIVITY, activity, severity)
+        .subject(format!("{who} -> {} http://{}{}", e.method, e.dest, e.path));
+    ev.action = Some(if e.action_id() == 1 {
+        "ALLOWED"
+    } else {
+        "DENIED"
+    });
+    ev = ev
+        .tag(format!("policy:{} engine:l7", e.rule))
+        .detail("message", e.message());
+    if let Some(r) = &e.reason {
+        ev = ev.detail("reason", r.clone());
+    }
+    ev
+}
+
 /// Events to the `ocsf` target, which the log push carries to the gateway.
 pub struct OcsfSink;
 
@@ -91,27 +124,105 @@ impl EventSink for OcsfSink {
     fn emit(&self, event: &NetEvent) {
         ocsf_event(event).emit();
     }
+
+    fn emit_l7(&self, event: &L7Event) {
+        ocsf_l7_event(event).emit();
+    }
 }
 
-/// The proxy of one sandbox, attached to it (see [`Sandbox::attach`]).
-pub struct SandboxProxy(#[allow(dead_code)] ProxyHandle);
+/// The proxy of one sandbox, attached to it (see [`Sandbox::attach`]), and what its children
+/// get besides the proxy variables: the CA's trust variables when the view shows its files.
+pub struct SandboxProxy {
+    _proxy: ProxyHandle,
+    ca_env: Vec<(&'static str, String)>,
+}
+
+/// The supervisor's TLS interception and provider credentials, shared by every sandbox (every
+/// policy revision's view): one CA made at start, in memory only; one credential store,
+/// replaced at each provider refresh.
+pub struct ServeEgress {
+    interception: Interception,
+    pub credentials: CredentialStore,
+    refresh: tokio::sync::Notify,
+    provider_revision: std::sync::Mutex<Option<u64>>,
+}
+
+impl ServeEgress {
+    /// Make the CA (see [`Interception::prepare`]); a failure is reported (OCSF Config, High)
+    /// and leaves every CONNECT but `tls: skip` refused.
+    pub fn prepare() -> ServeEgress {
+        let interception = Interception::prepare();
+        if let Some(why) =
+            interception.unavailable(Some(std::path::Path::new(crate::egress::tls::TLS_DIR)))
+        {
+            ocsf::Event::config(ocsf::Severity::High, "FAILED")
+                .subject("TLS interception".into())
+                .detail("reason", why)
+                .detail(
+                    "action",
+                    "CONNECTs other than tls: skip are refused (503 tls_termination_unavailable)"
+                        .into(),
+                )
+                .emit();
+        }
+        ServeEgress {
+            interception,
+            credentials: CredentialStore::default(),
+            refresh: tokio::sync::Notify::new(),
+            provider_revision: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The files each revision's view shows (`NamespacePolicy::files`).
+    pub fn view_files(&self) -> Option<crate::policy::ViewFiles> {
+        self.interception.view_files()
+    }
+
+    /// The gateway's `provider_env_revision` seen in a config answer: a change refetches the
+    /// provider environment.
+    pub fn provider_revision(&self, rev: u64) {
+        let mut seen = self
+            .provider_revision
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if seen.is_some_and(|s| s != rev) {
+            self.refresh.notify_one();
+        }
+        *seen = Some(rev);
+    }
+
+    /// A new policy revision was loaded: its credential bindings come with a fresh provider
+    /// environment.
+    pub fn policy_loaded(&self) {
+        self.refresh.notify_one();
+    }
+
+    pub(super) async fn provider_changed_wait(&self) {
+        self.refresh.notified().await;
+    }
+}
 
 /// The supervisor's egress: the revision every proxy keeps.
 pub struct PlaneEgress {
     policy: PolicyHandle,
+    shared: Arc<ServeEgress>,
 }
 
-impl Default for PlaneEgress {
-    fn default() -> Self {
+impl PlaneEgress {
+    pub fn new(shared: Arc<ServeEgress>) -> PlaneEgress {
         PlaneEgress {
             policy: PolicyHandle::quarantined(
                 "no policy could be fetched from the gateway yet".into(),
             ),
+            shared,
         }
     }
-}
 
-impl PlaneEgress {
+    /// The shared part (CA, credentials).
+    pub fn shared(&self) -> &Arc<ServeEgress> {
+        &self.shared
+    }
+
     /// Compile a revision's `network_policies`: an error is the revision's load error.
     pub fn compile(
         rules: &std::collections::BTreeMap<String, crate::policy::openshell::NetworkPolicyRule>,
@@ -131,9 +242,19 @@ impl PlaneEgress {
         // Published only once the proxy stands: a failure leaves the last revision in force.
         // Nothing runs in the new sandbox before the slot holds it, after this.
         if sandbox.attached::<SandboxProxy>().is_none() && sandbox.net_namespace().is_some() {
-            let proxy =
-                crate::exec::egress::start(sandbox, self.policy.clone(), Arc::new(OcsfSink))?;
-            sandbox.attach(Arc::new(SandboxProxy(proxy)));
+            let events: Arc<dyn EventSink> = Arc::new(OcsfSink);
+            let s = &self.shared;
+            let config = crate::exec::egress::proxy_config(
+                sandbox,
+                &s.interception,
+                s.credentials.clone(),
+                events.clone(),
+            );
+            let proxy = crate::exec::egress::start(sandbox, self.policy.clone(), events, config)?;
+            sandbox.attach(Arc::new(SandboxProxy {
+                _proxy: proxy,
+                ca_env: s.interception.child_env(sandbox.view_files()),
+            }));
         }
         self.policy.publish(rules);
         Ok(())
@@ -146,9 +267,13 @@ impl PlaneEgress {
     }
 }
 
-/// Whether `sandbox` has a proxy: its execs get the proxy variables.
-pub fn has_proxy(sandbox: &Sandbox) -> bool {
-    sandbox.attached::<SandboxProxy>().is_some()
+/// What a child of `sandbox` gets for its proxy: the proxy variables and the CA's trust
+/// variables; nothing when the sandbox has no proxy.
+pub fn add_child_env(sandbox: &Sandbox, env: &mut Vec<(std::ffi::OsString, std::ffi::OsString)>) {
+    if let Some(p) = sandbox.attached::<SandboxProxy>() {
+        crate::exec::egress::add_child_env(env);
+        crate::exec::egress::set_child_env(env, &p.ca_env);
+    }
 }
 
 #[cfg(test)]

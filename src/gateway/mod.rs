@@ -214,9 +214,15 @@ async fn supervise(
         .as_ref()
         .map(|g| tokens::TokenStore::new(g.token.clone()));
     let mut background = Vec::new();
+    // With a gateway: TLS interception and provider credentials for every sandbox (the CA is
+    // made here, before the first view that shows it).
+    let serve_egress = cfg
+        .gateway
+        .as_ref()
+        .map(|_| Arc::new(egress::ServeEgress::prepare()));
     // With a gateway the policy comes from it; without one, from the flags.
-    let (workdir, sandbox, plane) = match (&cfg.gateway, &tokens) {
-        (Some(g), Some(tokens)) => {
+    let (workdir, sandbox, plane) = match (&cfg.gateway, &tokens, &serve_egress) {
+        (Some(g), Some(tokens), Some(serve_egress)) => {
             background.extend(logpush::start(g.clone(), tokens.clone(), stop_rx.clone()));
             let mut flags = crate::policy::PolicyFlags::from(&args.policy);
             if !network_explicit {
@@ -238,6 +244,7 @@ async fn supervise(
                 secret_paths: cfg.secret_paths.clone(),
                 interval: policy_plane::PlaneConfig::poll_interval_from_env(),
                 local_paths: policy_plane::local_policy_paths(),
+                egress: serve_egress.clone(),
             })
             .await
             .map_err(ServeError::Plane)?;
@@ -295,6 +302,27 @@ async fn supervise(
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| ServeError::Signal("SIGHUP", e))?;
     let mut sigquit = signal(SignalKind::quit()).map_err(|e| ServeError::Signal("SIGQUIT", e))?;
 
+    // The provider environment before the main process, which gets its placeholders (not
+    // for ever: a gateway that does not answer leaves it for the execs after it arrives).
+    if let (Some(g), Some(tokens), Some(e)) = (&cfg.gateway, &tokens, &serve_egress) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        background.push(tokio::spawn(provider_env::fetch(
+            g.clone(),
+            tokens.clone(),
+            ctx.clone(),
+            e.clone(),
+            tx,
+        )));
+        if tokio::time::timeout(provider_env::FIRST_FETCH_WAIT, rx)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the provider environment has not arrived within {:?}; the main process starts without it",
+                provider_env::FIRST_FETCH_WAIT
+            );
+        }
+    }
     let mut main_task = match &cfg.main {
         Some(m) => {
             let local = cfg.gateway.is_none();
@@ -336,11 +364,6 @@ async fn supervise(
         });
         background.push(tokio::spawn(session::run(s, stop_rx.clone())));
         background.push(tokio::spawn(auth::refresh_loop(tokens.clone(), channels)));
-        background.push(tokio::spawn(provider_env::fetch(
-            g.clone(),
-            tokens.clone(),
-            ctx.clone(),
-        )));
     } else {
         tracing::info!(
             "--no-gateway: running the main process only, on our stdin, stdout and stderr"

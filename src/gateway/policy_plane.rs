@@ -176,6 +176,8 @@ pub struct PlaneConfig {
     pub interval: Duration,
     /// Where the local fallback looks, in order.
     pub local_paths: Vec<PathBuf>,
+    /// The supervisor's TLS interception and provider credentials.
+    pub egress: Arc<super::egress::ServeEgress>,
 }
 
 impl PlaneConfig {
@@ -249,7 +251,7 @@ impl Plane {
             slot: PolicySlot::with(Active::Quarantined(
                 "no policy could be fetched from the gateway yet".into(),
             )),
-            egress: Default::default(),
+            egress: super::egress::PlaneEgress::new(cfg.egress.clone()),
             reports: tx,
             tracked: tokio::sync::Mutex::new(Tracked::default()),
             cfg,
@@ -276,6 +278,9 @@ impl Plane {
 
     /// The first policy: steps 2-5.
     async fn load(&self, resp: ConfigResponse) -> Result<(), PlaneError> {
+        self.egress
+            .shared()
+            .provider_revision(resp.provider_env_revision);
         let resp = self.sync_if_needed(resp).await?;
         self.handle(resp).await;
         Ok(())
@@ -483,8 +488,11 @@ impl Plane {
             for w in &r.warnings {
                 tracing::warn!(version, "policy: {w}");
             }
-            let sandbox = tokio::task::block_in_place(|| Sandbox::new(r.policy))
-                .map_err(|e| e.to_string())?;
+            // Each revision's view shows the one CA's public files.
+            let mut p = r.policy;
+            p.namespaces.files = self.egress.shared().view_files();
+            let sandbox =
+                tokio::task::block_in_place(|| Sandbox::new(p)).map_err(|e| e.to_string())?;
             self.egress
                 .adopt(&sandbox, rules)
                 .map_err(|e| e.to_string())?;
@@ -493,6 +501,7 @@ impl Plane {
         match built {
             Ok(sandbox) => {
                 self.slot.set(Active::Ready(sandbox));
+                self.egress.shared().policy_loaded();
                 let (status, err) = (PolicyStatus::Loaded, String::new());
                 ocsf::Event::config(ocsf::Severity::Informational, "LOADED")
                     .subject(format!("policy version {version}"))
@@ -560,6 +569,9 @@ impl Plane {
                 return;
             }
         };
+        self.egress
+            .shared()
+            .provider_revision(resp.provider_env_revision);
         if self.tracked.lock().await.seen.is_none() {
             // Nothing was loaded at start: this is the startup sequence, late.
             tracing::info!(version = resp.version, "policy poll: the first policy");

@@ -121,9 +121,7 @@ impl PolicySlot {
             }
         };
         let mut spec = spec;
-        if super::egress::has_proxy(&sandbox) {
-            crate::exec::egress::add_child_env(&mut spec.env);
-        }
+        super::egress::add_child_env(&sandbox, &mut spec.env);
         let child = match sandbox.spawn(spec).await {
             Ok(c) => c,
             Err(e) => {

@@ -57,6 +57,7 @@ impl PolicyFlags {
             tmp_size: self.tmp_size.unwrap_or(d.tmp_size),
             shm_size: self.shm_size.unwrap_or(d.shm_size),
             hostname: self.hostname.clone().unwrap_or(d.hostname),
+            files: None,
         }
     }
 

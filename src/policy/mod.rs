@@ -81,6 +81,20 @@ pub struct NamespacePolicy {
     pub shm_size: u64,
     /// Hostname in the view's UTS namespace.
     pub hostname: String,
+    /// Files the view shows read-only in a directory of their own (the egress proxy's CA).
+    #[serde(skip)]
+    pub files: Option<ViewFiles>,
+}
+
+/// A directory the view shows with exactly these files (mode 0444) and nothing else: a small
+/// read-only tmpfs the view's helper fills, over whatever the host has there (which stays
+/// hidden). Nothing is written on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewFiles {
+    /// Absolute. Inside a bound host tree (`/etc`) it must exist on the host as a mount point.
+    pub dir: PathBuf,
+    /// (name, contents); a name is one path component.
+    pub files: Vec<(String, Vec<u8>)>,
 }
 
 pub const DEFAULT_TMP_SIZE: u64 = 256 << 20;
@@ -92,6 +106,7 @@ impl Default for NamespacePolicy {
             tmp_size: DEFAULT_TMP_SIZE,
             shm_size: DEFAULT_SHM_SIZE,
             hostname: "sandbox".into(),
+            files: None,
         }
     }
 }

@@ -205,7 +205,16 @@ fn prepare_inner(
             fd: fd.as_ref(),
         })
         .collect();
-    let rest = Layers::prepare(k, policy, cgroup_mode, view.net.is_some(), &unsplit, &tmpfs)?;
+    let files = view.files.as_ref().map(|(p, fd)| (p.as_path(), fd));
+    let rest = Layers::prepare(
+        k,
+        policy,
+        cgroup_mode,
+        view.net.is_some(),
+        &unsplit,
+        &tmpfs,
+        files,
+    )?;
     drop(tmpfs);
     Ok(rest.into_prepared(k, policy, view, ownership, layers))
 }
@@ -246,6 +255,7 @@ impl Layers {
         private_net: bool,
         unsplit: &std::collections::BTreeSet<std::path::PathBuf>,
         tmpfs: &[TmpfsRule<'_>],
+        files: Option<(&std::path::Path, &std::os::fd::OwnedFd)>,
     ) -> Result<Layers, PrepareError> {
         let mut layers = Vec::new();
         let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
@@ -273,6 +283,17 @@ impl Layers {
                     rules.push(FsRule {
                         path: t.path.to_path_buf(),
                         access: PathAccess::ReadWrite,
+                        is_dir: true,
+                        fd: std::sync::Arc::new(fd),
+                    });
+                }
+                // The view's own files (the egress proxy's CA) are in a tmpfs of their own too:
+                // read-only.
+                if let Some((path, fd)) = files {
+                    let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
+                    rules.push(FsRule {
+                        path: path.to_path_buf(),
+                        access: PathAccess::ReadExec,
                         is_dir: true,
                         fd: std::sync::Arc::new(fd),
                     });

@@ -221,6 +221,8 @@ pub struct ViewRequest {
     /// A non-root supervisor's uid and gid: the IPC namespace is made in a user namespace that
     /// maps root to them (see the module docs). `None` as root.
     pub ipc_userns: Option<(u32, u32)>,
+    /// A directory of the view's own files (the egress proxy's CA).
+    pub files: Option<crate::policy::ViewFiles>,
 }
 
 /// One private tmpfs, prepared for the helper: every string and list built before fork.
@@ -339,6 +341,7 @@ impl ViewPlan {
                 links: req.links.clone(),
                 denied: req.denied.clone(),
                 deny_idmap,
+                files: req.files.clone(),
             },
             &targets,
         );
@@ -431,6 +434,9 @@ pub struct View {
     /// Per idmapped bind of the root's plan (`RootPlan::idmap_slot`): 0 idmapped, an errno
     /// where the kernel refused (the bind was made without the mapping), -1 never bound.
     pub idmap: Vec<i32>,
+    /// The directory of the view's own files, when the root holds it, with an O_PATH
+    /// descriptor of its tmpfs (for its Landlock read rule; dropped after prepare).
+    pub files: Option<(PathBuf, OwnedFd)>,
     /// The user namespaces those binds were idmapped with (idmap.rs), held as long as the
     /// view.
     pub idmap_userns: Vec<super::idmap::UserNs>,
@@ -630,6 +636,17 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
                     view.tmpfs.push((t.target.clone(), Some(root)));
                 }
             }
+        }
+        if let Some(dir) = plan.root.as_ref().and_then(RootPlan::files_dir)
+            && rep.tmpfs_made & crate::sandbox::view_root::FILES_MADE != 0
+            && rep.root != 0
+        {
+            let fd = open(
+                "the view's own files",
+                format!("/proc/{pid}/root{dir}"),
+                libc::O_PATH | libc::O_DIRECTORY,
+            )?;
+            view.files = Some((PathBuf::from(dir), fd));
         }
         if made(Kind::Ipc) {
             view.ipc = Some(ns("ipc")?);

@@ -70,6 +70,12 @@ pub fn prepare(policy: &Policy) -> Result<Option<One>, PrepareError> {
     if k.euid() != 0 || k.user_ns() != UserNs::Root || test_denies_a_kind() {
         return Ok(None);
     }
+    // The view's own files (the egress proxy's CA, `policy.namespaces.files`) are made by the
+    // view helper, which hands their tmpfs over for its Landlock rule; this path does not make
+    // them yet, so a sandbox that shows them is prepared as every sandbox is.
+    if policy.namespaces.files.is_some() {
+        return Ok(None);
+    }
     let absent_before = crate::policy::absent_root_only_denies(&policy.fs);
     let mut user_rows = Vec::new();
     view_layer::user_row(k, policy, &mut user_rows)?;
@@ -87,6 +93,7 @@ pub fn prepare(policy: &Policy) -> Result<Option<One>, PrepareError> {
         private_net,
         &absent_before,
         &tmpfs,
+        None,
     ) else {
         return Ok(None);
     };

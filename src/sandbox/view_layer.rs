@@ -113,6 +113,7 @@ fn view_request(policy: &Policy) -> ViewRequest {
             libc::sysconf(libc::_SC_PAGESIZE).max(1) as u64
         }),
         ipc_userns: None,
+        files: policy.namespaces.files.clone(),
     }
 }
 

@@ -76,7 +76,13 @@ enum What {
     Tmpfs(usize),
     HideDir,
     HideFile,
+    /// The view's own files ([`RootPlan::files`]): a tmpfs filled and made read-only.
+    Files,
 }
+
+/// Bit of the helper's `tmpfs_made` report that says the view's files were made (the low bits
+/// are the private tmpfs mounts, one per plan entry).
+pub const FILES_MADE: i32 = 1 << 8;
 
 #[derive(Debug)]
 struct Bind {
@@ -106,6 +112,8 @@ pub struct RootPlan {
     deny_idmap: bool,
     /// How many binds are idmapped (slots of the report).
     idmap_slots: usize,
+    /// The files of [`RootRequest::files`], as the helper writes them: (name, contents).
+    files: Vec<(CString, Vec<u8>)>,
 }
 
 /// What the view's root holds, as plain data.
@@ -123,6 +131,8 @@ pub struct RootRequest {
     pub denied: Vec<PathBuf>,
     /// Test builds: refuse every idmapped bind (EINVAL).
     pub deny_idmap: bool,
+    /// A directory of the view's own files (see [`crate::policy::ViewFiles`]).
+    pub files: Option<crate::policy::ViewFiles>,
 }
 
 /// Whether this process is in a non-initial user namespace (its uid map is not the identity
@@ -248,7 +258,27 @@ impl RootPlan {
                 entries.push((link.clone(), What::Link(t)));
             }
         }
-        let mut denied: Vec<&PathBuf> = req.denied.iter().collect();
+        // The view's own files: where the directory lies in a bound host tree it must exist
+        // there as a mount point (the caller made it); otherwise it is made in the root.
+        let mut files = Vec::new();
+        let files_dir = req.files.as_ref().filter(|f| {
+            (!inside_bind(&f.dir) || std::fs::symlink_metadata(&f.dir).is_ok_and(|m| m.is_dir()))
+                && !kept.iter().any(|g| g.path.starts_with(&f.dir))
+        });
+        if let Some(f) = files_dir {
+            entries.push((f.dir.clone(), What::Files));
+            files = f
+                .files
+                .iter()
+                .map(|(n, c)| (CString::new(n.as_bytes()).unwrap_or_default(), c.clone()))
+                .collect();
+        }
+        let mut denied: Vec<&PathBuf> = req
+            .denied
+            .iter()
+            // The files' tmpfs covers whatever the host keeps there.
+            .filter(|d| files_dir.is_none_or(|f| !d.starts_with(&f.dir)))
+            .collect();
         denied.sort_by_key(|d| d.components().count());
         let mut hidden: Vec<&Path> = Vec::new();
         for d in denied {
@@ -283,7 +313,16 @@ impl RootPlan {
             in_userns: in_user_namespace(),
             deny_idmap: req.deny_idmap,
             idmap_slots: idmap_slots.min(MAX_IDMAP),
+            files,
         })
+    }
+
+    /// The directory of the view's own files, when the root will hold it.
+    pub fn files_dir(&self) -> Option<String> {
+        self.entries
+            .iter()
+            .position(|e| matches!(e.what, What::Files))
+            .and_then(|i| self.entry_path((i + 1).min(255) as u8))
     }
 
     /// How many slots of the helper's report the idmapped binds use.

@@ -32,6 +32,7 @@ fn names(p: &RootPlan) -> Vec<(String, String, bool)> {
                 What::Tmpfs(i) => format!("tmpfs {i}"),
                 What::HideDir => "hide-dir".into(),
                 What::HideFile => "hide-file".into(),
+                What::Files => "files".into(),
             };
             (path, what, e.create)
         })
@@ -57,6 +58,7 @@ fn the_root_binds_each_grant_once_links_links_and_hides_denied_paths_inside_bind
         ],
         denied: vec!["/nonexistent-osb/secret".into(), "/etc/shadow".into()],
         deny_idmap: false,
+        files: None,
     };
     // A denied path below another is not covered again (the outer cover hides it).
     let tmp = std::env::temp_dir().join(format!("osb-view-root-{}", std::process::id()));
@@ -155,4 +157,49 @@ fn a_grant_inside_an_idmapped_one_is_bound_again_only_with_another_mapping() {
     assert_eq!(p.idmap_slot(Path::new("/w/other")), Some(1));
     assert_eq!(p.idmap_slot(Path::new("/w/own/deeper")), None);
     assert_eq!(p.idmap_slot(Path::new("/elsewhere")), None);
+}
+
+#[test]
+fn the_views_own_files_cover_a_denied_directory_and_need_a_mount_point_inside_a_bind() {
+    let tmp = std::env::temp_dir().join(format!("osb-view-files-{}", std::process::id()));
+    std::fs::create_dir_all(tmp.join("tls/client")).unwrap();
+    let files = |dir: std::path::PathBuf| {
+        Some(crate::policy::ViewFiles {
+            dir,
+            files: vec![("ca.pem".into(), b"pem".to_vec())],
+        })
+    };
+    let req = RootRequest {
+        grants: vec![g(tmp.to_str().unwrap(), true, true)],
+        denied: vec![tmp.join("tls"), tmp.join("tls/client")],
+        files: files(tmp.join("tls")),
+        ..RootRequest::default()
+    };
+    let p = RootPlan::new(&req, &[]).unwrap();
+    let n = names(&p);
+    // The files' tmpfs replaces the cover of the denied directory (and hides all below it).
+    assert!(
+        n.iter()
+            .any(|(path, w, create)| path.ends_with("/tls") && w == "files" && !create),
+        "{n:?}"
+    );
+    assert!(!n.iter().any(|(_, w, _)| w.starts_with("hide")), "{n:?}");
+    assert_eq!(p.files_dir().as_deref(), tmp.join("tls").to_str());
+    assert_eq!(p.files, vec![(c"ca.pem".to_owned(), b"pem".to_vec())]);
+    // Inside a bind without a mount point on the host: left out, and the cover stays.
+    let missing = RootRequest {
+        files: files(tmp.join("nope")),
+        ..req.clone()
+    };
+    let p = RootPlan::new(&missing, &[]).unwrap();
+    assert_eq!(p.files_dir(), None);
+    assert!(names(&p).iter().any(|(_, w, _)| w == "hide-dir"));
+    // Outside every bind: made in the root.
+    let own = RootRequest {
+        files: files("/osb-nonexistent-root-dir/tls".into()),
+        ..req
+    };
+    let p = RootPlan::new(&own, &[]).unwrap();
+    assert!(names(&p).contains(&("osb-nonexistent-root-dir/tls".into(), "files".into(), true)));
+    std::fs::remove_dir_all(&tmp).unwrap();
 }

@@ -128,6 +128,8 @@ const EXEC_LAYERS: &[&[&str]] = &[
     // Pieces: the reaper registry, killing the tree, the pty, the streams, the workdir, the
     // report file, how an exec ended and what it used.
     &[
+        "credential_flags",
+        "interception",
         "pty",
         "reaper",
         "report_file",

@@ -3,7 +3,11 @@
 //! - 8180: plain HTTP; every request's line, headers and body come back as JSON, keep-alive;
 //!   `/stream?n=N` answers N bytes in 64 KiB chunks (chunked encoding);
 //! - 9443: the same behind TLS, with a certificate of the tests' own CA for `secure.test`,
-//!   `secure-api.test` and `raw.test`; the SNI and ALPN each handshake saw are recorded.
+//!   `secure-api.test`, `raw.test`, `cred.test` and `pkgs.test`; the SNI and ALPN each
+//!   handshake saw are recorded.
+//! - On both, `/files/…` serves [`L7Upstream::files`] (pip's index, git's dumb HTTP), and a
+//!   WebSocket upgrade gets its 101 and then echoes every text message as `echo:<text>`,
+//!   recording each message it received.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,6 +35,11 @@ pub struct L7Upstream {
     pub handshakes: Mutex<Vec<(Option<String>, Option<String>)>>,
     /// The tests' CA, PEM (what the proxy's test trust knob is given).
     pub ca_pem: String,
+    /// Where `/files/…` is served from.
+    pub files: Mutex<Option<std::path::PathBuf>>,
+    /// Every WebSocket text message received, and the close code of each closed session.
+    pub ws_messages: Mutex<Vec<String>>,
+    pub ws_closes: Mutex<Vec<u16>>,
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -55,6 +64,45 @@ async fn echo(req: Request<Incoming>, up: Arc<L7Upstream>) -> Result<Response<Bo
             .collect::<Vec<_>>()
             .join("\n"),
     );
+    if req.uri().path().starts_with("/files/") {
+        let root = up.files.lock().unwrap().clone();
+        let rel = req.uri().path().trim_start_matches("/files/").to_string();
+        let body = root
+            .filter(|_| !rel.split('/').any(|c| c == ".."))
+            .map(|r| r.join(&rel))
+            .map(|p| if p.is_dir() { p.join("index.html") } else { p })
+            .and_then(|p| {
+                Some((
+                    std::fs::read(&p).ok()?,
+                    p.extension().is_some_and(|e| e == "html"),
+                ))
+            });
+        return Ok(match body {
+            Some((b, html)) => Response::builder()
+                .header(
+                    "content-type",
+                    if html {
+                        "text/html"
+                    } else {
+                        "application/octet-stream"
+                    },
+                )
+                .body(Full::new(Bytes::from(b)).boxed())
+                .unwrap(),
+            None => Response::builder()
+                .status(404)
+                .body(Full::new(Bytes::from_static(b"not found")).boxed())
+                .unwrap(),
+        });
+    }
+    if let Some(key) = req.headers().get("sec-websocket-key").cloned()
+        && req
+            .headers()
+            .get("upgrade")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"))
+    {
+        return Ok(websocket_accept(req, key.as_bytes(), up));
+    }
     if req.uri().path().starts_with("/quiet/") {
         // A server that does not reflect what it got (a real API does not echo tokens).
         return Ok(Response::new(
@@ -110,6 +158,8 @@ fn tls_config(up: &mut L7Upstream) -> Arc<rustls::ServerConfig> {
         "secure-api.test".to_string(),
         "raw.test".to_string(),
         "cred.test".to_string(),
+        "pkgs.test".to_string(),
+        "body.test".to_string(),
     ])
     .unwrap()
     .signed_by(&key, &issuer)
@@ -188,4 +238,88 @@ where
         .serve_connection(io, svc)
         .with_upgrades()
         .await;
+}
+
+/// The 101 of a WebSocket upgrade, then an echo of the session on the upgraded stream.
+fn websocket_accept(mut req: Request<Incoming>, key: &[u8], up: Arc<L7Upstream>) -> Response<Body> {
+    use base64::Engine;
+    let mut k = key.to_vec();
+    k.extend_from_slice(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &k);
+    let accept = base64::engine::general_purpose::STANDARD.encode(digest.as_ref());
+    let on = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        if let Ok(io) = on.await {
+            ws_echo(TokioIo::new(io), up).await;
+        }
+    });
+    Response::builder()
+        .status(101)
+        .header("upgrade", "websocket")
+        .header("connection", "Upgrade")
+        .header("sec-websocket-accept", accept)
+        .body(Full::new(Bytes::new()).boxed())
+        .unwrap()
+}
+
+/// A minimal server side of RFC 6455 (written here, not taken from the code under test):
+/// unmask client frames, answer text with `echo:<text>`, a close with the same code.
+async fn ws_echo<S>(mut s: S, up: Arc<L7Upstream>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let mut h = [0u8; 2];
+        if s.read_exact(&mut h).await.is_err() {
+            return;
+        }
+        let mut len = u64::from(h[1] & 0x7f);
+        if len == 126 {
+            len = u64::from(s.read_u16().await.unwrap_or(0));
+        } else if len == 127 {
+            len = s.read_u64().await.unwrap_or(0);
+        }
+        let mut mask = [0u8; 4];
+        if h[1] & 0x80 != 0 && s.read_exact(&mut mask).await.is_err() {
+            return;
+        }
+        let mut p = vec![0u8; len as usize];
+        if s.read_exact(&mut p).await.is_err() {
+            return;
+        }
+        for (i, b) in p.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+        match h[0] & 0x0f {
+            1 => {
+                let text = String::from_utf8_lossy(&p).into_owned();
+                up.ws_messages.lock().unwrap().push(text.clone());
+                let reply = format!("echo:{text}");
+                let mut f = vec![0x81u8, reply.len() as u8];
+                f.extend_from_slice(reply.as_bytes());
+                if s.write_all(&f).await.is_err() {
+                    return;
+                }
+            }
+            8 => {
+                let code = if p.len() >= 2 {
+                    u16::from_be_bytes([p[0], p[1]])
+                } else {
+                    1005
+                };
+                up.ws_closes.lock().unwrap().push(code);
+                let _ = s
+                    .write_all(&[
+                        0x88,
+                        2,
+                        p.first().copied().unwrap_or(3),
+                        p.get(1).copied().unwrap_or(0xe8),
+                    ])
+                    .await;
+                return;
+            }
+            _ => {}
+        }
+    }
 }

@@ -15,6 +15,8 @@
 
 pub mod binary;
 pub mod identity;
+#[cfg(feature = "test-pause-points")]
+pub mod l7;
 pub mod l7_servers;
 pub mod servers;
 
@@ -44,6 +46,7 @@ pub const CGNAT: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 10);
 pub const HOSTS: &str = "\
 192.88.99.10  pub.test a.wild.test b.c.wild.test x.y.deep.test x.deep.test api.test pkgs.test git.test
 192.88.99.10  rules.test audit.test gitlab.test s.test secure.test secure-api.test raw.test cred.test rawcred.test
+192.88.99.10  ws.test body.test
 10.77.0.10    db.corp.test k8s.corp.test priv.wild.test any1.test
 10.88.0.10    other.test
 100.64.0.10   cgnat.wild.test
@@ -410,4 +413,69 @@ pub fn wait_until(what: &str, limit: Duration, f: impl Fn() -> bool) {
 
 pub fn addr(ip: Ipv4Addr, port: u16) -> SocketAddr {
     SocketAddr::new(ip.into(), port)
+}
+
+/// The real binary, started from the calling thread (so in its network namespace, the outer
+/// one) in a private mount namespace where each `(src, dst)` of `binds` is bound over `dst`
+/// (the test's hosts file over `/etc/hosts`, a bundle with the tests' upstream CA over the
+/// system bundle): the machine's own files stay as they are.
+pub fn osb_in(binds: &[(PathBuf, PathBuf)], workdir: &Path) -> Command {
+    use std::ffi::CString;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_openshell-sandbox"));
+    let pairs: Vec<(CString, CString)> = binds
+        .iter()
+        .map(|(s, d)| {
+            (
+                CString::new(s.as_os_str().as_encoded_bytes()).unwrap(),
+                CString::new(d.as_os_str().as_encoded_bytes()).unwrap(),
+            )
+        })
+        .collect();
+    // SAFETY: raw syscalls only, on C strings made before the fork.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            for (s, d) in &pairs {
+                if libc::mount(
+                    s.as_ptr(),
+                    d.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    c.current_dir(workdir).stdin(Stdio::null());
+    c
+}
+
+/// The system bundle the proxy trusts upstream, with `extra_pem` (the tests' upstream CA)
+/// appended: bound over it by [`osb_in`], so that the release binary trusts the tests'
+/// upstreams through the system bundle, as it would a corporate CA.
+pub const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+pub fn bundle_with(dir: &Path, extra_pem: &str) -> PathBuf {
+    let mut b = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();
+    if !b.is_empty() && !b.ends_with('\n') {
+        b.push('\n');
+    }
+    b.push_str(extra_pem);
+    let p = dir.join("bundle-with-test-ca.pem");
+    std::fs::write(&p, b).unwrap();
+    p
 }

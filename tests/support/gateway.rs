@@ -74,6 +74,10 @@ pub struct ProviderEnv {
     /// Static credential values: removed from the reply unless the supervisor says it
     /// supports static credential bindings, as the gateway does.
     pub static_keys: Vec<String>,
+    /// Where each static credential may go (removed with the values).
+    pub bindings: HashMap<String, StaticCredentialBinding>,
+    /// `provider_env_revision`, in this reply and in GetSandboxConfig (0 means 1).
+    pub revision: u64,
 }
 
 pub struct State {
@@ -543,13 +547,16 @@ impl OpenShell for Service {
             .push(r.clone());
         let p = st.provider_env.lock().unwrap().clone();
         let mut environment = p.environment;
+        let mut bindings = p.bindings;
         if !r.supports_static_credential_bindings {
             environment.retain(|k, _| !p.static_keys.contains(k));
+            bindings.clear();
         }
         Ok(Response::new(GetSandboxProviderEnvironmentResponse {
             environment,
-            provider_env_revision: 1,
+            provider_env_revision: p.revision.max(1),
             non_secret_environment_keys: p.non_secret,
+            static_credential_bindings: bindings,
         }))
     }
 

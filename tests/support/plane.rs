@@ -166,6 +166,7 @@ impl State {
             },
             workspace: "default".into(),
             policy_validation_failure_mode: p.failure_mode.clone(),
+            provider_env_revision: self.provider_env.lock().unwrap().revision.max(1),
             ..Default::default()
         };
         let mut out = envelope.encode_to_vec();

@@ -10,9 +10,16 @@
 
 pub mod body;
 pub use super::event;
+mod forward;
+mod handle;
+pub mod idle;
 pub mod path;
+mod redact;
 pub mod relay;
+mod respond;
 pub mod rules;
+mod tunnel;
+pub mod websocket;
 
 #[cfg(test)]
 mod tests;
@@ -20,7 +27,8 @@ mod tests;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -28,15 +36,15 @@ use tokio::net::TcpStream;
 
 pub use event::{L7Decision, L7Event};
 
-use super::credentials::{self, Credentials};
+use super::credentials::CredentialStore;
 use super::event::EventSink;
 use super::prefixed::Prefixed;
 use super::relay::{End, ForwardCheck, InspectedTunnel, Inspector, Refusal, tunnel};
 use super::request::HostPort;
 use super::response;
-use super::revision::PolicyState;
+use super::revision::{PolicyState, Revision};
 use super::tls::{SandboxCa, Upstream};
-use rules::{L7Scope, RequestView, Verdict};
+use rules::CompiledRules;
 
 /// How long the first bytes of a tunnel may still be a prefix of TLS or HTTP.
 const CLASSIFY_WAIT: Duration = Duration::from_millis(100);
@@ -84,34 +92,94 @@ pub fn classify(b: &[u8]) -> Kind {
     if prefix { Kind::Undecided } else { Kind::Other }
 }
 
-/// The inspector: TLS interception with the sandbox's CA, the REST rules, credential
-/// placeholders.
+/// The inspector: TLS interception with the sandbox's CA, the REST and WebSocket rules,
+/// credential placeholders.
 pub struct Interceptor {
-    ca: Arc<SandboxCa>,
-    upstream: Arc<Upstream>,
-    credentials: Arc<Credentials>,
+    /// The CA and the upstream trust, or why there is no CA: then every CONNECT that is not
+    /// `tls: skip` is refused (503 `tls_termination_unavailable`) rather than tunnelled past
+    /// the credential rewrite.
+    tls: Result<(Arc<SandboxCa>, Arc<Upstream>), String>,
+    credentials: CredentialStore,
     events: Arc<dyn EventSink>,
     /// For the first bytes of a tunnel and each request head.
     pub head_timeout: Duration,
-    /// A raw tunnel (non-HTTP on an L4 endpoint) idle this long is closed.
+    /// A tunnel (raw, or an inspected keep-alive between requests) idle this long is closed.
     pub idle_timeout: Option<Duration>,
+    /// The L7 rules of the current revision, compiled once: (generation, rules).
+    compiled: Mutex<Option<(u64, Arc<CompiledRules>)>>,
+    compilations: AtomicU64,
 }
 
 impl Interceptor {
     pub fn new(
         ca: Arc<SandboxCa>,
         upstream: Arc<Upstream>,
-        credentials: Arc<Credentials>,
+        credentials: impl Into<CredentialStore>,
+        events: Arc<dyn EventSink>,
+    ) -> Interceptor {
+        Interceptor::with_tls(Ok((ca, upstream)), credentials.into(), events)
+    }
+
+    /// Without a CA (`why` it could not be made or shown to the sandbox): the REST rules of
+    /// forwarded requests still apply; CONNECTs are refused unless `tls: skip`.
+    pub fn without_ca(
+        why: String,
+        credentials: impl Into<CredentialStore>,
+        events: Arc<dyn EventSink>,
+    ) -> Interceptor {
+        Interceptor::with_tls(Err(why), credentials.into(), events)
+    }
+
+    fn with_tls(
+        tls: Result<(Arc<SandboxCa>, Arc<Upstream>), String>,
+        credentials: CredentialStore,
         events: Arc<dyn EventSink>,
     ) -> Interceptor {
         Interceptor {
-            ca,
-            upstream,
+            tls,
             credentials,
             events,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(3600)),
+            compiled: Mutex::new(None),
+            compilations: AtomicU64::new(0),
         }
+    }
+
+    /// Count every request decision into `counters` (the proxy's, [`super::ProxyConfig`]).
+    pub fn counted(mut self, counters: Arc<super::Counters>) -> Interceptor {
+        self.events = Arc::new(super::Counted {
+            counters,
+            inner: self.events,
+        });
+        self
+    }
+
+    /// The credential store the tunnels read (swap it to refresh).
+    pub fn credentials(&self) -> &CredentialStore {
+        &self.credentials
+    }
+
+    /// How many times rules were compiled: once per revision that reached a tunnel.
+    pub fn compilations(&self) -> u64 {
+        self.compilations.load(Ordering::Relaxed)
+    }
+
+    /// The compiled L7 rules of `rev` (`None` in quarantine), compiled on first use.
+    fn compiled(&self, rev: &Revision) -> Option<Arc<CompiledRules>> {
+        let PolicyState::Rules(rules) = &rev.state else {
+            return None;
+        };
+        let mut c = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((g, r)) = c.as_ref()
+            && *g == rev.generation
+        {
+            return Some(r.clone());
+        }
+        let r = Arc::new(CompiledRules::compile(rules));
+        self.compilations.fetch_add(1, Ordering::Relaxed);
+        *c = Some((rev.generation, r.clone()));
+        Some(r)
     }
 }
 
@@ -157,8 +225,22 @@ impl Inspector for Interceptor {
         true
     }
 
+    fn refuse_connect(&self, _dest: &HostPort, tls_skip: bool) -> Option<Refusal> {
+        let why = self.tls.as_ref().err()?;
+        (!tls_skip).then(|| Refusal {
+            response: response::json(
+                503,
+                "tls_termination_unavailable",
+                "TLS termination unavailable (CA initialization failed); refusing to tunnel \u{2014} credential rewrite would be bypassed",
+                None,
+            ),
+            reason: format!("TLS termination unavailable: {why}"),
+        })
+    }
+
     fn refuse_raw(&self, dest: &HostPort) -> Option<Refusal> {
         self.credentials
+            .current()
             .is_credentialed(&dest.policy_host(), dest.port)
             .then(|| Refusal {
                 response: response::json(
@@ -172,94 +254,13 @@ impl Inspector for Interceptor {
     }
 
     fn forward(&self, f: &ForwardCheck<'_>) -> Result<String, Refusal> {
-        let what = format!("{} {}", f.method, f.dest.display());
-        let bad_target = || Refusal {
-            response: response::json(
-                400,
-                "invalid_request_target",
-                "request-target must be canonical",
-                None,
-            ),
-            reason: "request-target must be canonical".into(),
-        };
-        // Forwarded requests get no rewriting: a placeholder would go upstream as it is.
-        if credentials::has_marker(f.head) {
-            return Err(Refusal {
-                response: response::json(
-                    400,
-                    "invalid_credential_placeholder",
-                    "request-target contains an invalid credential placeholder",
-                    None,
-                ),
-                reason: "credential placeholders are replaced only inside CONNECT tunnels".into(),
-            });
-        }
-        let scope = match (&f.revision.state, f.settings) {
-            (PolicyState::Rules(r), Some(s)) if s.protocol.is_l7() => {
-                L7Scope::of(r, &f.dest.policy_host(), f.dest.port, f.caller)
-            }
-            _ => L7Scope::default(),
-        };
-        let slash_ok = |c: &path::Canonical| {
-            scope
-                .select(&c.path)
-                .is_some_and(|(_, e)| e.allow_encoded_slash)
-        };
-        let canon = match path::canonicalize(f.path_and_query, false) {
-            Ok(c) => c,
-            Err(path::PathError::EncodedSlash) => {
-                match path::canonicalize(f.path_and_query, true) {
-                    Ok(c) if slash_ok(&c) => c,
-                    _ => return Err(bad_target()),
-                }
-            }
-            Err(_) => return Err(bad_target()),
-        };
-        if scope.is_empty() {
-            return Ok(canon.target());
-        }
-        let query = path::query_params(canon.query.as_deref());
-        let view = RequestView {
-            method: f.method,
-            path: &canon.path,
-            query: &query,
-        };
-        let verdict = scope.evaluate(&view);
-        let emit = |decision, rule: &str, reason: Option<String>| {
-            self.events.emit_l7(&L7Event {
-                decision,
-                method: f.method.to_string(),
-                dest: f.dest.display(),
-                path: canon.path.clone(),
-                rule: rule.to_string(),
-                reason,
-                caller: f.caller.clone(),
-                generation: f.revision.generation,
-                credentials_injected: false,
-            })
-        };
-        match verdict {
-            Verdict::Allow { rule } => emit(L7Decision::Allow, &rule, None),
-            Verdict::Audit { rule, reason } => emit(L7Decision::Audit, &rule, Some(reason)),
-            Verdict::Deny { rule, reason } => {
-                emit(L7Decision::Deny, &rule, Some(reason.clone()));
-                let detail = if reason == "no L7 endpoint path matched request" {
-                    format!("{what}{} did not match an L7 endpoint path", canon.path)
-                } else {
-                    format!("{what}{} denied by L7 policy: {reason}", canon.path)
-                };
-                return Err(Refusal {
-                    response: response::json(403, "policy_denied", &detail, Some(&reason)),
-                    reason,
-                });
-            }
-        }
-        Ok(canon.target())
+        let compiled = self.compiled(f.revision);
+        forward::check(f, compiled.as_deref(), &*self.events)
     }
 
     fn run(&self, t: InspectedTunnel) -> Pin<Box<dyn Future<Output = End> + Send>> {
-        let ca = self.ca.clone();
-        let up_tls = self.upstream.clone();
+        let tls = self.tls.clone();
+        let compiled = self.compiled(&t.revision);
         let credentials = self.credentials.clone();
         let events = self.events.clone();
         let head_timeout = self.head_timeout;
@@ -285,13 +286,17 @@ impl Inspector for Interceptor {
                 tls,
                 caller: caller.clone(),
                 revision: revision.clone(),
-                settings: settings.clone(),
+                compiled: compiled.clone().filter(|_| settings.is_some()),
                 credentials: credentials.clone(),
                 events: events.clone(),
                 head_timeout,
+                idle_timeout: idle,
             };
             match kind {
                 Kind::Tls => {
+                    let Ok((ca, up_tls)) = &tls else {
+                        return End::Done;
+                    };
                     let host = dest.policy_host();
                     let Ok(config) = ca.server_config(&host) else {
                         return End::Error(io::Error::other("signing the leaf failed"));
@@ -332,7 +337,10 @@ impl Inspector for Interceptor {
                     End::Done
                 }
                 Kind::Other => {
-                    if credentials.is_credentialed(&dest.policy_host(), dest.port) {
+                    if credentials
+                        .current()
+                        .is_credentialed(&dest.policy_host(), dest.port)
+                    {
                         // A credentialed endpoint is never carried uninspected.
                         return End::Done;
                     }

@@ -2,9 +2,13 @@
 //! the endpoint whose `path` scope fits, its allow rules (from `rules` or the `access`
 //! preset), and every deny rule of the fitting endpoints, which wins over any allow.
 //!
-//! A pure function of the revision, the destination, the caller and the request.
+//! The rules' globs (scopes, paths, query values) are compiled once per policy revision
+//! ([`CompiledRules::compile`]); a request only matches against them. The decision is a pure
+//! function of the compiled revision, the destination, the caller and the request.
 
-use crate::policy::network::{AccessPreset, Endpoint, Enforcement, Glob, NetworkRules, Protocol};
+use crate::policy::network::{
+    AccessPreset, Endpoint, Enforcement, Glob, NetworkRules, Protocol, Rule,
+};
 use crate::policy::openshell::{L7Match, QueryMatcher};
 
 use super::super::identity::Caller;
@@ -19,11 +23,175 @@ pub struct RequestView<'a> {
     pub query: &'a [(String, String)],
 }
 
+/// An endpoint's `path` scope, compiled.
+#[derive(Debug, Clone)]
+enum Scope {
+    Any,
+    /// `/x/**` without other stars: `/x` and below it.
+    Subtree(String),
+    /// Any other pattern: a glob whose `*` crosses `/`; `None` if it does not compile.
+    Glob(Option<Glob>),
+}
+
+impl Scope {
+    fn new(s: &str) -> Scope {
+        match s {
+            "" | "**" | "/**" => Scope::Any,
+            s => match s.strip_suffix("/**") {
+                Some(base) if !base.contains('*') => Scope::Subtree(base.to_string()),
+                _ => Scope::Glob(Glob::new(s, 0).ok()),
+            },
+        }
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            Scope::Any => true,
+            Scope::Subtree(base) => {
+                path == base || path.strip_prefix(base).is_some_and(|r| r.starts_with('/'))
+            }
+            Scope::Glob(g) => g.as_ref().is_some_and(|g| g.matches(path)),
+        }
+    }
+}
+
+/// A rule's `path`, compiled.
+#[derive(Debug, Clone)]
+enum PathMatch {
+    /// Empty: matches nothing.
+    Never,
+    Any,
+    /// `*` one segment, `**` any; `None` if it does not compile.
+    Glob(Option<Glob>),
+}
+
+/// One allow or deny clause, compiled.
+#[derive(Debug, Clone)]
+struct Clause {
+    method: String,
+    path: PathMatch,
+    /// Configured key -> the globs one of which each value must match.
+    query: Vec<(String, Vec<Glob>)>,
+}
+
+impl Clause {
+    fn new(m: &L7Match) -> Clause {
+        let path = match m.path.as_str() {
+            "" => PathMatch::Never,
+            "**" => PathMatch::Any,
+            p => PathMatch::Glob(Glob::new(p, b'/').ok()),
+        };
+        let query = m
+            .query
+            .iter()
+            .map(|(k, q)| (k.clone(), query_globs(q)))
+            .collect();
+        Clause {
+            method: m.method.clone(),
+            path,
+            query,
+        }
+    }
+
+    fn head_matches(&self, req: &RequestView<'_>) -> bool {
+        if self.method.is_empty() || !method_matches(&self.method, req.method) {
+            return false;
+        }
+        match &self.path {
+            PathMatch::Never => false,
+            PathMatch::Any => true,
+            PathMatch::Glob(g) => g.as_ref().is_some_and(|g| g.matches(req.path)),
+        }
+    }
+
+    /// Every configured key present, and every one of its values matching.
+    fn allows(&self, req: &RequestView<'_>) -> bool {
+        self.head_matches(req)
+            && self.query.iter().all(|(k, globs)| {
+                let mut vals = req.query.iter().filter(|(n, _)| n == k).peekable();
+                vals.peek().is_some() && vals.all(|(_, v)| any_glob(globs, v))
+            })
+    }
+
+    /// A configured key that is missing: the deny rule does not apply; otherwise any value
+    /// that matches makes it apply.
+    fn denies(&self, req: &RequestView<'_>) -> bool {
+        self.head_matches(req)
+            && self
+                .query
+                .iter()
+                .all(|(k, globs)| req.query.iter().any(|(n, v)| n == k && any_glob(globs, v)))
+    }
+}
+
+fn query_globs(m: &QueryMatcher) -> Vec<Glob> {
+    let pats: Vec<&str> = if m.any.is_empty() {
+        vec![m.glob.as_str()]
+    } else {
+        m.any.iter().map(String::as_str).collect()
+    };
+    pats.into_iter()
+        .filter_map(|p| Glob::new(p, 0).ok())
+        .collect()
+}
+
+fn any_glob(globs: &[Glob], v: &str) -> bool {
+    globs.iter().any(|g| g.matches(v))
+}
+
+/// One L7 endpoint of a rule, compiled.
+#[derive(Debug, Clone)]
+pub struct CompiledEndpoint {
+    pub endpoint: Endpoint,
+    scope: Scope,
+    allow: Vec<Clause>,
+    deny: Vec<Clause>,
+}
+
+#[derive(Debug, Clone)]
+struct CompiledRule {
+    /// The rule itself: whom it admits is decided as for the connection
+    /// (`egress::decide::admits`).
+    rule: Rule,
+    endpoints: Vec<CompiledEndpoint>,
+}
+
+/// The L7 side of one revision's rules: every L7 endpoint with its globs compiled.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledRules {
+    rules: Vec<CompiledRule>,
+}
+
+impl CompiledRules {
+    /// Compile the L7 endpoints of `rules` (once per revision).
+    pub fn compile(rules: &NetworkRules) -> CompiledRules {
+        let rules = rules
+            .rules()
+            .iter()
+            .map(|r| CompiledRule {
+                rule: r.clone(),
+                endpoints: r
+                    .endpoints
+                    .iter()
+                    .filter(|e| e.protocol.is_l7())
+                    .map(|e| CompiledEndpoint {
+                        scope: Scope::new(&e.path),
+                        allow: allow_rules(e).iter().map(Clause::new).collect(),
+                        deny: e.deny_rules.iter().map(Clause::new).collect(),
+                        endpoint: e.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        CompiledRules { rules }
+    }
+}
+
 /// The L7 endpoints a connection to `host:port` from `caller` is subject to.
 #[derive(Debug, Clone, Default)]
 pub struct L7Scope<'r> {
     /// (rule key, endpoint), in key order then endpoint order.
-    pub endpoints: Vec<(&'r str, &'r Endpoint)>,
+    pub endpoints: Vec<(&'r str, &'r CompiledEndpoint)>,
 }
 
 /// What happens to one request.
@@ -40,15 +208,15 @@ pub enum Verdict {
 impl<'r> L7Scope<'r> {
     /// The L7 endpoints (protocol set) of the rules that admit `caller` to `host` (lower-case)
     /// on `port`.
-    pub fn of(rules: &'r NetworkRules, host: &str, port: u16, caller: &Caller) -> L7Scope<'r> {
+    pub fn of(rules: &'r CompiledRules, host: &str, port: u16, caller: &Caller) -> L7Scope<'r> {
         let mut endpoints = Vec::new();
-        for rule in rules.rules() {
-            if !crate::egress::decide::admits(rule, caller) {
+        for rule in &rules.rules {
+            if !crate::egress::decide::admits(&rule.rule, caller) {
                 continue;
             }
             for e in &rule.endpoints {
-                if e.protocol.is_l7() && e.matches(host, port) {
-                    endpoints.push((rule.key.as_str(), e));
+                if e.endpoint.matches(host, port) {
+                    endpoints.push((rule.rule.key.as_str(), e));
                 }
             }
         }
@@ -59,15 +227,24 @@ impl<'r> L7Scope<'r> {
         self.endpoints.is_empty()
     }
 
+    /// The protocol the scope's endpoints speak (the first one's).
+    pub fn protocol(&self) -> Option<Protocol> {
+        self.endpoints.first().map(|(_, e)| e.endpoint.protocol)
+    }
+
     /// The endpoint whose `path` scope fits `path` best (the most characters that are not
     /// `*`), first in key order on a tie.
     pub fn select(&self, path: &str) -> Option<(&'r str, &'r Endpoint)> {
-        let mut best: Option<(usize, (&'r str, &'r Endpoint))> = None;
+        self.select_compiled(path).map(|(k, e)| (k, &e.endpoint))
+    }
+
+    fn select_compiled(&self, path: &str) -> Option<(&'r str, &'r CompiledEndpoint)> {
+        let mut best: Option<(usize, (&'r str, &'r CompiledEndpoint))> = None;
         for &(k, e) in &self.endpoints {
-            if !scope_matches(&e.path, path) {
+            if !e.scope.matches(path) {
                 continue;
             }
-            let score = e.path.chars().filter(|c| *c != '*').count();
+            let score = e.endpoint.path.chars().filter(|c| *c != '*').count();
             if best.is_none_or(|(s, _)| score > s) {
                 best = Some((score, (k, e)));
             }
@@ -77,35 +254,36 @@ impl<'r> L7Scope<'r> {
 
     /// Decide one request.
     pub fn evaluate(&self, req: &RequestView<'_>) -> Verdict {
-        let Some((key, endpoint)) = self.select(req.path) else {
+        let Some((key, endpoint)) = self.select_compiled(req.path) else {
             let (key, e) = self.endpoints[0];
             return finish(
                 key,
-                e.enforcement,
+                e.endpoint.enforcement,
                 "no L7 endpoint path matched request".to_string(),
             );
         };
         let denied = self
             .endpoints
             .iter()
-            .filter(|(_, e)| scope_matches(&e.path, req.path))
-            .any(|(_, e)| e.deny_rules.iter().any(|d| deny_matches(d, req)));
+            .filter(|(_, e)| e.scope.matches(req.path))
+            .any(|(_, e)| e.deny.iter().any(|d| d.denies(req)));
         let m = req.method;
+        let enforcement = endpoint.endpoint.enforcement;
         if denied {
             return finish(
                 key,
-                endpoint.enforcement,
+                enforcement,
                 format!("{m} {} blocked by deny rule", req.path),
             );
         }
-        if allow_rules(endpoint).iter().any(|a| allow_matches(a, req)) {
+        if endpoint.allow.iter().any(|a| a.allows(req)) {
             return Verdict::Allow {
                 rule: key.to_string(),
             };
         }
         finish(
             key,
-            endpoint.enforcement,
+            enforcement,
             format!("{m} {} not permitted by policy", req.path),
         )
     }
@@ -122,17 +300,7 @@ fn finish(key: &str, enforcement: Enforcement, reason: String) -> Verdict {
 /// An endpoint's `path` scope: empty, `**` or `/**` any path; `/x/**` is `/x` and below it;
 /// anything else a glob whose `*` crosses `/`.
 pub fn scope_matches(scope: &str, path: &str) -> bool {
-    match scope {
-        "" | "**" | "/**" => true,
-        s => {
-            if let Some(base) = s.strip_suffix("/**")
-                && !base.contains('*')
-            {
-                return path == base || path.strip_prefix(base).is_some_and(|r| r.starts_with('/'));
-            }
-            Glob::new(s, 0).is_ok_and(|g| g.matches(path))
-        }
-    }
+    Scope::new(scope).matches(path)
 }
 
 fn m(method: &str, path: &str) -> L7Match {
@@ -170,51 +338,4 @@ fn method_matches(rule: &str, method: &str) -> bool {
     rule == "*"
         || rule.eq_ignore_ascii_case(method)
         || (rule.eq_ignore_ascii_case("GET") && method == "HEAD")
-}
-
-fn path_matches(rule: &str, path: &str) -> bool {
-    match rule {
-        "" => false,
-        "**" => true,
-        r => Glob::new(r, b'/').is_ok_and(|g| g.matches(path)),
-    }
-}
-
-fn value_matches(m: &QueryMatcher, v: &str) -> bool {
-    let one = |p: &str| Glob::new(p, 0).is_ok_and(|g| g.matches(v));
-    if m.any.is_empty() {
-        one(&m.glob)
-    } else {
-        m.any.iter().any(|p| one(p))
-    }
-}
-
-fn allow_matches(a: &L7Match, req: &RequestView<'_>) -> bool {
-    if a.method.is_empty() || !method_matches(&a.method, req.method) {
-        return false;
-    }
-    if !path_matches(&a.path, req.path) {
-        return false;
-    }
-    // Every configured key present, and every one of its values matching.
-    a.query.iter().all(|(k, mt)| {
-        let mut vals = req.query.iter().filter(|(n, _)| n == k).peekable();
-        vals.peek().is_some() && vals.all(|(_, v)| value_matches(mt, v))
-    })
-}
-
-fn deny_matches(d: &L7Match, req: &RequestView<'_>) -> bool {
-    if d.method.is_empty() || !method_matches(&d.method, req.method) {
-        return false;
-    }
-    if !path_matches(&d.path, req.path) {
-        return false;
-    }
-    // A configured key that is missing: the deny rule does not apply; otherwise any value
-    // that matches makes it apply.
-    d.query.iter().all(|(k, mt)| {
-        req.query
-            .iter()
-            .any(|(n, v)| n == k && value_matches(mt, v))
-    })
 }

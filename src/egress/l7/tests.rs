@@ -1,5 +1,5 @@
 use super::path::{PathError, canonicalize, query_params};
-use super::rules::{L7Scope, RequestView, Verdict, scope_matches};
+use super::rules::{CompiledRules, L7Scope, RequestView, Verdict, scope_matches};
 use super::{Kind, classify};
 use crate::egress::credentials::{Binding, CredentialError, Credentials, redact};
 use crate::egress::identity::{Caller, ExecKey};
@@ -141,7 +141,8 @@ fn caller() -> Caller {
 fn verdict(rules: &NetworkRules, host: &str, method: &str, target: &str) -> Verdict {
     let c = canonicalize(target, false).unwrap();
     let q = query_params(c.query.as_deref());
-    let scope = L7Scope::of(rules, host, 8080, &caller());
+    let compiled = CompiledRules::compile(rules);
+    let scope = L7Scope::of(&compiled, host, 8080, &caller());
     assert!(!scope.is_empty());
     scope.evaluate(&RequestView {
         method,
@@ -228,7 +229,9 @@ fn endpoint_path_scopes() {
 
 #[test]
 fn other_l7_protocols_are_refused_naming_the_key() {
-    for p in ["graphql", "json-rpc", "mcp", "sql", "websocket"] {
+    let ws = "version: 1\nnetwork_policies:\n  k:\n    endpoints:\n      - {host: a.test, port: 80, protocol: websocket, access: read-write}\n    binaries: [{path: /bin/x}]\n";
+    assert!(NetworkRules::compile(&from_yaml(ws).unwrap().network_policies).is_ok());
+    for p in ["graphql", "json-rpc", "mcp", "sql"] {
         let y = format!(
             "version: 1\nnetwork_policies:\n  k:\n    endpoints:\n      - {{host: a.test, port: 80, protocol: {p}, rules: [{{allow: {{method: GET, path: /x}}}}]}}\n    binaries: [{{path: /bin/x}}]\n"
         );
@@ -250,10 +253,7 @@ fn store() -> Credentials {
     c.insert(
         "GITHUB_TOKEN",
         "ghp_real".into(),
-        vec![Binding {
-            host: "API.test".into(),
-            port: 443,
-        }],
+        vec![Binding::new("API.test", 443)],
     );
     c
 }

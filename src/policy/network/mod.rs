@@ -66,6 +66,10 @@ pub struct Endpoint {
     /// Advisor-proposed endpoints never count as an exact declared host for the address
     /// checks.
     pub advisor_proposed: bool,
+    /// Placeholders in textual request bodies are replaced too (`rest` only).
+    pub request_body_credential_rewrite: bool,
+    /// `credential_binding.provider`: whose credentials may go here.
+    pub credential_provider: Option<String>,
 }
 
 /// An endpoint host.

@@ -339,6 +339,8 @@ fn endpoint(cx: &mut Ctx, at: &str, e: &NetworkEndpoint) -> Result<Endpoint, Net
         path: e.path.clone(),
         allow_encoded_slash: e.allow_encoded_slash,
         advisor_proposed: e.advisor_proposed,
+        request_body_credential_rewrite: e.request_body_credential_rewrite,
+        credential_provider: e.credential_binding.as_ref().map(|b| b.provider.clone()),
     })
 }
 
@@ -418,13 +420,13 @@ fn l7(
             "SQL enforcement requires full SQL parsing, which is not available. Use `enforcement: audit`.",
         ));
     }
-    // Only the REST relay exists: an endpoint whose rules could not be applied must not load
-    // as if they were.
-    if protocol.is_l7() && protocol != Protocol::Rest {
+    // Only the REST and WebSocket relays exist: an endpoint whose rules could not be applied
+    // must not load as if they were.
+    if protocol.is_l7() && !matches!(protocol, Protocol::Rest | Protocol::Websocket) {
         return Err(err(
             &format!("{at}.protocol"),
             format!(
-                "protocol '{}' is not supported by this supervisor yet (only 'rest' is inspected); use protocol: rest, or omit protocol for an uninspected endpoint",
+                "protocol '{}' is not supported by this supervisor yet (only 'rest' and 'websocket' are inspected); use protocol: rest, or omit protocol for an uninspected endpoint",
                 protocol.as_str()
             ),
         ));

@@ -181,8 +181,15 @@ pub struct NetworkEndpoint {
     pub graphql_max_body_bytes: Option<Opaque>,
     #[serde(default, skip_serializing)]
     pub websocket_credential_rewrite: Option<Opaque>,
-    #[serde(default, skip_serializing)]
-    pub request_body_credential_rewrite: Option<Opaque>,
+    /// Proto 17: placeholders in textual request bodies of this `rest` endpoint are replaced
+    /// too (JSON, form, `text/*`, at most 256 KiB).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub request_body_credential_rewrite: bool,
+    /// YAML `credential_binding: {provider: NAME}`: the credentials of provider NAME may go to
+    /// this endpoint. In `serve` the gateway turns it into the provider environment's
+    /// bindings; in `run` NAME is a `--credential` variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_binding: Option<CredentialBinding>,
     #[serde(default, skip_serializing)]
     pub credential_signing: Option<Opaque>,
     #[serde(default, skip_serializing)]
@@ -197,6 +204,13 @@ pub struct NetworkEndpoint {
     pub allow_uninspected_credentials: Option<Opaque>,
     #[serde(default, skip_serializing)]
     pub provider_credentialed: Option<Opaque>,
+}
+
+/// An endpoint's `credential_binding`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialBinding {
+    pub provider: String,
 }
 
 /// Proto `L7Rule`: one allow clause.

@@ -265,6 +265,7 @@ fn to_proto(p: &SandboxPolicy) -> pb::SandboxPolicy {
                             allow_encoded_slash: e.allow_encoded_slash,
                             path: e.path.clone(),
                             advisor_proposed: e.advisor_proposed,
+                            request_body_credential_rewrite: e.request_body_credential_rewrite,
                         })
                         .collect(),
                     binaries: r
@@ -397,6 +398,7 @@ fn from_proto(p: pb::SandboxPolicy) -> Result<SandboxPolicy, ProtoError> {
                 path: e.path,
                 allow_encoded_slash: e.allow_encoded_slash,
                 advisor_proposed: e.advisor_proposed,
+                request_body_credential_rewrite: e.request_body_credential_rewrite,
                 ..Default::default()
             });
         }
@@ -541,7 +543,7 @@ static ENDPOINT: Schema = Schema {
         (14, "extra", Opq),
         (15, "path", Bytes),
         (16, "extra", Opq),
-        (17, "extra", Opq),
+        (17, "request_body_credential_rewrite", Varint),
         (18, "advisor_proposed", Varint),
         (19, "extra", Opq),
         (20, "extra", Opq),

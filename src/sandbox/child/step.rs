@@ -48,6 +48,7 @@ steps! {
     BindGrant => "bind-mount a granted path into the view",
     RemountGrantReadOnly => "set a grant's mount flags (nosuid, nodev, read-only)",
     HideDenied => "hide a denied path",
+    WriteViewFile => "write a file of the view's own (the egress proxy's CA) into its read-only tmpfs",
     MountRoot => "mount the tmpfs of the view's new root",
     MakeViewLink => "recreate a system symlink in the view's root",
     PivotRoot => "pivot_root into the view's new root",

@@ -41,6 +41,7 @@ fn grants_below_tmp_are_bound_back_and_their_denied_paths_hidden() {
         workdir: None,
         ipc: crate::policy::IpcLimits::for_budget(1 << 20, 4096),
         ipc_userns: Some((1000, 1001)),
+        files: None,
     };
     let plan = ViewPlan::new(&req);
     // The IPC limits, each file with its value, and the id maps of their user namespace.

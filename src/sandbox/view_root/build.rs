@@ -271,6 +271,81 @@ unsafe fn bind(
 
 const HIDDEN: &CStr = c".openshell-hidden";
 
+/// Mount a small tmpfs on `target` (an O_PATH descriptor of the mount point `name` in
+/// `parent`), write the plan's files into it (mode 0444), then make it read-only. `buf` is
+/// scratch for a descriptor's /proc path.
+///
+/// # Safety
+/// In the helper only.
+unsafe fn fill_files(
+    plan: &RootPlan,
+    parent: RawFd,
+    name: &CStr,
+    target: RawFd,
+    buf: &mut [u8; 32],
+) -> Result<(), ChildError> {
+    let fail = |step| ChildError::last(step);
+    // SAFETY: raw syscalls on descriptors we own and prepared C strings and buffers.
+    unsafe {
+        fd_path(buf, target);
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            buf.as_ptr().cast(),
+            c"tmpfs".as_ptr(),
+            flags,
+            c"mode=0755,size=1m".as_ptr().cast(),
+        ) != 0
+        {
+            return Err(fail(Step::MountTmpfs));
+        }
+        // The mount point's descriptor still names what lies under the new tmpfs: its root
+        // is reached by name, through the mount.
+        let dir = Fd(libc::openat(
+            parent,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        ));
+        if dir.0 < 0 {
+            return Err(fail(Step::MountTmpfs));
+        }
+        for (name, contents) in &plan.files {
+            let f = Fd(libc::openat(
+                dir.0,
+                name.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o444,
+            ));
+            if f.0 < 0 {
+                return Err(fail(Step::WriteViewFile));
+            }
+            let mut off = 0;
+            while off < contents.len() {
+                let n = libc::write(f.0, contents[off..].as_ptr().cast(), contents.len() - off);
+                if n < 0 && errno() == libc::EINTR {
+                    continue;
+                }
+                if n <= 0 {
+                    return Err(fail(Step::WriteViewFile));
+                }
+                off += n as usize;
+            }
+        }
+        fd_path(buf, dir.0);
+        if libc::mount(
+            std::ptr::null(),
+            buf.as_ptr().cast(),
+            std::ptr::null(),
+            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(fail(Step::WriteViewFile));
+        }
+        Ok(())
+    }
+}
+
 /// Make every entry below `root`.
 ///
 /// # Safety
@@ -343,6 +418,11 @@ unsafe fn fill(
                             return Err(fail(Step::MountTmpfs));
                         }
                         *tmpfs_made |= 1 << i;
+                    }
+                    What::Files => {
+                        let t = mount_point(parent.0, name, true, e.create)?;
+                        fill_files(plan, parent.0, name, t.0, &mut a)?;
+                        *tmpfs_made |= FILES_MADE;
                     }
                     What::HideDir => {
                         let t = match mount_point(parent.0, name, true, false) {

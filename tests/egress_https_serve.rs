@@ -1,0 +1,293 @@
+//! `serve` with HTTPS egress as OpenShell users set it up, through the real binary: the test
+//! gateway hands a `protocol: rest` policy revision and a provider environment whose secret
+//! is bound to one endpoint. The main process and every exec get the CA's trust variables and
+//! the placeholder; the proxy intercepts TLS, applies the REST rules, puts the real value
+//! only into requests to the bound endpoint, and takes a refreshed value at the next
+//! provider revision. The value is never in the sandbox, our log or the gateway's log stream.
+//!
+//! The supervisor and the gateway run in the test-made outer namespace (tests/egress_support);
+//! the supervisor has a mount namespace of its own whose `/etc/hosts` is the test's hosts file
+//! and whose system bundle holds the tests' upstream CA.
+
+mod egress_support;
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use egress_support::l7_servers::L7Upstream;
+use openshell_sandbox::policy::openshell::{
+    FilesystemPolicy, LandlockPolicy, NetworkBinary, NetworkEndpoint, NetworkPolicyRule,
+    SandboxPolicy,
+};
+use openshell_sandbox::proto::v1::{
+    PolicyStatus, StaticCredentialBinding, StaticCredentialEndpointBinding,
+};
+use support::plane::SANDBOX_NAME;
+use support::{AuthMode, SupOpts, Supervisor, TestGateway, gateway};
+
+const SECRET: &str = "rg-SERVE-REAL-41f0c2";
+const SECRET2: &str = "rg-SERVE-ROTATED-77aa01";
+
+fn have(tool: &str) -> bool {
+    let ok = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{tool} is required for this test (CI=true turns this skip into a failure)");
+        }
+        eprintln!("SKIPPED: {tool} absent");
+    }
+    ok
+}
+
+fn endpoint(host: &str, port: u16) -> NetworkEndpoint {
+    NetworkEndpoint {
+        host: host.into(),
+        port,
+        ..Default::default()
+    }
+}
+
+fn policy() -> SandboxPolicy {
+    let ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .collect();
+    let curl = vec![NetworkBinary {
+        path: "/usr/bin/curl".into(),
+        ..Default::default()
+    }];
+    let rest = NetworkEndpoint {
+        protocol: "rest".into(),
+        access: "read-only".into(),
+        enforcement: "enforce".into(),
+        ..endpoint("secure-api.test", 9443)
+    };
+    SandboxPolicy {
+        version: 1,
+        filesystem: Some(FilesystemPolicy {
+            include_workdir: true,
+            read_only: ro,
+            read_write: vec!["/dev/null".into()],
+        }),
+        landlock: Some(LandlockPolicy {
+            compatibility: "best_effort".into(),
+        }),
+        network_policies: [
+            (
+                "api_ro".to_string(),
+                NetworkPolicyRule {
+                    name: String::new(),
+                    endpoints: vec![rest],
+                    binaries: curl.clone(),
+                },
+            ),
+            (
+                "tls".to_string(),
+                NetworkPolicyRule {
+                    name: String::new(),
+                    endpoints: vec![endpoint("cred.test", 9443), endpoint("secure.test", 9443)],
+                    binaries: curl,
+                },
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    }
+}
+
+fn provider_env(value: &str, revision: u64) -> gateway::ProviderEnv {
+    gateway::ProviderEnv {
+        environment: [("RG_TOKEN", value), ("MODEL_URL", "https://model.test/v1")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        non_secret: vec!["MODEL_URL".into()],
+        static_keys: vec!["RG_TOKEN".into()],
+        bindings: [(
+            "RG_TOKEN".to_string(),
+            StaticCredentialBinding {
+                endpoints: vec![StaticCredentialEndpointBinding {
+                    host: "cred.test".into(),
+                    port: 9443,
+                    path: String::new(),
+                }],
+                credential_identity: "p".into(),
+                workload_credential_handle: String::new(),
+            },
+        )]
+        .into_iter()
+        .collect(),
+        revision,
+    }
+}
+
+fn wrapper(binds: &[(&Path, &str)]) -> Vec<String> {
+    let mounts: Vec<String> = binds
+        .iter()
+        .map(|(s, d)| format!("mount --bind {} {d}", s.display()))
+        .collect();
+    vec![
+        "unshare".into(),
+        "-m".into(),
+        "--propagation".into(),
+        "private".into(),
+        "sh".into(),
+        "-c".into(),
+        format!("{} && exec \"$0\" \"$@\"", mounts.join(" && ")),
+    ]
+}
+
+#[test]
+fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_proxy() {
+    if !egress_support::require() || !have("curl") || !have("unshare") {
+        return;
+    }
+    egress_support::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        w.rt.block_on(async move {
+            let gw = TestGateway::start(AuthMode::Jwt).await;
+            gw.state.set_policy(&policy()).unwrap();
+            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
+            let opts = SupOpts {
+                env: vec![
+                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
+                    ("OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(), "1".into()),
+                    (
+                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
+                        "/nonexistent/openshell/policy.yaml".into(),
+                    ),
+                ],
+                wrapper: wrapper(&[
+                    (&hosts, "/etc/hosts"),
+                    (&bundle, egress_support::SYSTEM_BUNDLE),
+                ]),
+                // The main process records the environment it was started with.
+                args: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600".into(),
+                ],
+                ..Default::default()
+            };
+            let mut sup = Supervisor::start(&gw, opts);
+            gw.wait_ready(&mut sup).await;
+            let v = gw.state.current_revision().unwrap().version;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !gw
+                .state
+                .policy_reports()
+                .iter()
+                .any(|r| r.version == v && r.status == PolicyStatus::Loaded as i32)
+            {
+                assert!(Instant::now() < deadline, "not LOADED:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+
+            // The main process: the placeholder and the trust variables, from the start.
+            let path = sup.workdir.join("main.env");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !path.exists() {
+                assert!(Instant::now() < deadline, "no main.env:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let main_env = std::fs::read_to_string(&path).unwrap();
+            for want in [
+                "RG_TOKEN=openshell:resolve:env:RG_TOKEN",
+                "MODEL_URL=https://model.test/v1",
+                "SSL_CERT_FILE=/etc/openshell-tls/ca-bundle.pem",
+                "NODE_EXTRA_CA_CERTS=/etc/openshell-tls/openshell-ca.pem",
+                "HTTPS_PROXY=http://10.200.0.1:3128",
+            ] {
+                assert!(main_env.lines().any(|l| l == want), "{want}:\n{main_env}");
+            }
+            assert!(!main_env.contains(SECRET));
+
+            let script = r#"
+env | grep -E '^(RG_TOKEN|SSL_CERT_FILE)=' | sort
+ls -A /etc/openshell-tls | tr '\n' ' '; echo
+curl -sS --max-time 20 https://secure-api.test:9443/ok; echo
+curl -sS --max-time 20 -o /dev/null -w '%{http_code}\n' -X POST https://secure-api.test:9443/no
+curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/use; echo
+curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://secure.test:9443/steal; echo
+cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -c rg-SERVE || true
+"#;
+            let r = gw.sh(script).await;
+            let out = r.out();
+            let lines: Vec<&str> = out.lines().collect();
+            assert!(lines.len() >= 8, "{r:?}\n{}", sup.log());
+            assert_eq!(lines[0], "RG_TOKEN=openshell:resolve:env:RG_TOKEN", "{out}");
+            assert_eq!(lines[1], "SSL_CERT_FILE=/etc/openshell-tls/ca-bundle.pem", "{out}");
+            assert_eq!(lines[2], "ca-bundle.pem openshell-ca.pem ", "{out}");
+            let ok: serde_json::Value =
+                serde_json::from_str(lines[3]).unwrap_or_else(|e| panic!("{e}: {out}"));
+            assert_eq!(ok["request"], "GET /ok HTTP/1.1");
+            assert_eq!(lines[4], "403", "read-only refuses POST: {out}");
+            assert_eq!(lines[5], "quiet ok", "{out}");
+            let steal: serde_json::Value = serde_json::from_str(lines[6]).unwrap();
+            assert_eq!(steal["error"], "credential_endpoint_mismatch", "{out}");
+            assert_eq!(lines[7], "0", "{out}");
+            assert!(!out.contains(SECRET));
+            // The upstream: the value at the bound endpoint, nothing at the other.
+            assert_eq!(
+                up.requests(),
+                ["GET /ok HTTP/1.1", "GET /quiet/use HTTP/1.1"],
+                "{out}"
+            );
+            let heads = up.heads().concat();
+            assert!(heads.contains(&format!("authorization: Bearer {SECRET}")), "{heads}");
+            assert!(!heads.contains("openshell:resolve"));
+
+            // A provider refresh: the next request carries the new value.
+            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET2, 2);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let r = gw
+                    .sh(r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/again"#)
+                    .await;
+                assert_eq!(r.out().trim(), "quiet ok", "{r:?}");
+                if up.heads().concat().contains(SECRET2) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no refresh:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+
+            // The gateway's log stream has the HTTP Activity events, and no value anywhere.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let lines = gw.state.log_lines();
+                let http: Vec<&str> = lines
+                    .iter()
+                    .map(|l| l.message.as_str())
+                    .filter(|m| m.starts_with("HTTP:"))
+                    .collect();
+                let found = http.iter().any(|m| {
+                    m.starts_with("HTTP:POST [MED] DENIED /usr/bin/curl(")
+                        && m.contains("engine:l7")
+                        && m.contains("POST /no not permitted by policy")
+                }) && http
+                    .iter()
+                    .any(|m| m.starts_with("HTTP:GET [INFO] ALLOWED /usr/bin/curl(") && m.contains("secure-api.test:9443/ok"))
+                    && http.iter().any(|m| m.contains("/quiet/use") && m.contains("credentials_injected=true"));
+                if found {
+                    let all: String = lines.iter().map(|l| format!("{l:?}")).collect();
+                    assert!(!all.contains(SECRET) && !all.contains(SECRET2));
+                    break;
+                }
+                assert!(Instant::now() < deadline, "HTTP events in the log push: {http:#?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let log = sup.log();
+            assert!(!log.contains(SECRET) && !log.contains(SECRET2), "{log}");
+            drop(sup);
+        });
+    });
+}
