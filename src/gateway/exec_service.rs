@@ -180,7 +180,7 @@ impl ExecContext {
     }
 
     /// bash where the login mode wants it and it exists, else sh. Looking it up instead of
-    /// hard-coding /bin/bash keeps images without bash working (OpenShell issue 2290).
+    /// hard-coding /bin/bash keeps images without bash working.
     fn shell_path(&self) -> Result<(PathBuf, bool), CommandError> {
         if self.shell == ShellMode::Login
             && let Some(p) = find_executable("bash", &self.path)

@@ -1,5 +1,5 @@
 //! The policy knobs of the command line, as plain data. `cli` turns its clap values into
-//! [`PolicyFlags`]; `policy` never sees a clap type (issue 13 §6: no cycle between the two).
+//! [`PolicyFlags`]; `policy` never sees a clap type (no cycle between the two).
 
 use std::path::PathBuf;
 

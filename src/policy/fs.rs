@@ -116,7 +116,7 @@ pub const DEVICES: &[&str] = &[
     "/dev/tty",
 ];
 
-/// Where OpenShell keeps supervisor secrets in a pod (§5.2 of the protocol sheet), plus the
+/// Where OpenShell keeps supervisor secrets in a pod (its client TLS material and tokens), plus the
 /// install directory of the supervisor itself.
 pub fn default_secret_paths() -> Vec<PathBuf> {
     [

@@ -1,6 +1,6 @@
 //! Read-only cgroups in a pod: containerd (and CRI-O, and runc's default spec) mount
 //! `/sys/fs/cgroup` read-only in the container. The supervisor is root with CAP_SYS_ADMIN
-//! there (gateway-protocol §5.2), so it may make per-exec cgroups, but not through a read-only
+//! there (OpenShell's sandbox pod grants it), so it may make per-exec cgroups, but not through a read-only
 //! mount: every `--memory`, `--pids` and whole-tree `--cpu` would be degraded in exactly the
 //! place they matter.
 //!

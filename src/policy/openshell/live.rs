@@ -1,4 +1,4 @@
-//! What a live sandbox may change (§11.7): the gateway refuses, with INVALID_ARGUMENT, a new
+//! What a live sandbox may change: the gateway refuses, with INVALID_ARGUMENT, a new
 //! revision that changes `landlock` or `process`, or that takes a path away from
 //! `filesystem`. The network side is free to change. One pure function, so that the
 //! supervisor (which refuses such a revision too, whoever sent it) and the test gateway (which

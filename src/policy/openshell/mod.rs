@@ -1,7 +1,7 @@
 //! OpenShell's sandbox policy: one model, two sources.
 //!
 //! - [`SandboxPolicy`] is the model: the parts of OpenShell's `SandboxPolicy` tree
-//!   (`shared/spec/gateway-features.md` §11.3, §11.11) that a supervisor maps onto its own
+//!   (its proto messages and its policy YAML) that a supervisor maps onto its own
 //!   policy. Its serde form is OpenShell's policy YAML.
 //! - [`from_yaml`] decodes a policy file (`run --policy FILE`, `/etc/openshell/policy.yaml`);
 //!   every level rejects unknown keys, naming the key.
@@ -10,7 +10,7 @@
 //!   walked against the field numbers of every message (`wire.rs`), and any field number we do
 //!   not know is an error that names it.
 //! - [`resolve`] maps the model, plus the command-line flags that were given explicitly, onto
-//!   our [`Policy`](super::Policy); [`check_live_change`] holds the §11.7 rules on what a live
+//!   our [`Policy`](super::Policy); [`check_live_change`] holds the rules on what a live
 //!   sandbox may change; [`default_policy`] is the policy used when there is none.
 //!
 //! `docs/policy.md` describes the mapping key by key.
@@ -63,7 +63,7 @@ pub struct SandboxPolicy {
     /// still reports a non-empty map as [`NetworkOutcome::EgressDenied`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub network_policies: BTreeMap<String, NetworkPolicyRule>,
-    /// HEAD-only middleware configs (proto field 6). Ignorable per §11.3; present only to
+    /// HEAD-only middleware configs (proto field 6). A supervisor may ignore them; present only to
     /// accept the key. Never encoded.
     #[serde(default, skip_serializing)]
     pub network_middlewares: Option<Opaque>,
@@ -322,7 +322,7 @@ fn is_zero(v: &u16) -> bool {
     *v == 0
 }
 
-/// Where the supervisor looks for a policy when the gateway has none (§11.5 step 2), in order.
+/// Where the supervisor looks for a policy when the gateway has none, in order.
 pub const LOCAL_POLICY_PATHS: [&str; 2] =
     ["/etc/openshell/policy.yaml", "/etc/navigator/policy.yaml"];
 
@@ -343,7 +343,7 @@ pub struct LocalPolicyError {
     pub source: YamlError,
 }
 
-/// The local fallback of §11.5: the first existing file of `paths` (normally
+/// The local fallback: the first existing file of `paths` (normally
 /// [`LOCAL_POLICY_PATHS`]), else [`default_policy`].
 ///
 /// OpenShell also falls back to the default when the file cannot be parsed; we refuse
@@ -371,7 +371,7 @@ pub fn load_local(paths: &[&Path]) -> Result<(SandboxPolicy, LocalSource), Local
     Ok((default_policy(), LocalSource::Default))
 }
 
-/// Read-only paths of OpenShell's restrictive default (§11.6), in its order.
+/// Read-only paths of OpenShell's restrictive default, in its order.
 pub const OPENSHELL_DEFAULT_READ_ONLY: &[&str] = &[
     "/usr",
     "/lib",
@@ -381,12 +381,12 @@ pub const OPENSHELL_DEFAULT_READ_ONLY: &[&str] = &[
     "/etc",
     "/var/log",
 ];
-/// Read-write paths of OpenShell's restrictive default (§11.6).
+/// Read-write paths of OpenShell's restrictive default.
 pub const OPENSHELL_DEFAULT_READ_WRITE: &[&str] = &["/tmp", "/dev/null"];
 
 /// What we add to OpenShell's default, and why (docs/policy.md says the same):
 /// - `/bin`, `/sbin`, `/lib32`, `/lib64`, `/libx32`: on images that are not usr-merged
-///   (Alpine, busybox) the shell and the loader live there; OpenShell hit the same (§16, #3147).
+///   (Alpine, busybox) the shell and the loader live there; OpenShell hit the same.
 /// - `/opt`: where images install runtimes; `/opt/openshell` (us) stays denied.
 const EXTRA_READ_ONLY: &[&str] = &["/bin", "/sbin", "/lib32", "/lib64", "/libx32", "/opt"];
 /// The character devices programs expect to open read-write, as in our flag-only default.
@@ -401,7 +401,7 @@ const EXTRA_DEVICES: &[&str] = &[
 ];
 
 /// The policy used when neither the gateway nor a local file gives one: OpenShell's restrictive
-/// default (§11.6) plus [`EXTRA_READ_ONLY`] and the devices of our own default; a writable
+/// default plus [`EXTRA_READ_ONLY`] and the devices of our own default; a writable
 /// `/tmp` (private when the namespace layer gives one), the workdir, `best_effort`, the
 /// `sandbox` identity, no network rules (all egress denied). Missing paths are skipped
 /// (`best_effort`).
@@ -433,7 +433,7 @@ pub fn default_policy() -> SandboxPolicy {
     }
 }
 
-/// OpenShell's proxy baseline (§11.6): added to a policy that has at least one network rule.
+/// OpenShell's proxy baseline: added to a policy that has at least one network rule.
 pub const PROXY_BASELINE_READ_ONLY: &[&str] = &[
     "/usr",
     "/lib",
@@ -447,7 +447,7 @@ pub const PROXY_BASELINE_READ_ONLY: &[&str] = &[
 pub const PROXY_BASELINE_READ_WRITE: &[&str] = &["/tmp"];
 
 /// Add the missing proxy-baseline paths, as the supervisor does before it loads a policy and
-/// syncs it back (§11.5 steps 2 and 3). Only when the policy has a network rule; only paths
+/// syncs it back. Only when the policy has a network rule; only paths
 /// for which `exists` says yes; a path already in either list is left where it is (user paths
 /// are never removed or moved). Returns whether the policy changed, i.e. whether to sync it.
 ///
@@ -481,7 +481,7 @@ pub fn enrich_with_baseline(policy: &mut SandboxPolicy, exists: &dyn Fn(&Path) -
 }
 
 /// Remove the gateway-composed `_provider_` rules, as the supervisor does before it syncs a
-/// local policy back with `UpdateConfig` (§11.5 step 2). Returns whether anything was removed.
+/// local policy back with `UpdateConfig`. Returns whether anything was removed.
 pub fn strip_provider_rules(policy: &mut SandboxPolicy) -> bool {
     let before = policy.network_policies.len();
     policy

@@ -3,7 +3,7 @@
 //! prost skips a field number it does not know, so a newer gateway's policy field (a new
 //! restriction, say) would vanish without a trace and the sandbox would run without it. Before
 //! prost sees the bytes, [`walk`] reads every tag against the field numbers of each message of
-//! §11.2/§11.3, recursively, and collects every number it does not know, with where it was.
+//! OpenShell's policy, recursively, and collects every number it does not know, with where it was.
 //! Fields that we know and deliberately do not enforce (L7 endpoint parts, middleware) are
 //! `Opaque`: known, skipped, not looked into.
 
@@ -74,7 +74,7 @@ pub enum FailureMode {
 }
 
 impl FailureMode {
-    /// Empty or unknown means `fail_closed` (§11.2).
+    /// Empty or unknown means `fail_closed`.
     pub fn from_wire(s: &str) -> Self {
         if s == "retain_last_valid" {
             FailureMode::RetainLastValid
@@ -349,7 +349,7 @@ fn from_proto(p: pb::SandboxPolicy) -> Result<SandboxPolicy, ProtoError> {
                 .iter()
                 .map(|v| port(|| at("ports"), *v))
                 .collect::<Result<Vec<_>, _>>()?;
-            // "`ports` wins; a lone `port` becomes [port]" (§11.3): with both set, `port` has
+            // "`ports` wins; a lone `port` becomes [port]" in OpenShell: with both set, `port` has
             // no meaning, and dropping it keeps the model valid YAML.
             let port = if ports.is_empty() {
                 port(|| at("port"), e.port)?
@@ -522,7 +522,7 @@ static L7_RULE: Schema = Schema {
     name: "L7Rule",
     fields: &[(1, "allow", Msg(&L7_MATCH))],
 };
-/// NetworkEndpoint: 1-10 as §11.3 names them, plus 11, 15 and 18; the other L7 and
+/// NetworkEndpoint: 1-10 as OpenShell's proto names them, plus 11, 15 and 18; the other L7 and
 /// credential extras up to 26 are known but opaque.
 static ENDPOINT: Schema = Schema {
     name: "NetworkEndpoint",

@@ -1,4 +1,4 @@
-//! The YAML source: OpenShell's sandbox-policy file format (§11.11).
+//! The YAML source: OpenShell's sandbox-policy file format.
 //!
 //! serde-saphyr is a pure-Rust YAML parser that promises panic-free parsing and bounds alias
 //! expansion (a "billion laughs" document is an error, not an allocation storm). Unknown keys

@@ -684,7 +684,7 @@ unsafe fn command_main(
         // double-forked daemon of this exec is then re-parented to the command while it runs,
         // not to the supervisor, where it could not be told apart from another exec's orphan:
         // the end of one exec used to sweep every unregistered orphan of the supervisor, so it
-        // killed a running exec's daemons too (issue 10 item 22). Once the command exits its
+        // killed a running exec's daemons too. Once the command exits its
         // orphans do reach the supervisor, and its own sweep kills them. A command that clears
         // the attribute hands only its own daemons to that sweep.
         if view.is_some() && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
