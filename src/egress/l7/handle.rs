@@ -156,16 +156,7 @@ pub(super) async fn handle(
     let hosts = req.headers().get_all(header::HOST).iter().count();
     if hosts > 1 {
         let detail = format!("a request must carry exactly one Host header (it carried {hosts})");
-        let r = Some(detail.clone());
-        t.emit(
-            L7Decision::Deny,
-            &method,
-            "-",
-            &canon.path,
-            r,
-            generation,
-            false,
-        );
+        denied(t, &method, "-", &canon.path, generation, detail.clone());
         return Ok(from_raw(&response::json(
             400,
             "invalid_host_header",
@@ -180,16 +171,7 @@ pub(super) async fn handle(
         .is_some_and(|h| authority_matches(h, &t.dest, t.tls));
     if !host_ok {
         let detail = format!("request authority does not match the tunnel's {dest}");
-        let r = Some(detail.clone());
-        t.emit(
-            L7Decision::Deny,
-            &method,
-            "-",
-            &canon.path,
-            r,
-            generation,
-            false,
-        );
+        denied(t, &method, "-", &canon.path, generation, detail.clone());
         return Ok(from_raw(&response::json(
             403,
             "request_authority_mismatch",
@@ -209,15 +191,7 @@ pub(super) async fn handle(
     let redacted = credentials::redact(&canon.path);
     let query = path::query_params(canon.query.as_deref());
     let deny = |rule: &str, reason: String| {
-        t.emit(
-            L7Decision::Deny,
-            &method,
-            rule,
-            &redacted,
-            Some(reason.clone()),
-            generation,
-            false,
-        );
+        denied(t, &method, rule, &redacted, generation, reason.clone());
         respond::l7_deny(&Denied {
             dest: &t.dest,
             caller: &t.caller,
@@ -233,16 +207,7 @@ pub(super) async fn handle(
         if upgrade.as_deref() == Some("h2c") {
             let detail =
                 "HTTP/2 cleartext upgrade (h2c) is not supported for L7-inspected endpoints";
-            let r = Some(detail.into());
-            t.emit(
-                L7Decision::Deny,
-                &method,
-                "-",
-                &canon.path,
-                r,
-                generation,
-                false,
-            );
+            denied(t, &method, "-", &canon.path, generation, detail.into());
             return Ok(from_raw(&response::json(
                 403,
                 "policy_denied",
@@ -300,32 +265,14 @@ pub(super) async fn handle(
     let injected = match rewrite_head(&creds, &to, &mut target, req.headers_mut(), &mut noted) {
         Ok(true) => {
             if let Err((error, detail)) = refuse_exposure(&method, t) {
-                let r = Some(detail.clone());
-                t.emit(
-                    L7Decision::Deny,
-                    &method,
-                    &rule,
-                    &redacted,
-                    r,
-                    generation,
-                    false,
-                );
+                denied(t, &method, &rule, &redacted, generation, detail.clone());
                 return Ok(from_raw(&response::json(403, error, &detail, None)));
             }
             true
         }
         Ok(false) => false,
         Err(e) => {
-            let r = Some(e.to_string());
-            t.emit(
-                L7Decision::Deny,
-                &method,
-                &rule,
-                &redacted,
-                r,
-                generation,
-                false,
-            );
+            denied(t, &method, &rule, &redacted, generation, e.to_string());
             return Ok(credential_refusal(&e));
         }
     };
@@ -362,15 +309,13 @@ pub(super) async fn handle(
         match body::rewrite(incoming, &mut headers, &creds, &to, &mut noted).await {
             Ok(b) => b,
             Err(refusal) => {
-                let r = Some(refusal.reason.clone());
-                t.emit(
-                    L7Decision::Deny,
+                denied(
+                    t,
                     &method,
                     &rule,
                     &redacted,
-                    r,
                     generation,
-                    false,
+                    refusal.reason.clone(),
                 );
                 return Ok(from_raw(&refusal.response));
             }
@@ -380,16 +325,7 @@ pub(super) async fn handle(
     };
     if !noted.is_empty() {
         if !injected && let Err((error, detail)) = refuse_exposure(&method, t) {
-            let r = Some(detail.clone());
-            t.emit(
-                L7Decision::Deny,
-                &method,
-                &rule,
-                &redacted,
-                r,
-                generation,
-                false,
-            );
+            denied(t, &method, &rule, &redacted, generation, detail.clone());
             return Ok(from_raw(&response::json(403, error, &detail, None)));
         }
         // The answer is searched for the values put in: ask for it uncompressed.
@@ -451,6 +387,19 @@ pub(super) async fn handle(
 /// as the body, and plain HTTP inside a CONNECT to 443 would carry the value in clear text
 /// where the binding meant TLS (a binding for another port names that port on purpose, plain
 /// or not).
+/// Log a request refused before it went anywhere (its event says why).
+fn denied(t: &Tunnel, method: &str, rule: &str, path: &str, generation: u64, reason: String) {
+    t.emit(
+        L7Decision::Deny,
+        method,
+        rule,
+        path,
+        Some(reason),
+        generation,
+        false,
+    );
+}
+
 fn refuse_exposure(method: &str, t: &Tunnel) -> Result<(), (&'static str, String)> {
     if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
         return Err((
