@@ -13,8 +13,9 @@ TARGET := x86_64-unknown-linux-gnu
 # /dev/urandom fallback fails in a root filesystem without /dev.
 STATIC_FLAGS := -C target-feature=+crt-static --cfg getrandom_backend="linux_getrandom"
 TOOLS_DIR ?= $(CURDIR)/.build/tools
-STATIC_BIN := target/$(TARGET)/release/openshell-sandbox
-export OSB_STATIC_BIN := $(CURDIR)/$(STATIC_BIN)
+# Where cargo puts it: CARGO_TARGET_DIR when set (relative to here, as cargo reads it).
+STATIC_BIN := $(abspath $(or $(CARGO_TARGET_DIR),target))/$(TARGET)/release/openshell-sandbox
+export OSB_STATIC_BIN := $(STATIC_BIN)
 
 .PHONY: all build static demo test test-deps install install-files lint bench fuzz e2e image-rootfs tools chart-check clean
 
@@ -26,6 +27,7 @@ build:
 # A fully static x86_64 binary: glibc linked statically (there is no musl target here).
 static:
 	RUSTFLAGS='$(STATIC_FLAGS)' $(CARGO) build --release --target $(TARGET)
+	@test -x $(STATIC_BIN) || { echo "no static build at $(STATIC_BIN)"; exit 1; }
 	@! readelf -l $(STATIC_BIN) | grep -q INTERP || { echo "static build has an ELF interpreter"; exit 1; }
 
 # The release binary (what users run), found where cargo put it (CARGO_TARGET_DIR included).

@@ -488,11 +488,15 @@ async fn busybox_scenario(name: &'static str, seccomp: Seccomp) {
         "a file appeared in the node's hostPath".into()
     });
     check_installed(&sc, &node, &sha1);
-    // The key is world-readable on the node (a Secret volume's default 0644), so the denial
-    // is the sandbox's (Landlock), not file permissions.
+    // The key is world-readable on the node (a Secret volume's default 0644), so its absence
+    // is the sandbox's doing, not file permissions: the view's /etc/openshell-tls is a tmpfs
+    // of its own holding only the sandbox CA's two public files, so the client directory is
+    // not there at all (and Landlock denies the host's directory besides).
     let r = a.exec(&["cat", &format!("{TLS_DIR}/tls.key")]).await;
     check_exec(&sc, "reading the client key", &r, |r| {
-        r.exit == Some(1) && r.err().contains("Permission denied") && !r.out().contains("PRIVATE")
+        r.exit == Some(1)
+            && r.err().contains("No such file or directory")
+            && !r.out().contains("PRIVATE")
     });
     // A TCP connect to the gateway, by address and by name: the exec's network namespace has
     // only `lo`, so the connect cannot leave it.
@@ -721,7 +725,8 @@ attempt("connect-by-name", lambda: socket.create_connection(("{GATEWAY_DNS}", {p
         port = GATEWAY_PORT
     );
     let r = p.exec_stdin(&["python3", "-"], &probe).await;
-    let want = "write-hostpath EACCES\nread-key EACCES\nconnect ENETUNREACH\nconnect-by-name ENETUNREACH\n";
+    // read-key: the view's /etc/openshell-tls holds only the sandbox CA's public files.
+    let want = "write-hostpath EACCES\nread-key ENOENT\nconnect ENETUNREACH\nconnect-by-name ENETUNREACH\n";
     check_exec(&sc, "the sandbox probes", &r, |r| {
         r.exit == Some(0) && r.out() == want
     });
