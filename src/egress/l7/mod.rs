@@ -103,8 +103,11 @@ pub struct Interceptor {
     events: Arc<dyn EventSink>,
     /// For the first bytes of a tunnel and each request head.
     pub head_timeout: Duration,
-    /// A tunnel (raw, or an inspected keep-alive between requests) idle this long is closed.
+    /// A tunnel (raw, an inspected keep-alive between requests, or an upgraded connection)
+    /// idle this long is closed.
     pub idle_timeout: Option<Duration>,
+    /// The WebSocket relays' limits, their assembly slots shared by the whole proxy.
+    pub websocket: Arc<websocket::Limits>,
     /// The L7 rules of the current revision, compiled once: (generation, rules).
     compiled: Mutex<Option<(u64, Arc<CompiledRules>)>>,
     compilations: AtomicU64,
@@ -135,15 +138,40 @@ impl Interceptor {
         credentials: CredentialStore,
         events: Arc<dyn EventSink>,
     ) -> Interceptor {
-        Interceptor {
+        #[cfg_attr(not(feature = "test-pause-points"), allow(unused_mut))]
+        let mut i = Interceptor {
             tls,
             credentials,
             events,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(3600)),
+            websocket: Arc::default(),
             compiled: Mutex::new(None),
             compilations: AtomicU64::new(0),
-        }
+        };
+        #[cfg(feature = "test-pause-points")]
+        i.test_clocks();
+        i
+    }
+
+    /// Test builds only (`SECURITY.md`, test knobs): `OSB_TEST_EGRESS_CLOCKS_MS=<idle>,<assembly
+    /// idle>,<assembly total>` shortens the upgraded relays' idle timeout and the WebSocket
+    /// assembly clocks, so that the real binary's tests of them take seconds, not an hour.
+    #[cfg(feature = "test-pause-points")]
+    fn test_clocks(&mut self) {
+        let Ok(v) = std::env::var("OSB_TEST_EGRESS_CLOCKS_MS") else {
+            return;
+        };
+        let ms: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        let [idle, a_idle, a_total] = ms[..] else {
+            return;
+        };
+        self.idle_timeout = Some(Duration::from_millis(idle));
+        self.websocket = Arc::new(websocket::Limits {
+            assembly_idle: Duration::from_millis(a_idle),
+            assembly_total: Duration::from_millis(a_total),
+            ..websocket::Limits::default()
+        });
     }
 
     /// Count every request decision into `counters` (the proxy's, [`super::ProxyConfig`]).
@@ -265,6 +293,7 @@ impl Inspector for Interceptor {
         let events = self.events.clone();
         let head_timeout = self.head_timeout;
         let idle = self.idle_timeout;
+        let ws = self.websocket.clone();
         Box::pin(async move {
             let InspectedTunnel {
                 mut client,
@@ -291,6 +320,7 @@ impl Inspector for Interceptor {
                 events: events.clone(),
                 head_timeout,
                 idle_timeout: idle,
+                websocket: ws.clone(),
             };
             match kind {
                 Kind::Tls => {
