@@ -124,7 +124,8 @@ def main():
         s, f = socks[open_[0]]
         s.sendall(frame(0, b"b"))
         print(mode, "first", read_frame(f), flush=True)
-        for s, _ in socks:
+        for s, f in socks:
+            f.close()
             s.close()
         time.sleep(0.5)
         s, f = session()
