@@ -13,6 +13,7 @@ pub use super::event;
 mod forward;
 mod handle;
 pub mod idle;
+mod linger;
 pub mod path;
 mod redact;
 pub mod relay;
@@ -310,6 +311,7 @@ impl Inspector for Interceptor {
                 e = guard.ended() => return e,
             };
             let l7 = settings.as_ref().is_some_and(|s| s.protocol.is_l7());
+            let hold = linger::Hold::of(&client);
             let mk = |tls| relay::Tunnel {
                 dest: dest.clone(),
                 tls,
@@ -349,10 +351,13 @@ impl Inspector for Interceptor {
                         },
                         e = guard.ended() => return e,
                     };
-                    relay::serve(c, u, mk(true), &mut guard).await
+                    hold.after(relay::serve(c, u, mk(true), &mut guard).await)
+                        .await
                 }
                 Kind::Http => {
-                    relay::serve(Prefixed::new(got, client), upstream, mk(false), &mut guard).await
+                    let client = Prefixed::new(got, client);
+                    hold.after(relay::serve(client, upstream, mk(false), &mut guard).await)
+                        .await
                 }
                 Kind::Undecided => End::Idle,
                 Kind::Other if l7 => {
