@@ -4,11 +4,12 @@
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
 use tokio::time::Instant;
 
+use super::frame::encode;
 use super::frame::{ReadError, read_header, read_payload};
 use super::limits::Slot;
-use super::{
+use super::parts::{
     BINARY, CLOSE, CONTINUATION, Context, INVALID_PAYLOAD, POLICY_VIOLATION, PROTOCOL_ERROR,
-    Shared, Side, TEXT, TOO_BIG, TRY_AGAIN_LATER, encode,
+    Shared, Side, TEXT, TOO_BIG, TRY_AGAIN_LATER,
 };
 
 /// A text message being assembled: its bytes so far, its fragments, its slot and the end of

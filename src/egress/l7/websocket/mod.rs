@@ -17,142 +17,23 @@
 //! offer. Compression is kept off by removing `Sec-WebSocket-Extensions` from the upgrade
 //! request (`relay.rs`), so every text message can be read.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::sync::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
 
-use super::super::event::{EventSink, L7Decision, L7Event};
-use super::super::identity::Caller;
 use super::super::relay::{End, Guard};
 use super::idle::{Clock, Stamped};
-use super::rules::{CompiledRules, L7Scope, RequestView, Verdict};
 
 mod client;
 mod frame;
 mod limits;
+mod parts;
 
 pub use frame::{Header, encode};
-use frame::{ReadError, read_header, stream};
+use frame::{ReadError, read_header};
 pub use limits::{Assemblies, Full, Limits, Slot};
-
-/// Close codes.
-pub const POLICY_VIOLATION: u16 = 1008;
-pub const SERVICE_RESTART: u16 = 1012;
-pub const TRY_AGAIN_LATER: u16 = 1013;
-const GOING_AWAY: u16 = 1001;
-const INVALID_PAYLOAD: u16 = 1007;
-const PROTOCOL_ERROR: u16 = 1002;
-const TOO_BIG: u16 = 1009;
-
-const TEXT: u8 = 1;
-const BINARY: u8 = 2;
-const CONTINUATION: u8 = 0;
-const CLOSE: u8 = 8;
-
-fn close_payload(code: u16) -> Vec<u8> {
-    code.to_be_bytes().to_vec()
-}
-
-/// What a text message is checked against: the upgrade's rules and request.
-pub struct Context {
-    pub rules: Arc<CompiledRules>,
-    pub host: String,
-    pub port: u16,
-    /// `host:port`, for events.
-    pub dest: String,
-    pub caller: Caller,
-    /// The upgrade's canonical path and query.
-    pub path: String,
-    pub query: Vec<(String, String)>,
-    pub events: Arc<dyn EventSink>,
-    pub generation: u64,
-    /// The proxy's limits (its assembly slots among them).
-    pub limits: Arc<Limits>,
-    /// The relay closes after this without a byte either way.
-    pub idle: Option<Duration>,
-}
-
-impl Context {
-    /// `Ok(())` to forward the message (allowed or audited), `Err(())` to refuse it.
-    fn check(&self) -> Result<(), ()> {
-        let scope = L7Scope::of(&self.rules, &self.host, self.port, &self.caller);
-        let verdict = scope.evaluate(&RequestView {
-            method: "WEBSOCKET_TEXT",
-            path: &self.path,
-            query: &self.query,
-        });
-        let (decision, rule, reason, ok) = match verdict {
-            Verdict::Allow { rule } => (L7Decision::Allow, rule, None, true),
-            Verdict::Audit { rule, reason } => (L7Decision::Audit, rule, Some(reason), true),
-            Verdict::Deny { rule, reason } => (L7Decision::Deny, rule, Some(reason), false),
-        };
-        self.events.emit_l7(&L7Event {
-            decision,
-            method: "WEBSOCKET_TEXT".into(),
-            dest: self.dest.clone(),
-            path: self.path.clone(),
-            rule,
-            reason,
-            caller: self.caller.clone(),
-            generation: self.generation,
-            credentials_injected: false,
-        });
-        if ok { Ok(()) } else { Err(()) }
-    }
-}
-
-/// One side's writer, and whether a frame is part-written to it (then no close frame of ours
-/// may follow: it would land inside that frame).
-pub(super) struct Out<W> {
-    w: WriteHalf<W>,
-    mid: bool,
-}
-
-type Shared<W> = Arc<Mutex<Out<W>>>;
-
-impl<W: AsyncWrite> Out<W> {
-    /// Pass one frame through from `r`, streamed.
-    async fn pass<R: AsyncRead + Unpin>(&mut self, r: &mut R, h: &Header) -> bool {
-        self.mid = true;
-        let ok = stream(r, &mut self.w, h).await.is_ok();
-        self.mid = !ok;
-        ok
-    }
-
-    /// Write one whole frame.
-    async fn send(&mut self, bytes: &[u8]) -> bool {
-        self.mid = true;
-        let ok = self.w.write_all(bytes).await.is_ok();
-        self.mid = !ok;
-        ok
-    }
-
-    /// Close with `code` (unless a frame is part-written), then shut the stream down.
-    async fn close(&mut self, code: Option<u16>, mask: bool) {
-        if let Some(code) = code
-            && !self.mid
-        {
-            let _ = self
-                .w
-                .write_all(&encode(true, CLOSE, &close_payload(code), mask))
-                .await;
-        }
-        let _ = self.w.shutdown().await;
-    }
-}
-
-/// How one direction of the relay ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    /// It passed a close frame on: the other direction may still carry the answer.
-    Closed,
-    /// Its stream ended or failed.
-    Ended,
-    /// Close both sides with this code.
-    Code(u16),
-}
+use parts::{CLOSE, GOING_AWAY, Out, PROTOCOL_ERROR, Shared, Side, TOO_BIG};
+pub use parts::{Context, POLICY_VIOLATION, SERVICE_RESTART, TRY_AGAIN_LATER};
 
 /// Upstream to client: frames streamed through as they are, one at a time (so that a close
 /// frame of ours only ever lands between two of them).
@@ -189,8 +70,7 @@ where
     let clock = Clock::new();
     let (cr, cw) = tokio::io::split(Stamped::new(client, clock.clone()));
     let (ur, uw) = tokio::io::split(Stamped::new(upstream, clock.clone()));
-    let cw = Arc::new(Mutex::new(Out { w: cw, mid: false }));
-    let uw = Arc::new(Mutex::new(Out { w: uw, mid: false }));
+    let (cw, uw) = (Out::new(cw), Out::new(uw));
     let limits = cx.limits.clone();
     let mut client = Box::pin(client::client_side(cr, uw.clone(), &cx));
     let mut upstream = Box::pin(upstream_side(ur, cw.clone(), &limits));
