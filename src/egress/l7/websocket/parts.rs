@@ -52,7 +52,7 @@ pub struct Context {
 
 impl Context {
     /// `Ok(())` to forward the message (allowed or audited), `Err(())` to refuse it.
-    pub fn check(&self) -> Result<(), ()> {
+    pub(super) fn check(&self) -> Result<(), ()> {
         let scope = L7Scope::of(&self.rules, &self.host, self.port, &self.caller);
         let verdict = scope.evaluate(&RequestView {
             method: "WEBSOCKET_TEXT",
