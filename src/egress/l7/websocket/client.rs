@@ -4,8 +4,8 @@
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
 use tokio::time::Instant;
 
-use super::frame::encode;
 use super::frame::{ReadError, read_header, read_payload};
+use super::frame::{apply_mask, head};
 use super::limits::Slot;
 use super::parts::{
     BINARY, CLOSE, CONTINUATION, Context, INVALID_PAYLOAD, POLICY_VIOLATION, PROTOCOL_ERROR,
@@ -141,9 +141,12 @@ where
         if super::super::super::credentials::has_marker(&msg) || cx.check().is_err() {
             return Side::Code(POLICY_VIOLATION);
         }
-        let bytes = encode(true, TEXT, &msg, true);
-        drop(msg);
-        let sent = async { w.lock().await.send(&bytes).await };
+        // Masked in place: the message is never held twice.
+        let mut msg = msg;
+        let key: [u8; 4] = rand::random();
+        apply_mask(&mut msg, key);
+        let head = head(true, TEXT, msg.len(), Some(key));
+        let sent = async { w.lock().await.send(&head, &msg).await };
         match tokio::time::timeout(lim.forward_total, sent).await {
             Ok(true) => {}
             // An upstream that does not take the message within the forward clock: the frame
@@ -151,6 +154,6 @@ where
             Ok(false) | Err(_) => return Side::Ended,
         }
         // The slot is held until the message has left: its bytes were ours until then.
-        drop((bytes, slot));
+        drop((msg, slot));
     }
 }

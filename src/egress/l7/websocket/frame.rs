@@ -153,10 +153,22 @@ pub fn apply_mask(p: &mut [u8], key: [u8; 4]) {
 
 /// One frame on the wire; masked with a fresh key when `mask` (client to server).
 pub fn encode(fin: bool, opcode: u8, payload: &[u8], mask: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() + 14);
+    let key: Option<[u8; 4]> = mask.then(rand::random);
+    let mut out = head(fin, opcode, payload.len(), key);
+    let at = out.len();
+    out.extend_from_slice(payload);
+    if let Some(key) = key {
+        apply_mask(&mut out[at..], key);
+    }
+    out
+}
+
+/// A frame's header for a payload of `len` bytes, masked with `key` when given.
+pub fn head(fin: bool, opcode: u8, len: usize, key: Option<[u8; 4]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(14);
     out.push(if fin { 0x80 } else { 0 } | (opcode & 0x0f));
-    let m = if mask { 0x80 } else { 0 };
-    match payload.len() {
+    let m = if key.is_some() { 0x80 } else { 0 };
+    match len {
         n if n < 126 => out.push(m | n as u8),
         n if n <= 0xffff => {
             out.push(m | 126);
@@ -167,14 +179,8 @@ pub fn encode(fin: bool, opcode: u8, payload: &[u8], mask: bool) -> Vec<u8> {
             out.extend_from_slice(&(n as u64).to_be_bytes());
         }
     }
-    if mask {
-        let key: [u8; 4] = rand::random();
+    if let Some(key) = key {
         out.extend_from_slice(&key);
-        let at = out.len();
-        out.extend_from_slice(payload);
-        apply_mask(&mut out[at..], key);
-    } else {
-        out.extend_from_slice(payload);
     }
     out
 }

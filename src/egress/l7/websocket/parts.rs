@@ -102,9 +102,9 @@ impl<W: AsyncWrite> Out<W> {
     }
 
     /// Write one whole frame.
-    pub async fn send(&mut self, bytes: &[u8]) -> bool {
+    pub async fn send(&mut self, head: &[u8], payload: &[u8]) -> bool {
         self.mid = true;
-        let ok = self.w.write_all(bytes).await.is_ok();
+        let ok = self.w.write_all(head).await.is_ok() && self.w.write_all(payload).await.is_ok();
         self.mid = !ok;
         ok
     }
