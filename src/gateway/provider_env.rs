@@ -82,12 +82,13 @@ pub fn apply(
         if bound.is_empty() {
             tracing::warn!(
                 key = %k,
-                "provider credential bound to no endpoint: its placeholder resolves nowhere"
+                "provider credential bound to no endpoint by its provider profile: its placeholder resolves only where a policy endpoint's credential_binding names its provider"
             );
         }
         creds.insert(&k, v, bound);
         if let Some(b) = binding {
             creds.set_handle(&k, &b.workload_credential_handle);
+            creds.set_identity(&k, &b.credential_identity);
         }
         env.push((k.clone(), format!("{MARKER}{k}")));
     }
@@ -145,7 +146,7 @@ pub async fn fetch(
                         credentials = creds.describe().len(),
                         "provider environment loaded"
                     );
-                    egress.credentials.replace(creds);
+                    egress.set_provider_credentials(creds);
                     *ctx.provider_env.write().unwrap_or_else(|e| e.into_inner()) = env;
                     loaded = true;
                     break;
@@ -164,7 +165,7 @@ pub async fn fetch(
                         tracing::warn!(
                             "refreshing the provider environment: {e}; its credentials are revoked until a fetch succeeds"
                         );
-                        egress.credentials.replace(Credentials::default());
+                        egress.set_provider_credentials(Credentials::default());
                         loaded = false;
                     }
                     tracing::info!("fetching the provider environment: {e}; retrying in {delay:?}");
