@@ -240,12 +240,18 @@ impl Credentials {
         }
     }
 
-    /// Every binding of `key`: its own, then the policy's naming it or its provider.
+    /// Every binding of `key`: its own; a value without any (an endpointless provider profile)
+    /// goes where the policy's endpoints naming its provider (or the key) say. As in
+    /// OpenShell, a profile that names endpoints stays the value's only boundary: a policy
+    /// cannot widen it.
     fn bindings_of<'a>(&'a self, key: &'a str, s: &'a Secret) -> impl Iterator<Item = &'a Bound> {
+        let endpointless = s.bound.is_empty();
         s.bound.iter().chain(
             self.policy
                 .iter()
-                .filter(move |(p, _)| p == key || (!s.identity.is_empty() && *p == s.identity))
+                .filter(move |(p, _)| {
+                    endpointless && (p == key || (!s.identity.is_empty() && *p == s.identity))
+                })
                 .map(|(_, b)| b),
         )
     }
