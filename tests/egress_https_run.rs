@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use egress_support::binary::finish;
 use egress_support::l7_servers::L7Upstream;
+use egress_support::memory::{descendants, memory_holding};
 use egress_support::*;
 
 fn have(tool: &str) -> bool {
@@ -575,62 +576,6 @@ python3 -c "import requests" 2>/dev/null && python3 -c "import requests;print(re
             "{reqs:?}"
         );
     });
-}
-
-/// Every descendant of `pid` (the children files of each of its threads).
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let Ok(dir) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in dir.flatten() {
-            let f = t.path().join("children");
-            for c in std::fs::read_to_string(f)
-                .unwrap_or_default()
-                .split_whitespace()
-            {
-                let c: u32 = c.parse().unwrap();
-                out.push(c);
-                todo.push(c);
-            }
-        }
-    }
-    out
-}
-
-/// How many readable mappings of `pid` hold `needle`, and which.
-fn memory_holding(pid: u32, needle: &[u8]) -> Vec<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    let Ok(mut mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
-        return Vec::new();
-    };
-    let mut hits = Vec::new();
-    for line in maps.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(range), Some(perms)) = (f.first(), f.get(1)) else {
-            continue;
-        };
-        // Only what the process wrote or was given: not the images of its files.
-        if !perms.starts_with("rw") || line.contains("[vvar") {
-            continue;
-        }
-        let (a, b) = range.split_once('-').unwrap();
-        let (a, b) = (
-            u64::from_str_radix(a, 16).unwrap(),
-            u64::from_str_radix(b, 16).unwrap(),
-        );
-        let mut buf = vec![0u8; (b - a) as usize];
-        if mem.seek(SeekFrom::Start(a)).is_err() || mem.read_exact(&mut buf).is_err() {
-            continue;
-        }
-        if buf.windows(needle.len()).any(|w| w == needle) {
-            hits.push(line.to_string());
-        }
-    }
-    hits
 }
 
 /// The real value is in the memory of no process below `run` (the sandboxed code and the

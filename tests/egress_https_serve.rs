@@ -458,3 +458,70 @@ fn serve_binds_credentials_where_the_policy_revision_says() {
         });
     });
 }
+
+/// The provider's value is in the memory of no process below the supervisor (the sandboxed
+/// code, and the inits of the main process and of each exec: root forks of the supervisor),
+/// after requests carrying it went through the proxy and a later exec was started.
+#[test]
+fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
+    if !egress_support::require() || !have("curl") || !have("unshare") {
+        return;
+    }
+    egress_support::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        w.rt.block_on(async move {
+            let gw = TestGateway::start(AuthMode::Jwt).await;
+            gw.state.set_policy(&policy()).unwrap();
+            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
+            let opts = SupOpts {
+                env: vec![
+                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
+                    (
+                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
+                        "/nonexistent/openshell/policy.yaml".into(),
+                    ),
+                ],
+                wrapper: wrapper(&[
+                    (&hosts, "/etc/hosts"),
+                    (&bundle, egress_support::SYSTEM_BUNDLE),
+                ]),
+                args: vec!["sleep".into(), "600".into()],
+                ..Default::default()
+            };
+            let mut sup = Supervisor::start(&gw, opts);
+            gw.wait_ready(&mut sup).await;
+            let use_it = r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/mem"#;
+            let r = gw.sh(use_it).await;
+            assert_eq!(r.out(), "quiet ok", "{r:?}\n{}", sup.log());
+            // A later exec, forked after the value went through the proxy, stays running.
+            let ready = sup.workdir.join("ready");
+            let script = format!("{use_it}; touch {}; exec sleep 60", ready.display());
+            let later = tokio::spawn(support::exec::exec_collect(
+                gw.state.clone(),
+                gw.request(&["sh", "-c", &script]),
+            ));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !ready.exists() {
+                assert!(Instant::now() < deadline, "the exec never got ready:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let heads = up.heads().concat();
+            assert_eq!(heads.matches(&format!("authorization: Bearer {SECRET}")).count(), 2, "{heads}");
+            let found = egress_support::memory::below_holding(sup.pid(), SECRET.as_bytes());
+            let (mut sandboxed, mut roots) = (0, 0);
+            for (pid, uid, hits) in &found {
+                if uid == "0" {
+                    roots += 1;
+                } else {
+                    sandboxed += 1;
+                }
+                assert!(hits.is_empty(), "PID {pid} (uid {uid}) holds the value: {hits:?}");
+            }
+            assert!(sandboxed >= 2 && roots >= 2, "{found:?}");
+            later.abort();
+            drop(sup);
+        });
+    });
+}
