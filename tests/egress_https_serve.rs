@@ -525,3 +525,93 @@ fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
         });
     });
 }
+
+/// An SSH session of `serve` (OpenSSH through the relay, as `openshell sandbox connect` does)
+/// gets the CA's trust variables and the placeholder, and its curl reaches an HTTPS upstream
+/// through the interception: trusting the sandbox CA by those variables alone, with the value
+/// put in at the bound endpoint only.
+#[test]
+fn an_ssh_session_trusts_the_sandbox_ca_and_reaches_https_through_the_interception() {
+    if !egress_support::require() || !have("curl") || !have("unshare") {
+        return;
+    }
+    if !support::ssh_bridge::have_openssh() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("ssh, sftp and busybox are required (CI=true turns this skip into a failure)");
+        }
+        eprintln!("SKIPPED: OpenSSH client or busybox absent");
+        return;
+    }
+    egress_support::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        w.rt.block_on(async move {
+            let gw = TestGateway::start(AuthMode::Jwt).await;
+            gw.state.set_policy(&policy()).unwrap();
+            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
+            let opts = SupOpts {
+                env: vec![
+                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
+                    (
+                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
+                        "/nonexistent/openshell/policy.yaml".into(),
+                    ),
+                ],
+                wrapper: wrapper(&[
+                    (&hosts, "/etc/hosts"),
+                    (&bundle, egress_support::SYSTEM_BUNDLE),
+                ]),
+                args: vec!["sleep".into(), "600".into()],
+                ..Default::default()
+            };
+            let mut sup = Supervisor::start(&gw, opts);
+            gw.wait_ready(&mut sup).await;
+            let bridge = support::ssh_bridge::SshBridge::start(gw.state.clone()).await;
+            // Only the session's variables say where the CA is: curl's own default bundle is
+            // the system one, which does not hold the sandbox CA.
+            let script = r#"env | grep -E '^(SSL_CERT_FILE|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|NODE_EXTRA_CA_CERTS|GIT_SSL_CAINFO|HTTPS_PROXY|RG_TOKEN)=' | sort
+curl -sS --max-time 20 https://secure.test:9443/ssh; echo
+curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/ssh; echo
+env -u CURL_CA_BUNDLE -u SSL_CERT_FILE curl -sS --max-time 20 -o /dev/null -w '%{http_code}\n' --cacert /dev/null https://secure.test:9443/untrusted 2>&1 | tail -1"#;
+            let mut c = bridge.command("ssh");
+            c.arg("sandbox").arg(script);
+            let out = tokio::task::spawn_blocking(move || c.output().unwrap())
+                .await
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success() || !stdout.is_empty(), "{stdout}\n{stderr}\n{}", sup.log());
+            let lines: Vec<&str> = stdout.lines().collect();
+            assert!(lines.len() >= 10, "{stdout}\n{stderr}\n{}", sup.log());
+            assert_eq!(
+                lines[..7],
+                [
+                    "CURL_CA_BUNDLE=/etc/openshell-tls/ca-bundle.pem",
+                    "GIT_SSL_CAINFO=/etc/openshell-tls/ca-bundle.pem",
+                    "HTTPS_PROXY=http://10.200.0.1:3128",
+                    "NODE_EXTRA_CA_CERTS=/etc/openshell-tls/openshell-ca.pem",
+                    "REQUESTS_CA_BUNDLE=/etc/openshell-tls/ca-bundle.pem",
+                    "RG_TOKEN=openshell:resolve:env:RG_TOKEN",
+                    "SSL_CERT_FILE=/etc/openshell-tls/ca-bundle.pem",
+                ],
+                "{stdout}"
+            );
+            let echo: serde_json::Value =
+                serde_json::from_str(lines[7]).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+            assert_eq!(echo["request"], "GET /ssh HTTP/1.1", "{stdout}");
+            assert_eq!(lines[8], "quiet ok", "{stdout}");
+            // Without the CA, the interception's certificate is refused by the client: the
+            // session's trust comes from the variables.
+            assert_eq!(lines[9], "000", "{stdout}\n{stderr}");
+            assert!(!stdout.contains(SECRET));
+            let reqs = up.requests();
+            assert_eq!(reqs, ["GET /ssh HTTP/1.1", "GET /quiet/ssh HTTP/1.1"], "{stdout}");
+            let heads = up.heads();
+            assert!(heads[1].contains(&format!("authorization: Bearer {SECRET}")), "{heads:?}");
+            assert!(!heads[0].contains(SECRET), "{heads:?}");
+            drop(bridge);
+            drop(sup);
+        });
+    });
+}
