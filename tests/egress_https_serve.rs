@@ -109,10 +109,12 @@ fn provider_env(value: &str, revision: u64) -> gateway::ProviderEnv {
     )
 }
 
-/// A provider environment of `(key, value, the profile's endpoints, provider name)` secrets
-/// and one non-secret key.
+/// One provider secret: key, value, its profile's endpoints, its provider's name.
+type ProviderSecret<'a> = (&'a str, &'a str, &'a [(&'a str, u32)], &'a str);
+
+/// A provider environment of `secrets` and one non-secret key.
 fn provider_env_of(
-    secrets: &[(&str, &str, &[(&str, u32)], &str)],
+    secrets: &[ProviderSecret<'_>],
     revision: u64,
 ) -> gateway::ProviderEnv {
     let mut environment: std::collections::HashMap<String, String> = secrets

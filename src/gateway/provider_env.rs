@@ -4,9 +4,11 @@
 //!
 //! The gateway's reply holds real secret values. They stay in the supervisor, in the egress
 //! proxy's credential store, each bound to the endpoints the reply's static credential
-//! bindings name (the provider profile's endpoints, or a policy endpoint's
-//! `credential_binding`): children get OpenShell's placeholder `openshell:resolve:env:KEY`,
-//! which the proxy replaces only in requests it admitted to a bound endpoint. Keys the
+//! bindings name (the provider profile's endpoints; for a profile without any, the current
+//! policy revision's endpoints whose `credential_binding` names its provider, see
+//! [`ServeEgress::set_policy_bindings`]): children get OpenShell's placeholder
+//! `openshell:resolve:env:KEY`, which the proxy replaces only in requests it admitted to a
+//! bound endpoint. Keys the
 //! gateway lists as non-secret (`non_secret_environment_keys`) reach children as values.
 //! `OPENSHELL_EXPOSE_PROVIDER_SECRETS=1` asks for every value as plain text in every child
 //! instead (docs/gateway.md says what that exposes).
