@@ -113,10 +113,7 @@ fn provider_env(value: &str, revision: u64) -> gateway::ProviderEnv {
 type ProviderSecret<'a> = (&'a str, &'a str, &'a [(&'a str, u32)], &'a str);
 
 /// A provider environment of `secrets` and one non-secret key.
-fn provider_env_of(
-    secrets: &[ProviderSecret<'_>],
-    revision: u64,
-) -> gateway::ProviderEnv {
+fn provider_env_of(secrets: &[ProviderSecret<'_>], revision: u64) -> gateway::ProviderEnv {
     let mut environment: std::collections::HashMap<String, String> = secrets
         .iter()
         .map(|(k, v, _, _)| (k.to_string(), v.to_string()))

@@ -572,3 +572,47 @@ pub fn redact(s: &str) -> String {
     out.push_str(rest);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_binds_endpointless_values_of_its_provider_and_never_widens_a_profile() {
+        let mut c = Credentials::new(1, "");
+        c.insert("FREE", "free-v".into(), Vec::new());
+        c.set_identity("FREE", "prov");
+        c.insert(
+            "PINNED",
+            "pinned-v".into(),
+            vec![Binding::new("a.test", 443)],
+        );
+        c.set_identity("PINNED", "prov");
+        c.insert("OTHER", "other-v".into(), Vec::new());
+        let bound = c.with_policy_bindings(vec![
+            ("prov".into(), Binding::new("b.test", 443)),
+            ("OTHER".into(), Binding::new("c.test", 8443)),
+        ]);
+        let put = |k: &str, host: &str, port| {
+            bound
+                .rewrite(&format!("{MARKER}{k}"), host, port)
+                .map(|s| s.unwrap())
+        };
+        assert_eq!(put("FREE", "b.test", 443).unwrap(), "free-v");
+        assert_eq!(put("OTHER", "c.test", 8443).unwrap(), "other-v");
+        assert_eq!(put("PINNED", "a.test", 443).unwrap(), "pinned-v");
+        for (k, host, port) in [("PINNED", "b.test", 443), ("FREE", "c.test", 8443)] {
+            assert!(
+                matches!(put(k, host, port), Err(CredentialError::NotBound { .. })),
+                "{k} -> {host}:{port}"
+            );
+        }
+        assert!(bound.is_credentialed("b.test", 443) && !c.is_credentialed("b.test", 443));
+        // The store it was made from is unchanged, and shares the values.
+        assert!(c.rewrite(&format!("{MARKER}FREE"), "b.test", 443).is_err());
+        assert!(bound.holds_value("free-v") && c.holds_value("free-v"));
+        let d = bound.describe();
+        assert_eq!(d[0].0, "FREE");
+        assert_eq!(d[0].1, [Binding::new("b.test", 443)]);
+    }
+}
