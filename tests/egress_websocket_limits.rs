@@ -107,8 +107,13 @@ fn each_websocket_limit_closes_with_its_code_and_upgraded_relays_time_out() {
     }
     World::run(|w| {
         let ws = setup(w);
-        // Upgraded relays idle 3 s, a text assembly 1 s idle and 2.5 s in all (test knob).
-        let script = "for m in toobig-text toobig-frame fragments assembly-idle assembly-total relay-idle raw-idle; do python3 ws.py $m; done";
+        // Upgraded relays idle 3 s, a text assembly 1 s idle and 2.5 s in all (test knob). The
+        // idle clock is timed in a run of its own whose total clock is far off (20 s), so that
+        // a late wake-up on a busy machine cannot be mistaken for the other clock.
+        let idle_out = ws.run(Some("3000,1000,20000"), "python3 ws.py assembly-idle");
+        let idle_stdout = String::from_utf8_lossy(&idle_out.stdout).into_owned();
+        assert!(idle_out.status.success(), "{idle_out:?}");
+        let script = "for m in toobig-text toobig-frame fragments assembly-total relay-idle raw-idle; do python3 ws.py $m; done";
         let out = ws.run(Some("3000,1000,2500"), script);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "{out:?}");
@@ -130,14 +135,14 @@ fn each_websocket_limit_closes_with_its_code_and_upgraded_relays_time_out() {
             "{stdout}"
         );
         // A message whose next fragment never comes: 1008 once its idle clock runs out.
-        let idle = line(&stdout, "assembly-idle", "");
-        assert_eq!(idle[1], "close:1008", "{stdout}");
-        assert!((900..2900).contains(&ms(idle[2])), "{stdout}");
+        let idle = line(&idle_stdout, "assembly-idle", "");
+        assert_eq!(idle[1], "close:1008", "{idle_stdout}");
+        assert!((900..15000).contains(&ms(idle[2])), "{idle_stdout}");
         // A fragment every 200 ms keeps the idle clock back, not the total one.
         let total = line(&stdout, "assembly-total", "");
         assert_eq!(total[1], "close:1008", "{stdout}");
         assert!(ms(total[3]) >= 8, "fragments sent: {stdout}");
-        assert!((2300..2900).contains(&ms(total[2])), "{stdout}");
+        assert!((2300..15000).contains(&ms(total[2])), "{stdout}");
         // A session with nothing moving either way: 1001 after the idle timeout.
         let relay: Vec<_> = stdout
             .lines()
@@ -145,7 +150,7 @@ fn each_websocket_limit_closes_with_its_code_and_upgraded_relays_time_out() {
             .collect();
         assert_eq!(relay[0], "relay-idle text:echo:hi", "{stdout}");
         let quiet = line(&stdout, "relay-idle", "close:1001");
-        assert!((2800..6000).contains(&ms(quiet[2])), "{stdout}");
+        assert!((2800..15000).contains(&ms(quiet[2])), "{stdout}");
         // A raw relay after a `101` on a `rest` endpoint: closed after the same time.
         let raw: Vec<_> = stdout
             .lines()
@@ -153,7 +158,7 @@ fn each_websocket_limit_closes_with_its_code_and_upgraded_relays_time_out() {
             .collect();
         assert_eq!(raw[0], "raw-idle text:echo:hi", "{stdout}");
         let quiet = line(&stdout, "raw-idle", "eof");
-        assert!((2800..6000).contains(&ms(quiet[2])), "{stdout}");
+        assert!((2800..15000).contains(&ms(quiet[2])), "{stdout}");
         // The upstream got the 4096-fragment message whole, and nothing of the refused ones.
         let msgs = ws.up.ws_messages.lock().unwrap().clone();
         assert_eq!(
