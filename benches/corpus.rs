@@ -703,7 +703,7 @@ fn main() {
         );
     }
     println!(
-        "RATIO total sandboxed / bare = {:.3} (target <= 1.10); median overhead per run {:.2} ms",
+        "RATIO total sandboxed / bare = {:.3} (target <= 1.18); median overhead per run {:.2} ms",
         ts.as_secs_f64() / tb.as_secs_f64(),
         ms(msd) - ms(mb)
     );

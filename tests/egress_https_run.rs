@@ -384,6 +384,97 @@ fn check_explain_lists_credentials_and_bindings_never_values() {
 }
 
 #[test]
+fn a_host_without_the_ca_directory_is_left_without_it_and_the_child_sees_the_two_files() {
+    if !require() || !have("curl") {
+        return;
+    }
+    World::run(|w| {
+        let h = setup(w);
+        std::fs::write(h.work.join("policy.yaml"), FS).unwrap();
+        // The supervisor's /etc: the machine's, through an overlay whose upper layer hides
+        // any /etc/openshell-tls the machine has (a whiteout) and catches whatever the run
+        // would write there.
+        let upper = w.tmp.path().join("etc-upper");
+        std::fs::create_dir_all(upper.join("up")).unwrap();
+        let whiteout = std::ffi::CString::new(
+            upper
+                .join("up/openshell-tls")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: mknod of a 0/0 character device (an overlay whiteout) at a C string path.
+        let rc = unsafe { libc::mknod(whiteout.as_ptr(), libc::S_IFCHR | 0o644, 0) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        let script = "ls -A /etc/openshell-tls; stat -c '%a %U' /etc/openshell-tls/*; \
+            stat -c '%a' /etc/openshell-tls; cat /etc/hosts | grep -c secure-api.test; \
+            cmp -s /etc/openshell-tls/openshell-ca.pem /dev/null || echo ca-nonempty; \
+            touch /etc/openshell-tls/x 2>&1 | grep -o 'Read-only file system'";
+        let mut c = osb_in_etc_overlay(&upper, &h.binds, &h.work);
+        c.args(["run", "--log-level", "warn,egress=info"])
+            .args(["--policy", "policy.yaml", "--report-json", "report.json"])
+            .args([
+                "--allow-net",
+                "secure-api.test:9443",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ]);
+        let out = finish(c, Duration::from_secs(180));
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            stdout.lines().collect::<Vec<_>>(),
+            [
+                "ca-bundle.pem",
+                "openshell-ca.pem",
+                "444 root",
+                "444 root",
+                "755",
+                "1",
+                "ca-nonempty",
+                "Read-only file system"
+            ],
+            "{out:?}"
+        );
+        // Nothing of the run is left in the supervisor's /etc: the whiteout is all there is.
+        let left: Vec<String> = std::fs::read_dir(upper.join("up"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["openshell-tls"]);
+        let meta = std::fs::symlink_metadata(upper.join("up/openshell-tls")).unwrap();
+        assert!(
+            std::os::unix::fs::FileTypeExt::is_char_device(&meta.file_type()),
+            "{meta:?}"
+        );
+        // /etc stays one Landlock rule: not split around a directory the view made.
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(h.work.join("report.json")).unwrap()).unwrap();
+        let landlock = report["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["layer"] == "landlock-fs")
+            .unwrap();
+        let rules: usize = landlock["detail"]
+            .as_str()
+            .unwrap()
+            .split(", ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(rules < 40, "{landlock}");
+        assert!(
+            !text(&out.stderr).contains("TLS interception unavailable"),
+            "{out:?}"
+        );
+    });
+}
+
+#[test]
 fn without_a_view_root_for_the_ca_connects_get_503_not_a_raw_tunnel() {
     if !require() || !have("curl") {
         return;

@@ -16,15 +16,11 @@ use crate::policy::ViewFiles;
 pub struct Interception {
     tls: Result<(Arc<SandboxCa>, Arc<Upstream>), String>,
     files: Option<ViewFiles>,
-    /// Why the view cannot show the files, when it cannot.
-    unshown: Option<String>,
 }
 
 impl Interception {
     /// Make the CA (the key stays in this process's memory) and the two public files: the CA
-    /// alone, and the first system bundle found followed by the CA. Where the view binds
-    /// `/etc` from the host, `/etc/openshell-tls` must exist there as the mount point of the
-    /// files' tmpfs: it is created (empty, root's, 0755) when it is missing and we may.
+    /// alone, and the first system bundle found followed by the CA.
     pub fn prepare() -> Interception {
         let ca = SandboxCa::generate().map_err(|e| format!("the sandbox CA: {e}"));
         let upstream = Upstream::system().map_err(|e| format!("the upstream trust roots: {e}"));
@@ -32,28 +28,20 @@ impl Interception {
             (Ok(ca), Ok(up)) => Ok((Arc::new(ca), Arc::new(up))),
             (Err(e), _) | (_, Err(e)) => Err(e),
         };
-        let (files, unshown) = match &tls {
-            Ok((ca, _)) => match mount_point(Path::new(tls::TLS_DIR)) {
-                Ok(()) => {
-                    let f = ca.files(Path::new("/"));
-                    let files = ViewFiles {
-                        dir: tls::TLS_DIR.into(),
-                        files: vec![
-                            (tls::CA_FILE.into(), f.ca_pem.into_bytes()),
-                            (tls::BUNDLE_FILE.into(), f.bundle_pem.into_bytes()),
-                        ],
-                    };
-                    (Some(files), None)
-                }
-                Err(e) => (None, Some(e)),
-            },
-            Err(_) => (None, None),
-        };
-        Interception {
-            tls,
-            files,
-            unshown,
-        }
+        // Nothing is made on the host: where the host lacks the directory, the view gives it
+        // a mount point of its own (sandbox/view_root.rs, `overlay_bind`), or does not show
+        // the files, and `unavailable` says why.
+        let files = tls.as_ref().ok().map(|(ca, _)| {
+            let f = ca.files(Path::new("/"));
+            ViewFiles {
+                dir: tls::TLS_DIR.into(),
+                files: vec![
+                    (tls::CA_FILE.into(), f.ca_pem.into_bytes()),
+                    (tls::BUNDLE_FILE.into(), f.bundle_pem.into_bytes()),
+                ],
+            }
+        });
+        Interception { tls, files }
     }
 
     /// The files for the view (`NamespacePolicy::files`).
@@ -67,12 +55,14 @@ impl Interception {
         match &self.tls {
             Err(e) => Some(e.clone()),
             Ok(_) if shown == Some(Path::new(tls::TLS_DIR)) => None,
-            Ok(_) => Some(self.unshown.clone().unwrap_or_else(|| {
-                format!(
-                    "the sandbox's view cannot show {} (it needs a view root of its own)",
-                    tls::TLS_DIR
-                )
-            })),
+            Ok(_) => Some(format!(
+                "the sandbox's view cannot show {} (it needs a view root of its own; where the host lacks the directory, {} must be a read-only grant with no other grant, existing deny path or mount below it, and the kernel must mount a read-only overlay)",
+                tls::TLS_DIR,
+                Path::new(tls::TLS_DIR)
+                    .parent()
+                    .unwrap_or(Path::new("/"))
+                    .display()
+            )),
         }
     }
 
@@ -100,28 +90,5 @@ impl Interception {
         } else {
             Vec::new()
         }
-    }
-}
-
-/// Make `dir` the files' mount point where the host's tree holds it: nothing to do when it
-/// exists as a directory or its parent does not exist (the view makes it in its own root).
-fn mount_point(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => return Ok(()),
-        Ok(_) => return Err(format!("{} exists and is not a directory", dir.display())),
-        Err(_) => {}
-    }
-    let parent = dir.parent().unwrap_or(Path::new("/"));
-    if std::fs::symlink_metadata(parent).is_err() {
-        return Ok(());
-    }
-    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(format!(
-            "{d} is missing on the host and cannot be made as the mount point of the sandbox CA's files ({e}); create it once (`mkdir -m 0755 {d}`)",
-            d = dir.display()
-        )),
     }
 }

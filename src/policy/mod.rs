@@ -91,7 +91,9 @@ pub struct NamespacePolicy {
 /// hidden). Nothing is written on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewFiles {
-    /// Absolute. Inside a bound host tree (`/etc`) it must exist on the host as a mount point.
+    /// Absolute. Inside a bound host tree (`/etc`) the host's directory is the mount point, or,
+    /// where the host lacks it, one the view makes in an overlay of that tree
+    /// (`sandbox::view_root`); nothing is made on the host.
     pub dir: PathBuf,
     /// (name, contents); a name is one path component.
     pub files: Vec<(String, Vec<u8>)>,

@@ -178,6 +178,13 @@ impl PreparedRuleset {
         self.add_dir_rule(dir, self.all_bits)
     }
 
+    /// In `run`'s exec init, once it has made `dir`, a directory only the view holds (its own
+    /// files, the overlay that gives them a mount point): grant read and execute beneath it,
+    /// as the supervisor grants those of a view made ahead. Async-signal-safe.
+    pub fn add_view_read_rule(&self, dir: &std::ffi::CStr) -> Result<(), i32> {
+        self.add_dir_rule(dir, self.read_exec_bits)
+    }
+
     /// Child side, in the view, before [`PreparedRuleset::enforce`]: allow listing the view's
     /// root (`ls /`, `find /`, shells and build tools that read it). The root is a tmpfs that
     /// holds only the grants (view_root.rs), so listing it shows nothing else; it exists only

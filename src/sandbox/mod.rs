@@ -197,34 +197,10 @@ fn prepare_inner(
     } else {
         Default::default()
     };
-    let tmpfs: Vec<TmpfsRule<'_>> = view
-        .tmpfs
-        .iter()
-        .map(|(path, fd)| TmpfsRule {
-            path,
-            fd: fd.as_ref(),
-        })
-        .collect();
-    let files = view.files.as_ref().map(|(p, fd)| (p.as_path(), fd));
-    let rest = Layers::prepare(
-        k,
-        policy,
-        cgroup_mode,
-        view.net.is_some(),
-        &unsplit,
-        &tmpfs,
-        files,
-    )?;
-    drop(tmpfs);
+    let dirs = view_layer::ViewRule::of(&view);
+    let rest = Layers::prepare(k, policy, cgroup_mode, view.net.is_some(), &unsplit, &dirs)?;
+    drop(dirs);
     Ok(rest.into_prepared(k, policy, view, ownership, layers))
-}
-
-/// The Landlock rule of one of the view's private tmpfs roots (another inode than the
-/// supervisor's /tmp): added here by the descriptor the view opened on it, or, with no
-/// descriptor, by the exec's init that mounts it (`one.rs`).
-pub(crate) struct TmpfsRule<'a> {
-    pub(crate) path: &'a std::path::Path,
-    pub(crate) fd: Option<&'a std::os::fd::OwnedFd>,
 }
 
 /// Every layer but the view's namespaces, prepared: what the child enforces, and the rows.
@@ -254,8 +230,7 @@ impl Layers {
         cgroup_mode: Cgroups,
         private_net: bool,
         unsplit: &std::collections::BTreeSet<std::path::PathBuf>,
-        tmpfs: &[TmpfsRule<'_>],
-        files: Option<(&std::path::Path, &std::os::fd::OwnedFd)>,
+        dirs: &[view_layer::ViewRule<'_>],
     ) -> Result<Layers, PrepareError> {
         let mut layers = Vec::new();
         let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
@@ -275,25 +250,14 @@ impl Layers {
                 landlock_abi = support.abi;
                 let mut rules =
                     expand_grants_skipping(&policy.fs, unsplit).map_err(PrepareError::FsRules)?;
-                // The view's tmpfs roots are other inodes than the supervisor's /tmp: grant them
-                // by the descriptor the view opened on each root.
-                for t in tmpfs {
+                // The view's own directories are other inodes than any the supervisor can
+                // name: granted by the descriptor the view opened on each.
+                for t in dirs {
                     let Some(fd) = t.fd else { continue };
                     let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
                     rules.push(FsRule {
                         path: t.path.to_path_buf(),
-                        access: PathAccess::ReadWrite,
-                        is_dir: true,
-                        fd: std::sync::Arc::new(fd),
-                    });
-                }
-                // The view's own files (the egress proxy's CA) are in a tmpfs of their own too:
-                // read-only.
-                if let Some((path, fd)) = files {
-                    let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
-                    rules.push(FsRule {
-                        path: path.to_path_buf(),
-                        access: PathAccess::ReadExec,
+                        access: t.access,
                         is_dir: true,
                         fd: std::sync::Arc::new(fd),
                     });
@@ -303,10 +267,10 @@ impl Layers {
                     .map(|r| (r.path.clone(), r.access, r.is_dir))
                     .collect();
                 // Those the exec's init adds itself, once it has mounted them.
-                let deferred: Vec<_> = tmpfs
+                let deferred: Vec<_> = dirs
                     .iter()
                     .filter(|t| t.fd.is_none())
-                    .map(|t| (t.path.to_path_buf(), PathAccess::ReadWrite, true))
+                    .map(|t| (t.path.to_path_buf(), t.access, true))
                     .collect();
                 let count = rules.len() + deferred.len();
                 fs_rules.extend(deferred);

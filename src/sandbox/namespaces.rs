@@ -435,8 +435,14 @@ pub struct View {
     /// where the kernel refused (the bind was made without the mapping), -1 never bound.
     pub idmap: Vec<i32>,
     /// The directory of the view's own files, when the root holds it, with an O_PATH
-    /// descriptor of its tmpfs (for its Landlock read rule; dropped after prepare).
-    pub files: Option<(PathBuf, OwnedFd)>,
+    /// descriptor of its tmpfs (for its Landlock read rule; dropped after prepare). No
+    /// descriptor where the exec's init made the view and added that rule itself (`run`).
+    pub files: Option<(PathBuf, Option<OwnedFd>)>,
+    /// The bind overlaid to give the files' directory a mount point the host lacks
+    /// (`RootPlan::overlay_dir`), with an O_PATH descriptor of the overlay's root (for the
+    /// grant's Landlock rule given again there: the overlay's inodes are its own; dropped
+    /// after prepare; none where the exec's init added that rule itself).
+    pub overlay: Option<(PathBuf, Option<OwnedFd>)>,
     /// The user namespaces those binds were idmapped with (idmap.rs), held as long as the
     /// view.
     pub idmap_userns: Vec<super::idmap::UserNs>,
@@ -646,7 +652,18 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
                 format!("/proc/{pid}/root{dir}"),
                 libc::O_PATH | libc::O_DIRECTORY,
             )?;
-            view.files = Some((PathBuf::from(dir), fd));
+            view.files = Some((PathBuf::from(dir), Some(fd)));
+        }
+        if let Some(dir) = plan.root.as_ref().and_then(RootPlan::overlay_dir)
+            && rep.tmpfs_made & crate::sandbox::view_root::OVERLAY_MADE != 0
+            && rep.root != 0
+        {
+            let fd = open(
+                "the overlay of the view's files' parent",
+                format!("/proc/{pid}/root{dir}"),
+                libc::O_PATH | libc::O_DIRECTORY,
+            )?;
+            view.overlay = Some((PathBuf::from(dir), Some(fd)));
         }
         if made(Kind::Ipc) {
             view.ipc = Some(ns("ipc")?);
@@ -736,6 +753,15 @@ pub(in crate::sandbox) fn view_of_init(
         ..View::default()
     };
     view.net = net.and_then(Result::ok);
+    // The init added their Landlock rules itself (child/view_init.rs).
+    if let Some(root) = plan.root.as_ref().filter(|_| rep.root != 0) {
+        let made = |bit: i32, dir: Option<String>| {
+            dir.filter(|_| rep.tmpfs_made & bit != 0)
+                .map(|d| (PathBuf::from(d), None))
+        };
+        view.files = made(crate::sandbox::view_root::FILES_MADE, root.files_dir());
+        view.overlay = made(crate::sandbox::view_root::OVERLAY_MADE, root.overlay_dir());
+    }
     ViewMade {
         outcomes,
         view,
@@ -775,6 +801,15 @@ impl ViewPlan {
             .iter()
             .enumerate()
             .map(|(i, t)| (i, t.c_target.as_c_str()))
+    }
+
+    /// The directories of the root that only the view holds and that get a read rule
+    /// (the view's own files, the overlay that gives them a mount point), as C strings, each
+    /// with its bit in the report's `tmpfs_made`.
+    pub(in crate::sandbox) fn read_c_targets(
+        &self,
+    ) -> impl Iterator<Item = (i32, &std::ffi::CStr)> {
+        self.root.iter().flat_map(RootPlan::read_c_targets)
     }
 
     /// Whether a network namespace of the sandbox's own is asked for.

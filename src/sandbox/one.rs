@@ -9,7 +9,9 @@
 //! 1. the view's request and plan, the idmap user namespaces, the deny paths missing before
 //!    the clone (as `prepare`), then Landlock, seccomp, identity, the cgroup root and limits
 //!    (`Layers`), with the view's network namespace and private tmpfs taken as made; the
-//!    ruleset has no rule for those tmpfs roots yet (they do not exist), the init adds them;
+//!    ruleset has no rule for the directories only the view holds yet (the private tmpfs
+//!    roots, the view's own files and the overlay that gives them a mount point: they do not
+//!    exist), the init adds them;
 //! 2. the exec's cgroup, then the clone with every namespace flag but the network's: that one
 //!    this thread makes meanwhile (the kernel's ~0.4 ms for it, beside the init's mounts on
 //!    the other core), and the init joins it when told to go;
@@ -32,8 +34,10 @@ use super::child::init::ExecPlan;
 use super::child::view_init::{ViewInit, clone_view_init};
 use super::kernel::{Kernel, Real};
 use super::namespaces::{self, Kind, Outcome, ProcMount, UserNs, View, ViewError, view_of_init};
-use super::{Cgroups, LayerStatus, Layers, PrepareError, Prepared, TmpfsRule, view_layer};
-use crate::policy::Policy;
+use super::view_layer::ViewRule;
+use super::{Cgroups, LayerStatus, Layers, PrepareError, Prepared, view_layer};
+use crate::policy::{PathAccess, Policy};
+use std::os::unix::ffi::OsStrExt;
 
 /// The layers of a `run` prepared for its exec's init to make the view (see the module docs).
 pub struct One {
@@ -70,20 +74,37 @@ pub fn prepare(policy: &Policy) -> Result<Option<One>, PrepareError> {
     if k.euid() != 0 || k.user_ns() != UserNs::Root || test_denies_a_kind() {
         return Ok(None);
     }
-    // The view's own files (the egress proxy's CA, `policy.namespaces.files`) are made by the
-    // view helper, which hands their tmpfs over for its Landlock rule; this path does not make
-    // them yet, so a sandbox that shows them is prepared as every sandbox is.
-    if policy.namespaces.files.is_some() {
-        return Ok(None);
-    }
     let absent_before = crate::policy::absent_root_only_denies(&policy.fs);
     let mut user_rows = Vec::new();
     view_layer::user_row(k, policy, &mut user_rows)?;
     let planned = view_layer::plan(k, policy);
+    // The command's environment goes to this init before the view is made, with the trust
+    // variables of the view's own files (the egress proxy's CA) when they are asked for: a
+    // view that will not show them is prepared as every sandbox is, whose command gets its
+    // environment once what the view shows is known.
+    let shows_files = planned
+        .plan
+        .read_c_targets()
+        .any(|(bit, _)| bit == super::view_root::FILES_MADE);
+    if policy.namespaces.files.is_some() && !shows_files {
+        return Ok(None);
+    }
+    // The directories only the view will hold: the init adds their rules once it made them.
     let targets = planned.plan.tmpfs_targets();
-    let tmpfs: Vec<TmpfsRule<'_>> = targets
+    let read: Vec<PathBuf> = planned
+        .plan
+        .read_c_targets()
+        .map(|(_, d)| PathBuf::from(std::ffi::OsStr::from_bytes(d.to_bytes())))
+        .collect();
+    let dirs: Vec<ViewRule<'_>> = targets
         .iter()
-        .map(|path| TmpfsRule { path, fd: None })
+        .map(|path| (path, PathAccess::ReadWrite))
+        .chain(read.iter().map(|path| (path, PathAccess::ReadExec)))
+        .map(|(path, access)| ViewRule {
+            path,
+            fd: None,
+            access,
+        })
         .collect();
     let private_net = planned.plan.private_net();
     let Ok(layers) = Layers::prepare(
@@ -92,8 +113,7 @@ pub fn prepare(policy: &Policy) -> Result<Option<One>, PrepareError> {
         Cgroups::Create,
         private_net,
         &absent_before,
-        &tmpfs,
-        None,
+        &dirs,
     ) else {
         return Ok(None);
     };
@@ -233,6 +253,16 @@ impl One {
         }
         if !why.is_empty() {
             return Err(Fallback(why).into());
+        }
+        // The ruleset counted on the view's own files (and their overlay): the helper's path
+        // reports exactly what is not shown where they were not made.
+        let planned_read = planned.plan.read_c_targets().count();
+        let made_read = [&made.view.files, &made.view.overlay]
+            .iter()
+            .flat_map(|d| d.iter())
+            .count();
+        if made_read != planned_read {
+            return Err(Fallback("the view's own files were not made".into()).into());
         }
         if made.view.root != p.view.root {
             return Err(Fallback("the view's root is not the one planned".into()).into());

@@ -21,6 +21,39 @@ fn degrade_row(
 
 use decide::row;
 
+/// The Landlock rule of a directory that exists only in the view, another inode than any the
+/// supervisor can name: a private tmpfs root (every right), the view's own files and the
+/// overlay that gives them a mount point (read, as the grant the overlay shows). Added here by
+/// the descriptor the view opened on it, or, with no descriptor, by the exec's init that
+/// mounts it (`one.rs`).
+pub(crate) struct ViewRule<'a> {
+    pub(crate) path: &'a std::path::Path,
+    pub(crate) fd: Option<&'a std::os::fd::OwnedFd>,
+    pub(crate) access: crate::policy::PathAccess,
+}
+
+impl<'a> ViewRule<'a> {
+    /// The rules of the directories `view` made.
+    pub(super) fn of(view: &'a super::namespaces::View) -> Vec<ViewRule<'a>> {
+        let rule =
+            |(path, fd): &'a (std::path::PathBuf, Option<std::os::fd::OwnedFd>), access| ViewRule {
+                path,
+                fd: fd.as_ref(),
+                access,
+            };
+        view.tmpfs
+            .iter()
+            .map(|t| rule(t, crate::policy::PathAccess::ReadWrite))
+            .chain(
+                [&view.files, &view.overlay]
+                    .into_iter()
+                    .flatten()
+                    .map(|t| rule(t, crate::policy::PathAccess::ReadExec)),
+            )
+            .collect()
+    }
+}
+
 /// What the view must hold and hide, from the filesystem policy. Every grant is resolved by
 /// the policy's symlink-safe walk (as Landlock's rules are): the view binds the inode that walk
 /// decided on, by its device and inode numbers, or fails. A grant that does not resolve (a

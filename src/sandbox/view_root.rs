@@ -39,7 +39,7 @@
 
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
 use super::grant::Grant;
@@ -83,6 +83,9 @@ enum What {
 /// Bit of the helper's `tmpfs_made` report that says the view's files were made (the low bits
 /// are the private tmpfs mounts, one per plan entry).
 pub const FILES_MADE: i32 = 1 << 8;
+/// Bit of the same report that says the bind holding the files' directory was overlaid to
+/// give it a mount point the host lacks ([`RootPlan::overlay_dir`]).
+pub const OVERLAY_MADE: i32 = 1 << 9;
 
 #[derive(Debug)]
 struct Bind {
@@ -98,6 +101,10 @@ struct Bind {
     /// report.
     userns: RawFd,
     slot: usize,
+    /// The host lacks the view's files' directory, this bind's child `name`: the bound tree is
+    /// shown through a read-only overlay whose upper lower layer holds only that empty
+    /// directory, the files' mount point (nothing is made on the host).
+    overlay: Option<CString>,
 }
 
 /// The new root, as the helper is to build it.
@@ -114,6 +121,9 @@ pub struct RootPlan {
     idmap_slots: usize,
     /// The files of [`RootRequest::files`], as the helper writes them: (name, contents).
     files: Vec<(CString, Vec<u8>)>,
+    /// The directories that get a read rule once made (the files', the overlaid bind's), with
+    /// their report bits, for the exec's init that adds the rules itself.
+    read_dirs: Vec<(i32, CString)>,
 }
 
 /// What the view's root holds, as plain data.
@@ -215,6 +225,7 @@ impl RootPlan {
                 proc_fallback: false,
                 userns,
                 slot,
+                overlay: None,
             });
             entries.push((g.path.clone(), What::Bind(binds.len() - 1)));
         }
@@ -234,6 +245,7 @@ impl RootPlan {
                 proc_fallback: true,
                 userns: -1,
                 slot: 0,
+                overlay: None,
             });
             entries.push((p.path.clone(), What::Bind(binds.len() - 1)));
         }
@@ -259,12 +271,41 @@ impl RootPlan {
             }
         }
         // The view's own files: where the directory lies in a bound host tree it must exist
-        // there as a mount point (the caller made it); otherwise it is made in the root.
+        // there as a mount point, or be given one by an overlay of that bind
+        // ([`overlay_bind`]); otherwise it is made in the root.
         let mut files = Vec::new();
+        let mut overlay = None;
         let files_dir = req.files.as_ref().filter(|f| {
-            (!inside_bind(&f.dir) || std::fs::symlink_metadata(&f.dir).is_ok_and(|m| m.is_dir()))
-                && !kept.iter().any(|g| g.path.starts_with(&f.dir))
+            if kept.iter().any(|g| g.path.starts_with(&f.dir)) {
+                return false;
+            }
+            if !inside_bind(&f.dir) || std::fs::symlink_metadata(&f.dir).is_ok_and(|m| m.is_dir()) {
+                return true;
+            }
+            overlay = overlay_bind(&f.dir, &kept, &mounts, &req.denied, &req.links);
+            overlay.is_some()
         });
+        if let (Some((i, below)), Some(f)) = (overlay, files_dir) {
+            let name = f.dir.file_name().unwrap_or_default().as_encoded_bytes();
+            binds[i].overlay = Some(CString::new(name).unwrap_or_default());
+            // The host's mounts below the overlaid tree, bound again on the overlay (whose
+            // layer shows what lies under them).
+            let read_only = binds[i].read_only;
+            for (path, dir, dev, ino) in below {
+                binds.push(Bind {
+                    src: CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
+                    dir,
+                    read_only,
+                    dev,
+                    ino,
+                    proc_fallback: false,
+                    userns: -1,
+                    slot: 0,
+                    overlay: None,
+                });
+                entries.push((path, What::Bind(binds.len() - 1)));
+            }
+        }
         if let Some(f) = files_dir {
             entries.push((f.dir.clone(), What::Files));
             files = f
@@ -299,7 +340,7 @@ impl RootPlan {
         }
         // Parents before children; at one depth, mounts before what lies beside them.
         entries.sort_by_key(|(p, _)| p.components().count());
-        Some(RootPlan {
+        let mut plan = RootPlan {
             entries: entries
                 .into_iter()
                 .map(|(p, what)| Entry {
@@ -314,7 +355,17 @@ impl RootPlan {
             deny_idmap: req.deny_idmap,
             idmap_slots: idmap_slots.min(MAX_IDMAP),
             files,
-        })
+            read_dirs: Vec::new(),
+        };
+        let c = |d: String| CString::new(d).unwrap_or_default();
+        plan.read_dirs = [
+            (FILES_MADE, plan.files_dir()),
+            (OVERLAY_MADE, plan.overlay_dir()),
+        ]
+        .into_iter()
+        .filter_map(|(b, d)| Some((b, c(d?))))
+        .collect();
+        Some(plan)
     }
 
     /// The directory of the view's own files, when the root will hold it.
@@ -323,6 +374,21 @@ impl RootPlan {
             .iter()
             .position(|e| matches!(e.what, What::Files))
             .and_then(|i| self.entry_path((i + 1).min(255) as u8))
+    }
+
+    /// See [`RootPlan::read_dirs`](RootPlan).
+    pub fn read_c_targets(&self) -> impl Iterator<Item = (i32, &CStr)> {
+        self.read_dirs.iter().map(|(b, d)| (*b, d.as_c_str()))
+    }
+
+    /// The bind overlaid to give the files' directory its mount point, when there is one.
+    pub fn overlay_dir(&self) -> Option<String> {
+        let i = self.binds.iter().position(|b| b.overlay.is_some())?;
+        let at = self
+            .entries
+            .iter()
+            .position(|e| matches!(e.what, What::Bind(j) if j == i))?;
+        self.entry_path((at + 1).min(255) as u8)
     }
 
     /// How many slots of the helper's report the idmapped binds use.
@@ -387,6 +453,92 @@ impl RootPlan {
         v.dedup();
         v
     }
+}
+
+/// A host mount below an overlaid tree, to bind again on the overlay: (path, is a directory,
+/// device, inode) as the supervisor sees it now.
+type Submount = (PathBuf, bool, u64, u64);
+
+/// The index in `kept` (and in the binds, which follow it) of the bind to overlay so that
+/// `dir`, missing on the host, gets a mount point in the view, with the host's mounts below
+/// that bind (an overlay's layer does not show the mounts of its tree: `/etc/hosts` bound in
+/// by a container runtime is bound again on the overlay). `dir`'s parent is that bind's path,
+/// and the overlay changes nothing else of what the view shows or how Landlock sees it: an
+/// overlay's inodes are its own, so the bind's Landlock rule is given again on the overlay's
+/// root (one rule, the grant's rights), which is the same rule only where nothing below the
+/// grant has a rule or a cover of its own. So only a read-only, unmapped directory grant with
+/// no other grant, private tmpfs, existing deny path or reproduced link below it.
+fn overlay_bind(
+    dir: &Path,
+    kept: &[Grant],
+    mounts: &[(&Path, bool)],
+    denied: &[PathBuf],
+    links: &[(PathBuf, PathBuf)],
+) -> Option<(usize, Vec<Submount>)> {
+    let parent = dir.parent()?;
+    let i = kept.iter().position(|g| g.path == parent)?;
+    let g = &kept[i];
+    let below = |p: &Path| p.starts_with(parent) && p != parent;
+    let eligible = g.read_only
+        && g.dir
+        && g.idmap.is_none()
+        && !mounts.iter().any(|(m, _)| below(m))
+        && !denied
+            .iter()
+            .any(|d| below(d) && d.symlink_metadata().is_ok())
+        && !links.iter().any(|(l, _)| below(l));
+    if !eligible {
+        return None;
+    }
+    let mut subs: Vec<PathBuf> = host_mounts()?.into_iter().filter(|m| below(m)).collect();
+    subs.sort_by_key(|m| m.components().count());
+    let mut top: Vec<PathBuf> = Vec::new();
+    for m in subs {
+        // One below another is carried along by that one's (recursive) bind.
+        if !top.iter().any(|t| m.starts_with(t)) {
+            top.push(m);
+        }
+    }
+    let mut out = Vec::new();
+    for m in top {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(&m).ok()?;
+        if meta.file_type().is_symlink() || m == dir {
+            return None;
+        }
+        out.push((m, meta.is_dir(), meta.dev(), meta.ino()));
+    }
+    Some((i, out))
+}
+
+/// The mount points of the supervisor's mount namespace (mountinfo's fifth field, its octal
+/// escapes decoded), or `None` when the table cannot be read.
+fn host_mounts() -> Option<Vec<PathBuf>> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut out = Vec::new();
+    for l in table.lines() {
+        let field = l.split(' ').nth(4)?.as_bytes();
+        let mut path = Vec::with_capacity(field.len());
+        let mut i = 0;
+        while i < field.len() {
+            let esc = field
+                .get(i + 1..i + 4)
+                .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+            match esc {
+                Some(d) => {
+                    let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                    path.push(v as u8);
+                    i += 4;
+                }
+                None => {
+                    path.push(field[i]);
+                    i += 1;
+                }
+            }
+        }
+        out.push(PathBuf::from(std::ffi::OsString::from_vec(path)));
+    }
+    Some(out)
 }
 
 mod build;

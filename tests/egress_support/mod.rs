@@ -421,6 +421,29 @@ pub fn addr(ip: Ipv4Addr, port: u16) -> SocketAddr {
 /// (the test's hosts file over `/etc/hosts`, a bundle with the tests' upstream CA over the
 /// system bundle): the machine's own files stay as they are.
 pub fn osb_in(binds: &[(PathBuf, PathBuf)], workdir: &Path) -> Command {
+    osb_in_over(None, binds, workdir)
+}
+
+/// [`osb_in`], with `/etc` first made an overlay of the machine's whose upper layer is
+/// `upper/up` (work directory `upper/work`; both made here): what the run writes to `/etc`
+/// lands there, and what the test put in it (a whiteout, to hide a directory the machine has)
+/// is what the run sees.
+pub fn osb_in_etc_overlay(upper: &Path, binds: &[(PathBuf, PathBuf)], workdir: &Path) -> Command {
+    std::fs::create_dir_all(upper.join("up")).unwrap();
+    std::fs::create_dir_all(upper.join("work")).unwrap();
+    let data = format!(
+        "lowerdir=/etc,upperdir={},workdir={}",
+        upper.join("up").display(),
+        upper.join("work").display()
+    );
+    osb_in_over(Some(std::ffi::CString::new(data).unwrap()), binds, workdir)
+}
+
+fn osb_in_over(
+    etc_overlay: Option<std::ffi::CString>,
+    binds: &[(PathBuf, PathBuf)],
+    workdir: &Path,
+) -> Command {
     use std::ffi::CString;
     let mut c = Command::new(env!("CARGO_BIN_EXE_openshell-sandbox"));
     let pairs: Vec<(CString, CString)> = binds
@@ -442,6 +465,17 @@ pub fn osb_in(binds: &[(PathBuf, PathBuf)], workdir: &Path) -> Command {
                     std::ptr::null(),
                     libc::MS_REC | libc::MS_PRIVATE,
                     std::ptr::null(),
+                ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some(data) = &etc_overlay
+                && libc::mount(
+                    c"overlay".as_ptr(),
+                    c"/etc".as_ptr(),
+                    c"overlay".as_ptr(),
+                    0,
+                    data.as_ptr().cast(),
                 ) != 0
             {
                 return Err(io::Error::last_os_error());

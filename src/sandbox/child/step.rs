@@ -74,7 +74,7 @@ steps! {
     SetnsIpc => "join the view's IPC namespace",
     SetnsUts => "join the view's UTS namespace",
     SetnsNet => "join the view's network namespace",
-    LandlockTmpfsRule => "grant the view's private tmpfs in the Landlock ruleset",
+    LandlockTmpfsRule => "grant a directory of the view's own (a private tmpfs, its files) in the Landlock ruleset",
     InitSignals => "install the init's signal handlers",
     ForkCommand => "fork the command",
     // The command, in the order of child/mod.rs.

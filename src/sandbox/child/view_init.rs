@@ -13,8 +13,9 @@
 //! The order, in the init:
 //! 1. the init's first steps (init.rs `init_prologue`): parent-death signal, checked against
 //!    the supervisor's pidfd; the exec's cgroup;
-//! 2. the view (in_init.rs), then the Landlock rules of its private tmpfs roots on the shared
-//!    ruleset (which exist only now, in this namespace), and the report to the supervisor;
+//! 2. the view (in_init.rs), then the Landlock rules of its private tmpfs roots, its own
+//!    files and their overlay on the shared ruleset (which exist only now, in this
+//!    namespace), and the report to the supervisor;
 //! 3. the supervisor's go (one byte, with the network namespace's descriptor; EOF means it
 //!    fell back to the helper's path or gave up: exit, and the namespaces go with us), after
 //!    it has decided the layers from the report and handed the workdir over where idmapped
@@ -339,6 +340,13 @@ unsafe fn view_init_main(
                         },
                         fds.err_w,
                     );
+                }
+            }
+            for (bit, dir) in view.read_c_targets() {
+                if rep.made_bit(bit)
+                    && let Err(e) = ll.add_view_read_rule(dir)
+                {
+                    fail(ChildError::new(Step::LandlockTmpfsRule, e), fds.err_w);
                 }
             }
         }

@@ -64,6 +64,12 @@ impl HelperReport {
         })
     }
 
+    /// Whether the report's `tmpfs_made` has `bit` (view_root.rs `FILES_MADE`,
+    /// `OVERLAY_MADE`).
+    pub(in crate::sandbox) fn made_bit(&self, bit: i32) -> bool {
+        self.tmpfs_made & bit != 0
+    }
+
     /// Whether the private tmpfs of plan entry `i` was mounted.
     pub(in crate::sandbox) fn tmpfs_made(&self, i: usize) -> bool {
         self.tmpfs_made & (1 << i) != 0

@@ -270,6 +270,97 @@ unsafe fn bind(
 }
 
 const HIDDEN: &CStr = c".openshell-hidden";
+/// The overlay's upper layer's mount point in the new root while the overlay is made.
+const LAYER: &CStr = c".openshell-layer";
+
+/// Show the bind just attached at `name` in `parent` through a read-only overlay whose upper
+/// layer is a small tmpfs holding only the empty directory `dir` (mode 0755): the mount point
+/// of the view's files, which the host's tree lacks (view_root.rs `overlay_bind`). The
+/// layers are named by /proc/self/fd paths of descriptors opened here (no path is looked up
+/// as written); the layer's own mount is detached again once the overlay holds it. Returns 0,
+/// or the errno of the step that failed (the bind then stays as it was, without the
+/// directory).
+///
+/// # Safety
+/// In the helper only, `root` the new root's descriptor.
+unsafe fn overlay(root: RawFd, parent: RawFd, name: &CStr, dir: &CStr) -> i32 {
+    let mut a = [0u8; 32];
+    let mut b = [0u8; 32];
+    // SAFETY: raw syscalls on descriptors we own and prepared C strings and buffers.
+    unsafe {
+        if libc::mkdirat(root, LAYER.as_ptr(), 0o700) != 0 {
+            return errno();
+        }
+        let e = (|| {
+            let at = Fd(libc::openat(
+                root,
+                LAYER.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            ));
+            if at.0 < 0 {
+                return errno();
+            }
+            fd_path(&mut a, at.0);
+            if libc::mount(
+                c"tmpfs".as_ptr(),
+                a.as_ptr().cast(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=0755,size=16k,nr_inodes=8".as_ptr().cast(),
+            ) != 0
+            {
+                return errno();
+            }
+            let e = (|| {
+                let layer = Fd(libc::openat(
+                    root,
+                    LAYER.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                ));
+                if layer.0 < 0 || libc::mkdirat(layer.0, dir.as_ptr(), 0o755) != 0 {
+                    return errno();
+                }
+                // The bind's root, through its mount, and the overlay stacked on it.
+                let lower = Fd(libc::openat(
+                    parent,
+                    name.as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                ));
+                if lower.0 < 0 {
+                    return errno();
+                }
+                let mut data = [0u8; 96];
+                let mut n = 0;
+                fd_path(&mut a, layer.0);
+                fd_path(&mut b, lower.0);
+                for part in [&b"lowerdir="[..], cstr(&a), b":", cstr(&b)] {
+                    data[n..n + part.len()].copy_from_slice(part);
+                    n += part.len();
+                }
+                if libc::mount(
+                    c"overlay".as_ptr(),
+                    b.as_ptr().cast(),
+                    c"overlay".as_ptr(),
+                    libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+                    data.as_ptr().cast(),
+                ) != 0
+                {
+                    return errno();
+                }
+                0
+            })();
+            libc::umount2(a.as_ptr().cast(), libc::MNT_DETACH);
+            e
+        })();
+        libc::unlinkat(root, LAYER.as_ptr(), libc::AT_REMOVEDIR);
+        e
+    }
+}
+
+/// The bytes of a NUL-terminated buffer before its NUL.
+fn cstr(buf: &[u8; 32]) -> &[u8] {
+    &buf[..buf.iter().position(|&c| c == 0).unwrap_or(buf.len())]
+}
 
 /// Mount a small tmpfs on `target` (an O_PATH descriptor of the mount point `name` in
 /// `parent`), write the plan's files into it (mode 0444), then make it read-only. `buf` is
@@ -360,6 +451,7 @@ unsafe fn fill(
     idmap: &mut [i32; MAX_IDMAP],
 ) -> Result<(), ChildError> {
     let mut hidden = Fd(-1);
+    let mut files_unshown = false;
     let mut a = [0u8; 32];
     let mut b = [0u8; 32];
     // SAFETY: raw syscalls on descriptors we own and prepared C strings.
@@ -402,6 +494,14 @@ unsafe fn fill(
                         let tree = std::mem::replace(&mut fds[*i], -1);
                         let slot = (bd.userns >= 0).then(|| idmap.get_mut(bd.slot)).flatten();
                         bind(tree, t.0, bd.read_only, bd.userns, plan.deny_idmap, slot)?;
+                        if let Some(dir) = &bd.overlay {
+                            match overlay(root, parent.0, name, dir) {
+                                0 => *tmpfs_made |= OVERLAY_MADE,
+                                // The files are then not shown (their mount point is
+                                // missing), and the supervisor says so.
+                                _ => files_unshown = true,
+                            }
+                        }
                     }
                     What::Tmpfs(i) => {
                         let t = mount_point(parent.0, name, true, e.create)?;
@@ -419,6 +519,7 @@ unsafe fn fill(
                         }
                         *tmpfs_made |= 1 << i;
                     }
+                    What::Files if files_unshown => {}
                     What::Files => {
                         let t = mount_point(parent.0, name, true, e.create)?;
                         fill_files(plan, parent.0, name, t.0, &mut a)?;
