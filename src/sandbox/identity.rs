@@ -46,7 +46,7 @@ pub fn prepare(target: Option<Identity>) -> Switch {
     Switch { target, last_cap }
 }
 
-use crate::sandbox::{ChildError, Step};
+use crate::sandbox::step::{ChildError, Step};
 
 fn check(rc: libc::c_long, step: Step) -> Result<(), ChildError> {
     if rc < 0 {

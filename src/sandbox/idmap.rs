@@ -108,7 +108,7 @@ impl Drop for Child {
         loop {
             // SAFETY: waitpid on our own clone child with a stack status.
             let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::__WCLONE) };
-            if rc == self.pid || (rc < 0 && super::errno() != libc::EINTR) {
+            if rc == self.pid || (rc < 0 && crate::sys::errno() != libc::EINTR) {
                 break;
             }
         }
@@ -127,7 +127,7 @@ pub fn userns(swap: &IdSwap) -> io::Result<UserNs> {
             libc::close(a.w);
             let mut b = 0u8;
             while libc::read(a.r, (&mut b as *mut u8).cast(), 1) < 0
-                && super::errno() == libc::EINTR
+                && crate::sys::errno() == libc::EINTR
             {}
             libc::_exit(0)
         }

@@ -49,8 +49,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::view_root::{RootPlan, RootRequest};
-use crate::sandbox::{ChildError, Step, errno};
+use crate::sys::errno;
 
 /// One kind of namespace, as a layer of the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

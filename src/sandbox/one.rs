@@ -31,8 +31,11 @@ use super::cgroup::ExecCgroup;
 use super::child::init::ExecPlan;
 use super::child::view_init::{ViewInit, clone_view_init};
 use super::kernel::{Kernel, Real};
+use super::layer::{LayerStatus, PrepareError};
 use super::namespaces::{self, Kind, Outcome, ProcMount, UserNs, View, ViewError, view_of_init};
-use super::{Cgroups, LayerStatus, Layers, PrepareError, Prepared, TmpfsRule, view_layer};
+use super::prepare::{Cgroups, Layers, TmpfsRule};
+use super::prepared::Prepared;
+use super::view_layer;
 use crate::policy::Policy;
 
 /// The layers of a `run` prepared for its exec's init to make the view (see the module docs).
@@ -246,7 +249,7 @@ impl One {
         p.layers = ns_rows;
         p.view = view;
         p.ownership = ownership;
-        super::dump_installed(&p);
+        super::prepare::dump_installed(&p);
         Ok((p, init, cg))
     }
 }

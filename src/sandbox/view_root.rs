@@ -43,7 +43,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::grant::Grant;
-use crate::sandbox::{ChildError, Step};
+use crate::sandbox::step::{ChildError, Step};
 use crate::sys::mount::{
     MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
     MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH, MountAttr, OPEN_TREE_CLONE,

@@ -36,7 +36,9 @@ use std::os::unix::ffi::OsStrExt;
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::diagnose::{self, Diagnosis, RECORD_MAX};
 use crate::sandbox::namespaces::{ExecView, ProcMount, mount_proc};
-use crate::sandbox::{ChildError, Prepared, Step, errno};
+use crate::sandbox::prepared::Prepared;
+use crate::sandbox::step::{ChildError, Step};
+use crate::sys::errno;
 
 use super::signals::{COMMAND, forward};
 pub use super::signals::{FORWARDED, forward_to_job};

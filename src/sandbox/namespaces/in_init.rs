@@ -21,8 +21,8 @@
 use super::helper::{PROC_FLAGS, check, mount_proc_flags, mount_tmpfs, write_ipc_limits};
 use super::report::HelperReport;
 use super::{Kind, ProcMount, ViewPlan};
+use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::view_root::{self, Built};
-use crate::sandbox::{ChildError, Step};
 
 /// Build the view in the calling process, which is already in the namespaces it needs.
 ///

@@ -3,7 +3,8 @@
 //! decision need. Plain integers, written and read whole over a pipe.
 
 use super::{Kind, Outcome};
-use crate::sandbox::{ChildError, Step, errno};
+use crate::sandbox::step::{ChildError, Step};
+use crate::sys::errno;
 
 /// Index of each field in the report.
 pub(super) const N: usize = 6;
