@@ -52,9 +52,11 @@ const LAYERS: &[&[&str]] = &[
 
 /// `src/policy/`'s own layers, lowest first; `""` is its `mod.rs`.
 const POLICY_LAYERS: &[&[&str]] = &[
+    // The types every part shares (`Identity`, `Limits`, `NetworkMode`), and `PolicyError`.
+    &["error", "shared"],
     // The parts of a policy, each plain data with its validation.
     &["flags", "fs", "ipc", "size"],
-    // `Policy` and the types every part shares (`Identity`, `Limits`, `NetworkMode`).
+    // `Policy`, and the re-exports of the parts.
     &[""],
     // The OpenShell policy format, mapped onto `Policy`.
     &["openshell"],
@@ -213,9 +215,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
     ("src/exec/error.rs", "src/exec/egress.rs"),
     // The manager holds `Arc<super::Inner>`, the sandbox state defined in mod.rs.
     ("src/exec/manager.rs", "src/exec/mod.rs"),
-    // `NetworkMode`, `NamespacePolicy`, `Limits`, `Identity` and `PolicyError` live in mod.rs.
-    ("src/policy/flags.rs", "src/policy/mod.rs"),
-    ("src/policy/fs.rs", "src/policy/mod.rs"),
     // `SpawnSpec` and `Stdio` live in mod.rs.
     ("src/exec/plan.rs", "src/exec/mod.rs"),
 ];
@@ -240,31 +239,6 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("exec::manager", "exec"),
         ("exec::plan", "exec"),
         ("exec::plan", "exec::error"),
-    ],
-    // mod.rs holds `Identity`, `NetworkMode`, `Limits` and `PolicyError`, and re-exports
-    // and uses what `flags` and `fs` define.
-    &[
-        ("policy", "policy::flags"),
-        ("policy", "policy::fs"),
-        ("policy::flags", "policy"),
-        ("policy::fs", "policy"),
-    ],
-    // mod.rs holds the rule types that `validate` compiles, and calls it.
-    &[
-        ("policy::network", "policy::network::validate"),
-        ("policy::network::validate", "policy::network"),
-    ],
-    // mod.rs holds the format's types (`FilesystemPolicy`, `SandboxPolicy`), which its
-    // children read, and re-exports theirs.
-    &[
-        ("policy::openshell", "policy::openshell::live"),
-        ("policy::openshell", "policy::openshell::map"),
-        ("policy::openshell", "policy::openshell::wire"),
-        ("policy::openshell", "policy::openshell::yaml"),
-        ("policy::openshell::live", "policy::openshell"),
-        ("policy::openshell::map", "policy::openshell"),
-        ("policy::openshell::wire", "policy::openshell"),
-        ("policy::openshell::yaml", "policy::openshell"),
     ],
     // `cgroup/*` read cgroup.rs through `use super::*`; cgroup.rs calls them.
     &[
