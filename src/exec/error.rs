@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use super::{egress, explain, manager, report_file, workdir};
+use super::{egress_error, manager, missing_interpreter, report_file, workdir};
 use crate::policy::PolicyError;
 use crate::sandbox::{ChildError, PrepareError};
 
@@ -89,7 +89,7 @@ pub enum RunError {
     },
     /// The program is in the view, but an interpreter it needs (ELF `PT_INTERP` or `#!`) is not.
     #[error("{0}")]
-    InterpreterNotFound(Box<explain::MissingInterpreter>),
+    InterpreterNotFound(Box<missing_interpreter::MissingInterpreter>),
     #[error("--policy {}: {source}", path.display())]
     PolicyFile {
         path: PathBuf,
@@ -118,7 +118,7 @@ pub enum RunError {
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
-    Egress(#[from] egress::EgressError),
+    Egress(#[from] egress_error::EgressError),
     #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
     #[error("{0}")]

@@ -53,14 +53,14 @@ pub enum ManagerError {
 
 enum Job {
     Spawn {
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         plan: ExecPlan,
         reply: oneshot::Sender<Result<Started, ManagerError>>,
     },
     /// `run`'s init that made its own view (one.rs), cloned already: told to go here, so that
     /// it is registered before this thread's reaping could see it exit.
     Go {
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         init: ViewInit,
         plan: ExecPlan,
         cgroup: Option<Arc<ExecCgroup>>,
@@ -184,7 +184,7 @@ impl Manager {
 
     pub(super) async fn spawn(
         &self,
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         plan: ExecPlan,
     ) -> Result<Started, ManagerError> {
         let (reply, rx) = oneshot::channel();
@@ -198,7 +198,7 @@ impl Manager {
 
     pub(super) async fn go(
         &self,
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         init: ViewInit,
         plan: ExecPlan,
         cgroup: Option<Arc<ExecCgroup>>,
@@ -465,7 +465,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
 }
 
 fn spawn_one(
-    sandbox: &super::Inner,
+    sandbox: &super::inner::Inner,
     plan: ExecPlan,
     sup: RawFd,
     entries: &mut HashMap<libc::pid_t, Entry>,
