@@ -231,20 +231,6 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[
         ("sandbox::cgroup::owner", "sandbox::cgroup"),
         ("sandbox::cgroup::probe", "sandbox::cgroup"),
     ],
-    // namespaces.rs holds `Kind` and the plans that helper.rs and report.rs fill and read, and
-    // calls the helper and receives the report.
-    &[
-        ("sandbox::namespaces", "sandbox::namespaces::helper"),
-        ("sandbox::namespaces", "sandbox::namespaces::report"),
-        ("sandbox::namespaces::helper", "sandbox::namespaces"),
-        ("sandbox::namespaces::helper", "sandbox::namespaces::report"),
-        ("sandbox::namespaces::report", "sandbox::namespaces"),
-    ],
-    // `build` reads view_root.rs through `use super::*`; view_root.rs calls it.
-    &[
-        ("sandbox::view_root", "sandbox::view_root::build"),
-        ("sandbox::view_root::build", "sandbox::view_root"),
-    ],
 ];
 
 const KNOWN: Known = Known {

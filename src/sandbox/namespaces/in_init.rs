@@ -19,8 +19,8 @@
 //! the helper's path, which reports the exact degradation.
 
 use super::helper::{PROC_FLAGS, check, mount_proc_flags, mount_tmpfs, write_ipc_limits};
+use super::plan::{Kind, ProcMount, ViewPlan};
 use super::report::HelperReport;
-use super::{Kind, ProcMount, ViewPlan};
 use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::view_root::{self, Built};
 

@@ -2,7 +2,7 @@
 //! the supervisor: per kind whether it was made, and the facts the rows and the ownership
 //! decision need. Plain integers, written and read whole over a pipe.
 
-use super::{Kind, Outcome};
+use super::plan::{Kind, Outcome};
 use crate::sandbox::step::{ChildError, Step};
 use crate::sys::errno;
 
