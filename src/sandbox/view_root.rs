@@ -42,4 +42,3 @@ mod plan;
 pub(super) use build::{Built, build};
 pub(super) use plan::MAX_IDMAP;
 pub use plan::{FILES_MADE, RootPlan, RootRequest};
-
