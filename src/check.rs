@@ -179,7 +179,28 @@ fn render(e: &dyn std::error::Error) -> String {
     out
 }
 
-pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
+/// Why `check` could not give its answer. A policy that cannot be loaded, or a flag that
+/// cannot work, is the error it is for `run`.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Run(#[from] crate::exec::RunError),
+    #[error("writing the JSON answer: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl CheckError {
+    /// Which row of the exit-code table (`crate::exit`) this is: `run`'s for what `run` would
+    /// refuse too, failed otherwise.
+    pub fn exit(&self) -> crate::exit::Exit {
+        match self {
+            CheckError::Run(e) => e.exit(),
+            CheckError::Json(_) => crate::exit::Exit::Failed,
+        }
+    }
+}
+
+pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
@@ -212,10 +233,9 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Ok(loaded) => {
             network_rules = loaded.network.as_ref().map(crate::exec::egress::describe);
             if !args.credential.is_empty() {
-                let c = crate::exec::egress::run_credentials(
-                    &args.credential,
-                    loaded.network.as_ref(),
-                )?;
+                let c =
+                    crate::exec::egress::run_credentials(&args.credential, loaded.network.as_ref())
+                        .map_err(crate::exec::RunError::from)?;
                 credentials = Some(crate::exec::credential_flags::describe(&c));
             }
             proxy_rules = loaded
@@ -386,7 +406,7 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     Ok(if fully && programs_start {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::Exit::Failed.code())
     })
 }
 
@@ -618,7 +638,7 @@ fn check_egress(
     target: &str,
     binary: Option<&str>,
     json: bool,
-) -> anyhow::Result<std::process::ExitCode> {
+) -> Result<ExitCode, CheckError> {
     let loaded = loaded?;
     let (host, port) = crate::exec::egress::parse_target(target)?;
     if let Some(b) = binary
@@ -654,8 +674,8 @@ fn check_egress(
         }
     }
     Ok(if a.allowed {
-        std::process::ExitCode::SUCCESS
+        ExitCode::SUCCESS
     } else {
-        std::process::ExitCode::from(1)
+        ExitCode::from(crate::exit::Exit::Failed.code())
     })
 }

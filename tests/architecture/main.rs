@@ -27,7 +27,7 @@ use rules::{Known, Layers, Verdict};
 /// any lower layer's; never a higher one.
 const LAYERS: &[&[&str]] = &[
     // The floor: logging, the generated protobuf code, test pause points.
-    &["logging", "pause", "proto"],
+    &["exit", "logging", "pause", "proto"],
     // Syscall helpers under policy and sandbox (fd walks, errno, the mount API).
     &["sys"],
     // Plain data and its validation.
