@@ -317,23 +317,11 @@ impl Manager {
 pub(super) fn supervisor_pidfd() -> RawFd {
     static FD: OnceLock<Option<OwnedFd>> = OnceLock::new();
     FD.get_or_init(|| {
-        // SAFETY: pidfd_open of our own pid; the fd is ours.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-        // SAFETY: just created, owned by nobody else.
-        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+        // SAFETY: getpid has no preconditions.
+        crate::sys::process::pidfd_open(unsafe { libc::getpid() }).ok()
     })
     .as_ref()
     .map_or(-1, |f| f.as_raw_fd())
-}
-
-fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open with integer arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: just created, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 fn wake_up(wake: RawFd) {
@@ -406,7 +394,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                     let r = cmd.spawn().and_then(|c| {
                         let pid = c.id() as libc::pid_t;
                         // Not reaped yet (only this thread reaps), so the pid is still ours.
-                        let pidfd = pidfd_open(pid)?;
+                        let pidfd = crate::sys::process::pidfd_open(pid)?;
                         let (tx, rx) = oneshot::channel();
                         registry.insert(pid);
                         entries.insert(

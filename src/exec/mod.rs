@@ -534,16 +534,8 @@ impl Child {
 }
 
 fn pidfd_signal(pidfd: &OwnedFd, sig: i32) {
-    // SAFETY: pidfd_send_signal on a pidfd we own; ESRCH once the process is gone is fine.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        )
-    };
+    // ESRCH once the process is gone is fine.
+    let _ = crate::sys::process::pidfd_send_signal(pidfd.as_raw_fd(), sig);
 }
 
 impl Drop for Child {

@@ -69,20 +69,6 @@ static USER_NS: OnceLock<UserNs> = OnceLock::new();
 
 static GROUPS_BEFORE: OnceLock<Vec<libc::gid_t>> = OnceLock::new();
 
-fn current_groups() -> Vec<libc::gid_t> {
-    // SAFETY: getgroups with size 0 only counts; the second call fills a buffer of that size.
-    unsafe {
-        let n = libc::getgroups(0, std::ptr::null_mut());
-        if n <= 0 {
-            return Vec::new();
-        }
-        let mut v = vec![0 as libc::gid_t; n as usize];
-        let n = libc::getgroups(n, v.as_mut_ptr());
-        v.truncate(n.max(0) as usize);
-        v
-    }
-}
-
 /// The supplementary groups the process held before [`enter_user_ns`] (the same groups, but
 /// readable: inside, unmapped groups all read as the overflow gid).
 pub fn groups_before_user_ns() -> Option<Vec<libc::gid_t>> {
@@ -113,7 +99,7 @@ pub fn enter_user_ns() -> UserNs {
         }
         // In the namespace, groups that are not mapped read as the overflow gid: keep the
         // real ones for the identity layer's check and message.
-        let _ = GROUPS_BEFORE.set(current_groups());
+        let _ = GROUPS_BEFORE.set(crate::sys::process::groups());
         // SAFETY: unshare with a flag; it changes only this (single-threaded) process.
         if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
             return UserNs::Unavailable(ChildError::last(Step::UnshareUser));
