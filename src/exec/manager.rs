@@ -96,7 +96,7 @@ struct Entry {
     pidfd: OwnedFd,
     status: Option<OwnedFd>,
     release: Vec<Arc<ExecCgroup>>,
-    /// The exec's own mount namespace, held open (see [`drop_later`]).
+    /// The exec's own mount namespace, held open (see [`Teardown`]).
     mnt: Option<OwnedFd>,
 }
 
@@ -105,21 +105,28 @@ struct Entry {
 /// pays that in its exit path, before it becomes a zombie. So the manager holds each exec's
 /// mount namespace by descriptor, and this thread closes it after the exec is reaped: the
 /// teardown still happens, but off both the exit and the spawn path.
-fn drop_later(fd: OwnedFd) {
-    static TX: OnceLock<Mutex<mpsc::Sender<OwnedFd>>> = OnceLock::new();
-    let tx = TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<OwnedFd>();
-        std::thread::Builder::new()
-            .name("namespace-teardown".into())
-            .spawn(move || {
-                for fd in rx {
-                    drop(fd);
-                }
-            })
-            .expect("spawning the namespace-teardown thread");
-        Mutex::new(tx)
-    });
-    let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(fd);
+///
+/// Owned by the manager thread, which alone reaps execs; the closing thread is started on the
+/// first namespace to close.
+#[derive(Default)]
+struct Teardown(Option<mpsc::Sender<OwnedFd>>);
+
+impl Teardown {
+    fn drop_later(&mut self, fd: OwnedFd) {
+        let tx = self.0.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel::<OwnedFd>();
+            std::thread::Builder::new()
+                .name("namespace-teardown".into())
+                .spawn(move || {
+                    for fd in rx {
+                        drop(fd);
+                    }
+                })
+                .expect("spawning the namespace-teardown thread");
+            tx
+        });
+        let _ = tx.send(fd);
+    }
 }
 
 pub struct Manager {
@@ -332,6 +339,7 @@ fn wake_up(wake: RawFd) {
 
 fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
     let mut entries: HashMap<libc::pid_t, Entry> = HashMap::new();
+    let mut teardown = Teardown::default();
     // Set once an exec without an init (or a plain child) ran: its orphans come to us, and
     // have no pidfd to wake us, so poll on a tick from then on.
     let mut orphans_possible = false;
@@ -426,7 +434,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                         registry,
                         &|| wake_up(wake),
                     );
-                    reap(&mut entries, registry);
+                    reap(&mut entries, registry, &mut teardown);
                     match (reply, &left) {
                         (Some(r), _) => {
                             let _ = r.send(left);
@@ -448,7 +456,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                 }
             }
         }
-        reap(&mut entries, registry);
+        reap(&mut entries, registry, &mut teardown);
     }
 }
 
@@ -519,7 +527,7 @@ fn register(
 }
 
 /// Reap every zombie child: deliver an exec's status to its waiter, drop an orphan.
-fn reap(entries: &mut HashMap<libc::pid_t, Entry>, registry: &Registry) {
+fn reap(entries: &mut HashMap<libc::pid_t, Entry>, registry: &Registry, teardown: &mut Teardown) {
     loop {
         // SAFETY: waitid fills a zeroed siginfo_t on our stack.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -561,7 +569,7 @@ fn reap(entries: &mut HashMap<libc::pid_t, Entry>, registry: &Registry) {
             }
             let _ = e.tx.send(Reaped { status, rusage });
             if let Some(m) = e.mnt {
-                drop_later(m);
+                teardown.drop_later(m);
             }
             // Every process of the exec is gone (an init is reaped only once its namespace is
             // empty), so its cgroup can go too.
