@@ -137,109 +137,10 @@ impl Layers {
             decide::degrade(policy.allow_degraded, layer, reason, layers)
         };
         let network = decide::network(policy.network, private_net);
-        let decide::Network {
-            socket_rules,
-            loopback_only,
-        } = network;
+        let socket_rules = network.socket_rules;
 
-        // Landlock.
-        let mut landlock_abi = 0;
-        let mut fs_rules = Vec::new();
-        let landlock = match k.landlock() {
-            Ok(support) if support.filesystem => {
-                landlock_abi = support.abi;
-                let mut rules =
-                    expand_grants_skipping(&policy.fs, unsplit).map_err(PrepareError::FsRules)?;
-                // The view's tmpfs roots are other inodes than the supervisor's /tmp: grant them
-                // by the descriptor the view opened on each root.
-                for t in tmpfs {
-                    let Some(fd) = t.fd else { continue };
-                    let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
-                    rules.push(FsRule {
-                        path: t.path.to_path_buf(),
-                        access: PathAccess::ReadWrite,
-                        is_dir: true,
-                        fd: std::sync::Arc::new(fd),
-                    });
-                }
-                // The view's own files (the egress proxy's CA) are in a tmpfs of their own too:
-                // read-only.
-                if let Some((path, fd)) = files {
-                    let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
-                    rules.push(FsRule {
-                        path: path.to_path_buf(),
-                        access: PathAccess::ReadExec,
-                        is_dir: true,
-                        fd: std::sync::Arc::new(fd),
-                    });
-                }
-                fs_rules = rules
-                    .iter()
-                    .map(|r| (r.path.clone(), r.access, r.is_dir))
-                    .collect();
-                // Those the exec's init adds itself, once it has mounted them.
-                let deferred: Vec<_> = tmpfs
-                    .iter()
-                    .filter(|t| t.fd.is_none())
-                    .map(|t| (t.path.to_path_buf(), PathAccess::ReadWrite, true))
-                    .collect();
-                let count = rules.len() + deferred.len();
-                fs_rules.extend(deferred);
-                let p = landlock::prepare(&rules, socket_rules, support)?;
-                layers.push(LayerStatus {
-                    layer: "landlock-fs",
-                    status: Enforcement::Enforced,
-                    detail: format!("ABI {}, {count} path rules", support.abi),
-                });
-                match (socket_rules, p.network_restricted) {
-                _ if loopback_only => layers.push(LayerStatus {
-                    layer: "landlock-net",
-                    status: Enforcement::NotRequested,
-                    detail: "--network none in a private network namespace with only lo: loopback bind and connect allowed, any other connect is ENETUNREACH".into(),
-                }),
-                (NetworkMode::None, true) => layers.push(LayerStatus {
-                    layer: "landlock-net",
-                    status: Enforcement::Enforced,
-                    detail: "TCP bind and connect denied".into(),
-                }),
-                (NetworkMode::None, false) => degrade(
-                    "landlock-net",
-                    format!("Landlock ABI {} < 4 cannot restrict TCP", support.abi),
-                    &mut layers,
-                )?,
-                (NetworkMode::All, _) => layers.push(LayerStatus {
-                    layer: "landlock-net",
-                    status: Enforcement::NotRequested,
-                    detail: "--network all".into(),
-                }),
-            }
-                if p.scoped {
-                    layers.push(LayerStatus {
-                        layer: "landlock-scope",
-                        status: Enforcement::Enforced,
-                        detail: "signals and abstract unix sockets scoped to the sandbox".into(),
-                    });
-                } else {
-                    degrade(
-                        "landlock-scope",
-                        format!(
-                            "Landlock ABI {} < 6 cannot scope signals and abstract sockets",
-                            support.abi
-                        ),
-                        &mut layers,
-                    )?;
-                }
-                Some(p)
-            }
-            Ok(_) => {
-                degrade("landlock-fs", "Landlock reports ABI 0".into(), &mut layers)?;
-                None
-            }
-            Err(e) => {
-                degrade("landlock-fs", e, &mut layers)?;
-                None
-            }
-        };
+        let (landlock, landlock_abi, fs_rules) =
+            landlock_layer(k, policy, unsplit, tmpfs, files, network, &mut layers)?;
 
         // seccomp.
         let seccomp = if k.seccomp_available() {
@@ -259,53 +160,8 @@ impl Layers {
             None
         };
 
-        // Identity.
         let euid = k.euid();
-        let identity = identity::prepare(if euid == 0 { policy.identity } else { None });
-        match (euid, policy.identity) {
-        (0, Some(id)) => layers.push(LayerStatus {
-            layer: "identity",
-            status: Enforcement::Enforced,
-            detail: format!(
-                "uid {} gid {}, no supplementary groups, every capability set empty, no_new_privs",
-                id.uid, id.gid
-            ),
-        }),
-        (0, None) => degrade(
-            "identity",
-            "running as root with no target uid".into(),
-            &mut layers,
-        )?,
-        (uid, Some(id)) if id.uid != uid => degrade(
-            "identity",
-            format!("not root (uid {uid}): cannot switch to uid {}", id.uid),
-            &mut layers,
-        )?,
-        (uid, _) => {
-            // Not root: setgroups needs CAP_SETGID, so the child inherits every supplementary
-            // group we hold. Pathname unix sockets are not checked by Landlock ABI 7, so a
-            // member of e.g. `docker` reaches /var/run/docker.sock: that is not "enforced".
-            let groups = k.supplementary_groups();
-            if groups.is_empty() {
-                layers.push(LayerStatus {
-                    layer: "identity",
-                    status: Enforcement::Enforced,
-                    detail: format!(
-                        "not root: child keeps uid {uid} (files of this uid are guarded by Landlock only), no supplementary groups; capabilities cleared, no_new_privs"
-                    ),
-                })
-            } else {
-                degrade(
-                    "identity",
-                    format!(
-                        "not root (uid {uid}): the child would keep the supplementary groups {}, which only root can drop",
-                        identity::describe_groups(&groups)
-                    ),
-                    &mut layers,
-                )?
-            }
-        }
-    }
+        let identity = identity_layer(k, policy, euid, &mut layers)?;
 
         // cgroup (pids, memory, tree kill), memory, cpu, rlimits.
         let (cgroups, cg_facts) = match (euid, cgroup_mode) {
@@ -399,6 +255,189 @@ impl Layers {
             installed,
         }
     }
+}
+
+/// The Landlock rows, and the ruleset with the ABI and the path rules as installed (the
+/// policy's grants, the view's private tmpfs roots and its own files).
+fn landlock_layer(
+    k: &dyn kernel::Kernel,
+    policy: &Policy,
+    unsplit: &std::collections::BTreeSet<std::path::PathBuf>,
+    tmpfs: &[TmpfsRule<'_>],
+    files: Option<(&std::path::Path, &std::os::fd::OwnedFd)>,
+    network: decide::Network,
+    layers: &mut Vec<LayerStatus>,
+) -> Result<LandlockLayer, PrepareError> {
+    let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
+        decide::degrade(policy.allow_degraded, layer, reason, layers)
+    };
+    let decide::Network {
+        socket_rules,
+        loopback_only,
+    } = network;
+    let mut landlock_abi = 0;
+    let mut fs_rules = Vec::new();
+    let landlock = match k.landlock() {
+        Ok(support) if support.filesystem => {
+            landlock_abi = support.abi;
+            let mut rules =
+                expand_grants_skipping(&policy.fs, unsplit).map_err(PrepareError::FsRules)?;
+            // The view's tmpfs roots are other inodes than the supervisor's /tmp: grant them
+            // by the descriptor the view opened on each root.
+            for t in tmpfs {
+                let Some(fd) = t.fd else { continue };
+                let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
+                rules.push(FsRule {
+                    path: t.path.to_path_buf(),
+                    access: PathAccess::ReadWrite,
+                    is_dir: true,
+                    fd: std::sync::Arc::new(fd),
+                });
+            }
+            // The view's own files (the egress proxy's CA) are in a tmpfs of their own too:
+            // read-only.
+            if let Some((path, fd)) = files {
+                let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
+                rules.push(FsRule {
+                    path: path.to_path_buf(),
+                    access: PathAccess::ReadExec,
+                    is_dir: true,
+                    fd: std::sync::Arc::new(fd),
+                });
+            }
+            fs_rules = rules
+                .iter()
+                .map(|r| (r.path.clone(), r.access, r.is_dir))
+                .collect();
+            // Those the exec's init adds itself, once it has mounted them.
+            let deferred: Vec<_> = tmpfs
+                .iter()
+                .filter(|t| t.fd.is_none())
+                .map(|t| (t.path.to_path_buf(), PathAccess::ReadWrite, true))
+                .collect();
+            let count = rules.len() + deferred.len();
+            fs_rules.extend(deferred);
+            let p = landlock::prepare(&rules, socket_rules, support)?;
+            layers.push(LayerStatus {
+                layer: "landlock-fs",
+                status: Enforcement::Enforced,
+                detail: format!("ABI {}, {count} path rules", support.abi),
+            });
+            match (socket_rules, p.network_restricted) {
+            _ if loopback_only => layers.push(LayerStatus {
+                layer: "landlock-net",
+                status: Enforcement::NotRequested,
+                detail: "--network none in a private network namespace with only lo: loopback bind and connect allowed, any other connect is ENETUNREACH".into(),
+            }),
+            (NetworkMode::None, true) => layers.push(LayerStatus {
+                layer: "landlock-net",
+                status: Enforcement::Enforced,
+                detail: "TCP bind and connect denied".into(),
+            }),
+            (NetworkMode::None, false) => degrade(
+                "landlock-net",
+                format!("Landlock ABI {} < 4 cannot restrict TCP", support.abi),
+                layers,
+            )?,
+            (NetworkMode::All, _) => layers.push(LayerStatus {
+                layer: "landlock-net",
+                status: Enforcement::NotRequested,
+                detail: "--network all".into(),
+            }),
+        }
+            if p.scoped {
+                layers.push(LayerStatus {
+                    layer: "landlock-scope",
+                    status: Enforcement::Enforced,
+                    detail: "signals and abstract unix sockets scoped to the sandbox".into(),
+                });
+            } else {
+                degrade(
+                    "landlock-scope",
+                    format!(
+                        "Landlock ABI {} < 6 cannot scope signals and abstract sockets",
+                        support.abi
+                    ),
+                    layers,
+                )?;
+            }
+            Some(p)
+        }
+        Ok(_) => {
+            degrade("landlock-fs", "Landlock reports ABI 0".into(), layers)?;
+            None
+        }
+        Err(e) => {
+            degrade("landlock-fs", e, layers)?;
+            None
+        }
+    };
+    Ok((landlock, landlock_abi, fs_rules))
+}
+
+/// What [`landlock_layer`] builds: the ruleset, the ABI, the path rules as installed.
+type LandlockLayer = (
+    Option<landlock::PreparedRuleset>,
+    i32,
+    Vec<(std::path::PathBuf, PathAccess, bool)>,
+);
+
+/// The identity row, and the switch the child makes (`euid` is the supervisor's).
+fn identity_layer(
+    k: &dyn kernel::Kernel,
+    policy: &Policy,
+    euid: u32,
+    layers: &mut Vec<LayerStatus>,
+) -> Result<identity::Switch, PrepareError> {
+    let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
+        decide::degrade(policy.allow_degraded, layer, reason, layers)
+    };
+    let identity = identity::prepare(if euid == 0 { policy.identity } else { None });
+    match (euid, policy.identity) {
+        (0, Some(id)) => layers.push(LayerStatus {
+            layer: "identity",
+            status: Enforcement::Enforced,
+            detail: format!(
+                "uid {} gid {}, no supplementary groups, every capability set empty, no_new_privs",
+                id.uid, id.gid
+            ),
+        }),
+        (0, None) => degrade(
+            "identity",
+            "running as root with no target uid".into(),
+            layers,
+        )?,
+        (uid, Some(id)) if id.uid != uid => degrade(
+            "identity",
+            format!("not root (uid {uid}): cannot switch to uid {}", id.uid),
+            layers,
+        )?,
+        (uid, _) => {
+            // Not root: setgroups needs CAP_SETGID, so the child inherits every supplementary
+            // group we hold. Pathname unix sockets are not checked by Landlock ABI 7, so a
+            // member of e.g. `docker` reaches /var/run/docker.sock: that is not "enforced".
+            let groups = k.supplementary_groups();
+            if groups.is_empty() {
+                layers.push(LayerStatus {
+                layer: "identity",
+                status: Enforcement::Enforced,
+                detail: format!(
+                    "not root: child keeps uid {uid} (files of this uid are guarded by Landlock only), no supplementary groups; capabilities cleared, no_new_privs"
+                ),
+            })
+            } else {
+                degrade(
+                    "identity",
+                    format!(
+                        "not root (uid {uid}): the child would keep the supplementary groups {}, which only root can drop",
+                        identity::describe_groups(&groups)
+                    ),
+                    layers,
+                )?
+            }
+        }
+    }
+    Ok(identity)
 }
 
 #[cfg(test)]
