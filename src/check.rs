@@ -265,18 +265,9 @@ pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
     };
 
     // The layers: of the policy when there is one, else of the default, for the kernel facts.
-    let fallback = || Policy {
-        fs: crate::policy::FsPolicy::with_defaults(bare.path.clone()),
-        network: NetworkMode::None,
-        limits: Limits::default(),
-        identity: root.then_some(Identity {
-            uid: NOBODY,
-            gid: NOBODY,
-        }),
-        allow_degraded: false,
-        namespaces: Default::default(),
-    };
-    let layered = policy.clone().unwrap_or_else(fallback);
+    let layered = policy
+        .clone()
+        .unwrap_or_else(|| default_policy(&bare.path, root));
     // The Landlock rules as the prepared sandbox holds them (a missing deny path is not split
     // around where the view's mount namespace is private; the view's tmpfs roots are rules of
     // their own): what `--explain` shows is what a run here would install.
@@ -302,53 +293,9 @@ pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
         _ => Vec::new(),
     };
 
-    let workdir = policy.as_ref().map(|p| {
-        let path = p.fs.workdir.clone();
-        let meta = std::fs::metadata(&path).ok();
-        let owner = meta.as_ref().map(|m| m.uid());
-        // Decided by prepare, as for `run`.
-        let handed_over = ownership.hand_over.is_some();
-        let writer = ownership.workdir_writer();
-        let idmapped = root && writer != p.identity;
-        let chown_to = |id: Identity| {
-            if per_run_uid {
-                Identity {
-                    uid: NOBODY,
-                    gid: NOBODY,
-                }
-            } else {
-                id
-            }
-        };
-        let (writable, problem) = match (root, writer) {
-            // Once handed over, the run's uid has what the owner has.
-            (true, Some(_)) if handed_over => {
-                let from = ownership.hand_over.as_ref().map(|h| h.from);
-                match from.map(|f| workdir::check_writable(&path, f, f, true)) {
-                    Some(Err(e)) => (false, Some(e.to_string())),
-                    _ => (true, None),
-                }
-            }
-            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id), idmapped) {
-                Ok(()) => (true, None),
-                Err(e) => (false, Some(e.to_string())),
-            },
-            _ => match workdir::can_write(&path, None) {
-                Ok(()) => (true, None),
-                Err(e) => (false, Some(format!("not writable by us: {e}"))),
-            },
-        };
-        WorkdirStatus {
-            path,
-            owner,
-            group: meta.as_ref().map(|m| m.gid()),
-            mode: meta.as_ref().map(|m| format!("{:04o}", m.mode() & 0o7777)),
-            writable,
-            idmapped,
-            handed_over,
-            problem,
-        }
-    });
+    let workdir = policy
+        .as_ref()
+        .map(|p| workdir_status(p, &ownership, root, per_run_uid));
     // `run` refuses such a workdir when it is root (a non-root run keeps our own identity,
     // whose access to its own directories is the caller's business).
     if let Some(w) = &workdir
@@ -408,6 +355,77 @@ pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
     } else {
         ExitCode::from(crate::exit::Exit::Failed.code())
     })
+}
+
+/// The policy `check` reports the layers of when it has none of its own: the defaults, for
+/// the kernel's facts.
+fn default_policy(workdir: &std::path::Path, root: bool) -> Policy {
+    Policy {
+        fs: crate::policy::FsPolicy::with_defaults(workdir.to_path_buf()),
+        network: NetworkMode::None,
+        limits: Limits::default(),
+        identity: root.then_some(Identity {
+            uid: NOBODY,
+            gid: NOBODY,
+        }),
+        allow_degraded: false,
+        namespaces: Default::default(),
+    }
+}
+
+/// The workdir as a run here would find it: its owner and mode, whether the run's uid could
+/// write it (decided by prepare's ownership, as for `run`), and why not.
+fn workdir_status(
+    p: &Policy,
+    ownership: &crate::sandbox::ownership::Ownership,
+    root: bool,
+    per_run_uid: bool,
+) -> WorkdirStatus {
+    let path = p.fs.workdir.clone();
+    let meta = std::fs::metadata(&path).ok();
+    let owner = meta.as_ref().map(|m| m.uid());
+    // Decided by prepare, as for `run`.
+    let handed_over = ownership.hand_over.is_some();
+    let writer = ownership.workdir_writer();
+    let idmapped = root && writer != p.identity;
+    let chown_to = |id: Identity| {
+        if per_run_uid {
+            Identity {
+                uid: NOBODY,
+                gid: NOBODY,
+            }
+        } else {
+            id
+        }
+    };
+    let (writable, problem) = match (root, writer) {
+        // Once handed over, the run's uid has what the owner has.
+        (true, Some(_)) if handed_over => {
+            let from = ownership.hand_over.as_ref().map(|h| h.from);
+            match from.map(|f| workdir::check_writable(&path, f, f, true)) {
+                Some(Err(e)) => (false, Some(e.to_string())),
+                _ => (true, None),
+            }
+        }
+        (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id), idmapped) {
+            Ok(()) => (true, None),
+            Err(e) => (false, Some(e.to_string())),
+        },
+        _ => match workdir::can_write(&path, None) {
+            Ok(()) => (true, None),
+            Err(e) => (false, Some(format!("not writable by us: {e}"))),
+        },
+    };
+    WorkdirStatus {
+        path,
+        owner,
+        group: meta.as_ref().map(|m| m.gid()),
+        mode: meta.as_ref().map(|m| format!("{:04o}", m.mode() & 0o7777)),
+        writable,
+        idmapped,
+        handed_over,
+        problem,
+    }
 }
 
 /// Whether programs would start under the prepared sandbox (`Sandbox::probe`: examined inside
