@@ -466,3 +466,76 @@ python3 client.py plain cred.test 443 "GET /none HTTP/1.1\r\nHost: cred.test:443
         assert!(got.contains("GET /none"), "{got}");
     });
 }
+
+/// A client on a `request_body_credential_rewrite` endpoint that sends a body carrying a
+/// placeholder, byte by byte, slower than the rewrite deadline allows.
+const TRICKLE: &str = r#"
+import os, socket, select, sys, time, urllib.parse
+p = urllib.parse.urlparse(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((p.hostname, p.port), timeout=8)
+s.sendall(b"CONNECT cred.test:8181 HTTP/1.1\r\nHost: cred.test:8181\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+assert b" 200" in head.split(b"\r\n")[0], head
+body = ("token=" + os.environ["RG_TOKEN"] + "&pad=").encode() + b"x" * 100
+s.sendall(b"POST /slow HTTP/1.1\r\nHost: cred.test:8181\r\nContent-Type: text/plain\r\n"
+          + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:20])
+start, sent, out = time.monotonic(), 20, b""
+# One byte every 2 s (the tunnel is never idle), until the proxy answers.
+while time.monotonic() - start < 50 and sent < len(body):
+    r, _, _ = select.select([s], [], [], 2)
+    if r:
+        break
+    s.sendall(body[sent:sent + 1]); sent += 1
+s.settimeout(20)
+try:
+    while True:
+        d = s.recv(65536)
+        if not d: break
+        out += d
+except Exception:
+    pass
+sys.stdout.write(out.decode("latin1"))
+print("\nafter %d s, %d of %d bytes sent" % (time.monotonic() - start, sent, len(body)))
+"#;
+
+/// A body to rewrite that trickles in past the deadline: 408 `request_body_timeout` once the
+/// deadline is over, and the upstream receives nothing of the request (neither its head nor a
+/// part of the body rewritten so far).
+#[test]
+fn a_body_to_rewrite_that_trickles_past_the_deadline_gets_408_and_never_reaches_the_upstream() {
+    if !require() || !have("python3") {
+        return;
+    }
+    World::run(|w| {
+        let a = setup(
+            w,
+            "      - {host: cred.test, port: 8181, protocol: rest, access: full, request_body_credential_rewrite: true}",
+        );
+        std::fs::write(a.work.join("trickle.py"), TRICKLE).unwrap();
+        let (stdout, _) = a.run("RG_TOKEN@cred.test:8181", "python3 trickle.py");
+        let (answer, after) = stdout
+            .trim_end()
+            .rsplit_once('\n')
+            .unwrap_or_else(|| panic!("{stdout}"));
+        let (line, j) = refusal(answer);
+        assert_eq!(line, "HTTP/1.1 408 Request Timeout", "{stdout}");
+        assert_eq!(j["error"], "request_body_timeout", "{j}");
+        assert_eq!(
+            j["detail"], "a body to rewrite must arrive whole within 30s",
+            "{j}"
+        );
+        // The answer came at the deadline, while the body was still coming.
+        let n: Vec<u64> = after.split(' ').filter_map(|w| w.parse().ok()).collect();
+        let [secs, sent, len] = n[..] else {
+            panic!("{stdout}")
+        };
+        assert!((29..=40).contains(&secs), "{stdout}");
+        assert!(sent < len, "{stdout}");
+        let got = a.received();
+        assert!(!got.contains("/slow"), "{got}");
+        assert!(!got.contains("token="), "{got}");
+        assert!(!got.contains(SECRET), "{got}");
+    });
+}

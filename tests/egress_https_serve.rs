@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use egress_support::l7_servers::L7Upstream;
 use openshell_sandbox::policy::openshell::{
-    FilesystemPolicy, LandlockPolicy, NetworkBinary, NetworkEndpoint, NetworkPolicyRule,
-    SandboxPolicy,
+    CredentialBinding, FilesystemPolicy, LandlockPolicy, NetworkBinary, NetworkEndpoint,
+    NetworkPolicyRule, SandboxPolicy,
 };
 use openshell_sandbox::proto::v1::{
     PolicyStatus, StaticCredentialBinding, StaticCredentialEndpointBinding,
@@ -28,6 +28,7 @@ use support::{AuthMode, SupOpts, Supervisor, TestGateway, gateway};
 
 const SECRET: &str = "rg-SERVE-REAL-41f0c2";
 const SECRET2: &str = "rg-SERVE-ROTATED-77aa01";
+const SECRET3: &str = "rg-SERVE-THIRD-0c9e55";
 
 fn have(tool: &str) -> bool {
     let ok = std::process::Command::new("sh")
@@ -102,27 +103,46 @@ fn policy() -> SandboxPolicy {
 }
 
 fn provider_env(value: &str, revision: u64) -> gateway::ProviderEnv {
+    provider_env_of(
+        &[("RG_TOKEN", value, &[("cred.test", 9443)], "p")],
+        revision,
+    )
+}
+
+/// One provider secret: key, value, its profile's endpoints, its provider's name.
+type ProviderSecret<'a> = (&'a str, &'a str, &'a [(&'a str, u32)], &'a str);
+
+/// A provider environment of `secrets` and one non-secret key.
+fn provider_env_of(secrets: &[ProviderSecret<'_>], revision: u64) -> gateway::ProviderEnv {
+    let mut environment: std::collections::HashMap<String, String> = secrets
+        .iter()
+        .map(|(k, v, _, _)| (k.to_string(), v.to_string()))
+        .collect();
+    environment.insert("MODEL_URL".into(), "https://model.test/v1".into());
     gateway::ProviderEnv {
-        environment: [("RG_TOKEN", value), ("MODEL_URL", "https://model.test/v1")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        environment,
         non_secret: vec!["MODEL_URL".into()],
-        static_keys: vec!["RG_TOKEN".into()],
-        bindings: [(
-            "RG_TOKEN".to_string(),
-            StaticCredentialBinding {
-                endpoints: vec![StaticCredentialEndpointBinding {
-                    host: "cred.test".into(),
-                    port: 9443,
-                    path: String::new(),
-                }],
-                credential_identity: "p".into(),
-                workload_credential_handle: String::new(),
-            },
-        )]
-        .into_iter()
-        .collect(),
+        static_keys: secrets.iter().map(|(k, ..)| k.to_string()).collect(),
+        bindings: secrets
+            .iter()
+            .map(|(k, _, to, provider)| {
+                (
+                    k.to_string(),
+                    StaticCredentialBinding {
+                        endpoints: to
+                            .iter()
+                            .map(|(host, port)| StaticCredentialEndpointBinding {
+                                host: host.to_string(),
+                                port: *port,
+                                path: String::new(),
+                            })
+                            .collect(),
+                        credential_identity: provider.to_string(),
+                        workload_credential_handle: String::new(),
+                    },
+                )
+            })
+            .collect(),
         revision,
     }
 }
@@ -287,6 +307,309 @@ cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -c rg-SERVE || true
             }
             let log = sup.log();
             assert!(!log.contains(SECRET) && !log.contains(SECRET2), "{log}");
+            drop(sup);
+        });
+    });
+}
+
+/// Wait until the supervisor reports revision `v` LOADED.
+async fn wait_loaded(gw: &TestGateway, sup: &Supervisor, v: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !gw
+        .state
+        .policy_reports()
+        .iter()
+        .any(|r| r.version == v && r.status == PolicyStatus::Loaded as i32)
+    {
+        assert!(Instant::now() < deadline, "{v} not LOADED:\n{}", sup.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `p` whose `secure.test` endpoint binds provider `provider`'s credentials (or none).
+fn policy_binding(mut p: SandboxPolicy, provider: Option<&str>) -> SandboxPolicy {
+    let tls = p.network_policies.get_mut("tls").unwrap();
+    tls.endpoints[1].credential_binding =
+        provider.map(|n| CredentialBinding { provider: n.into() });
+    p
+}
+
+/// A policy endpoint's `credential_binding: {provider: NAME}` binds the values of provider
+/// NAME whose profile names no endpoint, in `serve` too; each policy revision's bindings apply
+/// from the next request (one removed: 403 credential_endpoint_mismatch and nothing reaches
+/// the upstream; added back: the value is put in), and so does a provider refresh. A profile
+/// that names its endpoints stays its values' only boundary.
+#[test]
+fn serve_binds_credentials_where_the_policy_revision_says() {
+    if !egress_support::require() || !have("curl") || !have("unshare") {
+        return;
+    }
+    egress_support::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        w.rt.block_on(async move {
+            let gw = TestGateway::start(AuthMode::Jwt).await;
+            gw.state
+                .set_policy(&policy_binding(policy(), Some("rgprov")))
+                .unwrap();
+            // RG_TOKEN: an endpointless profile of provider rgprov; RG_PINNED: the same
+            // provider's value, its profile bound to cred.test only.
+            let env = |token: &str, rev| {
+                provider_env_of(
+                    &[
+                        ("RG_TOKEN", token, &[], "rgprov"),
+                        ("RG_PINNED", SECRET2, &[("cred.test", 9443)], "rgprov"),
+                    ],
+                    rev,
+                )
+            };
+            *gw.state.provider_env.lock().unwrap() = env(SECRET, 1);
+            let opts = SupOpts {
+                env: vec![
+                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
+                    ("OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(), "1".into()),
+                    (
+                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
+                        "/nonexistent/openshell/policy.yaml".into(),
+                    ),
+                ],
+                wrapper: wrapper(&[
+                    (&hosts, "/etc/hosts"),
+                    (&bundle, egress_support::SYSTEM_BUNDLE),
+                ]),
+                args: vec!["sleep".into(), "600".into()],
+                ..Default::default()
+            };
+            let mut sup = Supervisor::start(&gw, opts);
+            gw.wait_ready(&mut sup).await;
+            // The supervisor's baseline paths make a revision of their own at start.
+            let first = gw.state.current_revision().unwrap();
+            let (v1, base) = (first.version, first.policy);
+            wait_loaded(&gw, &sup, v1).await;
+
+            // One request; prints the status, then the body.
+            let get = |var: &'static str, url: &'static str| {
+                format!(
+                    r#"curl -sS --max-time 20 -o body -w '%{{http_code}}\n' -H "Authorization: Bearer ${var}" {url}; cat body"#
+                )
+            };
+            let r = gw.sh(&get("RG_TOKEN", "https://secure.test:9443/quiet/bound")).await;
+            assert_eq!(r.out(), "200\nquiet ok", "{r:?}\n{}", sup.log());
+            let heads = up.heads().concat();
+            assert!(heads.contains(&format!("authorization: Bearer {SECRET}")), "{heads}");
+            // Not where no binding names it: the profile has no endpoint.
+            let r = gw.sh(&get("RG_TOKEN", "https://cred.test:9443/quiet/nowhere")).await;
+            let (status, body) = r.out().split_once('\n').map(|(a, b)| (a.to_string(), b.to_string())).unwrap();
+            assert_eq!(status, "403", "{r:?}");
+            let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["error"], "credential_endpoint_mismatch", "{r:?}");
+            // The pinned value of the same provider is not widened by the policy.
+            let r = gw.sh(&get("RG_PINNED", "https://secure.test:9443/quiet/widened")).await;
+            assert!(r.out().starts_with("403\n") && r.out().contains("credential_endpoint_mismatch"), "{r:?}");
+            let r = gw.sh(&get("RG_PINNED", "https://cred.test:9443/quiet/pinned")).await;
+            assert_eq!(r.out(), "200\nquiet ok", "{r:?}");
+
+            // A revision without the binding: the next request is refused before the upstream.
+            let v2 = gw.state.set_policy(&policy_binding(base.clone(), None)).unwrap();
+            wait_loaded(&gw, &sup, v2).await;
+            let r = gw.sh(&get("RG_TOKEN", "https://secure.test:9443/quiet/unbound")).await;
+            assert!(r.out().starts_with("403\n") && r.out().contains("credential_endpoint_mismatch"), "{r:?}\n{}", sup.log());
+
+            // Bound again: the value is put in again.
+            let v3 = gw
+                .state
+                .set_policy(&policy_binding(base, Some("rgprov")))
+                .unwrap();
+            assert!(v3 > v2);
+            wait_loaded(&gw, &sup, v3).await;
+            let r = gw.sh(&get("RG_TOKEN", "https://secure.test:9443/quiet/rebound")).await;
+            assert_eq!(r.out(), "200\nquiet ok", "{r:?}\n{}", sup.log());
+
+            // A provider refresh keeps the policy's binding, with the new value.
+            *gw.state.provider_env.lock().unwrap() = env(SECRET3, 2);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let r = gw.sh(&get("RG_TOKEN", "https://secure.test:9443/quiet/refreshed")).await;
+                assert_eq!(r.out(), "200\nquiet ok", "{r:?}");
+                if up.heads().concat().contains(SECRET3) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no refresh:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+
+            let reqs = up.requests();
+            assert_eq!(
+                reqs.iter().filter(|r| !r.starts_with("GET /quiet/refreshed")).cloned().collect::<Vec<_>>(),
+                ["GET /quiet/bound HTTP/1.1", "GET /quiet/pinned HTTP/1.1", "GET /quiet/rebound HTTP/1.1"],
+                "refused requests reached the upstream"
+            );
+            for (line, h) in reqs.iter().zip(up.heads()) {
+                if line.contains("/quiet/pinned") {
+                    assert!(h.contains(&format!("authorization: Bearer {SECRET2}")), "{h}");
+                } else {
+                    assert!(!h.contains(SECRET2), "{line}: {h}");
+                }
+                assert!(!h.contains("openshell:resolve"), "{line}: {h}");
+            }
+            drop(sup);
+        });
+    });
+}
+
+/// The provider's value is in the memory of no process below the supervisor (the sandboxed
+/// code, and the inits of the main process and of each exec: root forks of the supervisor),
+/// after requests carrying it went through the proxy and a later exec was started.
+#[test]
+fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
+    if !egress_support::require() || !have("curl") || !have("unshare") {
+        return;
+    }
+    egress_support::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        w.rt.block_on(async move {
+            let gw = TestGateway::start(AuthMode::Jwt).await;
+            gw.state.set_policy(&policy()).unwrap();
+            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
+            let opts = SupOpts {
+                env: vec![
+                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
+                    (
+                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
+                        "/nonexistent/openshell/policy.yaml".into(),
+                    ),
+                ],
+                wrapper: wrapper(&[
+                    (&hosts, "/etc/hosts"),
+                    (&bundle, egress_support::SYSTEM_BUNDLE),
+                ]),
+                args: vec!["sleep".into(), "600".into()],
+                ..Default::default()
+            };
+            let mut sup = Supervisor::start(&gw, opts);
+            gw.wait_ready(&mut sup).await;
+            let use_it = r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/mem"#;
+            let r = gw.sh(use_it).await;
+            assert_eq!(r.out(), "quiet ok", "{r:?}\n{}", sup.log());
+            // A later exec, forked after the value went through the proxy, stays running.
+            let ready = sup.workdir.join("ready");
+            let script = format!("{use_it}; touch {}; exec sleep 60", ready.display());
+            let later = tokio::spawn(support::exec::exec_collect(
+                gw.state.clone(),
+                gw.request(&["sh", "-c", &script]),
+            ));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !ready.exists() {
+                assert!(Instant::now() < deadline, "the exec never got ready:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let heads = up.heads().concat();
+            assert_eq!(heads.matches(&format!("authorization: Bearer {SECRET}")).count(), 2, "{heads}");
+            let found = egress_support::memory::below_holding(sup.pid(), SECRET.as_bytes());
+            let (mut sandboxed, mut roots) = (0, 0);
+            for (pid, uid, hits) in &found {
+                if uid == "0" {
+                    roots += 1;
+                } else {
+                    sandboxed += 1;
+                }
+                assert!(hits.is_empty(), "PID {pid} (uid {uid}) holds the value: {hits:?}");
+            }
+            assert!(sandboxed >= 2 && roots >= 2, "{found:?}");
+            later.abort();
+            drop(sup);
+        });
+    });
+}
+
+/// An SSH session of `serve` (OpenSSH through the relay, as `openshell sandbox connect` does)
+/// gets the CA's trust variables and the placeholder, and its curl reaches an HTTPS upstream
+/// through the interception: trusting the sandbox CA by those variables alone, with the value
+/// put in at the bound endpoint only.
+#[test]
+fn an_ssh_session_trusts_the_sandbox_ca_and_reaches_https_through_the_interception() {
+    if !egress_support::require() || !have("curl") || !have("unshare") {
+        return;
+    }
+    if !support::ssh_bridge::have_openssh() {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("ssh, sftp and busybox are required (CI=true turns this skip into a failure)");
+        }
+        eprintln!("SKIPPED: OpenSSH client or busybox absent");
+        return;
+    }
+    egress_support::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        w.rt.block_on(async move {
+            let gw = TestGateway::start(AuthMode::Jwt).await;
+            gw.state.set_policy(&policy()).unwrap();
+            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
+            let opts = SupOpts {
+                env: vec![
+                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
+                    (
+                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
+                        "/nonexistent/openshell/policy.yaml".into(),
+                    ),
+                ],
+                wrapper: wrapper(&[
+                    (&hosts, "/etc/hosts"),
+                    (&bundle, egress_support::SYSTEM_BUNDLE),
+                ]),
+                args: vec!["sleep".into(), "600".into()],
+                ..Default::default()
+            };
+            let mut sup = Supervisor::start(&gw, opts);
+            gw.wait_ready(&mut sup).await;
+            let bridge = support::ssh_bridge::SshBridge::start(gw.state.clone()).await;
+            // Only the session's variables say where the CA is: curl's own default bundle is
+            // the system one, which does not hold the sandbox CA.
+            let script = r#"env | grep -E '^(SSL_CERT_FILE|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|NODE_EXTRA_CA_CERTS|GIT_SSL_CAINFO|HTTPS_PROXY|RG_TOKEN)=' | sort
+curl -sS --max-time 20 https://secure.test:9443/ssh; echo
+curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/ssh; echo
+env -u CURL_CA_BUNDLE -u SSL_CERT_FILE curl -sS --max-time 20 -o /dev/null -w '%{http_code}\n' --cacert /dev/null https://secure.test:9443/untrusted 2>&1 | tail -1"#;
+            let mut c = bridge.command("ssh");
+            c.arg("sandbox").arg(script);
+            let out = tokio::task::spawn_blocking(move || c.output().unwrap())
+                .await
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(out.status.success() || !stdout.is_empty(), "{stdout}\n{stderr}\n{}", sup.log());
+            let lines: Vec<&str> = stdout.lines().collect();
+            assert!(lines.len() >= 10, "{stdout}\n{stderr}\n{}", sup.log());
+            assert_eq!(
+                lines[..7],
+                [
+                    "CURL_CA_BUNDLE=/etc/openshell-tls/ca-bundle.pem",
+                    "GIT_SSL_CAINFO=/etc/openshell-tls/ca-bundle.pem",
+                    "HTTPS_PROXY=http://10.200.0.1:3128",
+                    "NODE_EXTRA_CA_CERTS=/etc/openshell-tls/openshell-ca.pem",
+                    "REQUESTS_CA_BUNDLE=/etc/openshell-tls/ca-bundle.pem",
+                    "RG_TOKEN=openshell:resolve:env:RG_TOKEN",
+                    "SSL_CERT_FILE=/etc/openshell-tls/ca-bundle.pem",
+                ],
+                "{stdout}"
+            );
+            let echo: serde_json::Value =
+                serde_json::from_str(lines[7]).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+            assert_eq!(echo["request"], "GET /ssh HTTP/1.1", "{stdout}");
+            assert_eq!(lines[8], "quiet ok", "{stdout}");
+            // Without the CA, the interception's certificate is refused by the client: the
+            // session's trust comes from the variables.
+            assert_eq!(lines[9], "000", "{stdout}\n{stderr}");
+            assert!(!stdout.contains(SECRET));
+            let reqs = up.requests();
+            assert_eq!(reqs, ["GET /ssh HTTP/1.1", "GET /quiet/ssh HTTP/1.1"], "{stdout}");
+            let heads = up.heads();
+            assert!(heads[1].contains(&format!("authorization: Bearer {SECRET}")), "{heads:?}");
+            assert!(!heads[0].contains(SECRET), "{heads:?}");
+            drop(bridge);
             drop(sup);
         });
     });

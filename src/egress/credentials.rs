@@ -13,7 +13,8 @@ use std::sync::{Arc, RwLock};
 
 use base64::Engine;
 
-use crate::policy::network::Glob;
+use super::secret_mem::{self, SecretBytes};
+use crate::policy::network::{Glob, HostPattern, NetworkRules};
 
 /// What every placeholder starts with.
 pub const MARKER: &str = "openshell:resolve:env:";
@@ -87,18 +88,33 @@ pub struct Dest<'a> {
 }
 
 struct Secret {
-    value: String,
+    /// In memory no fork inherits (see [`secret_mem`]).
+    value: SecretBytes,
     bound: Vec<Bound>,
     /// This key's own stable handle (64 hex), besides the store's.
     handle: Option<String>,
+    /// The provider the value belongs to (the gateway's `credential_identity`): a policy
+    /// endpoint's `credential_binding: {provider: NAME}` binds the provider's values.
+    identity: String,
 }
 
-/// The real values, held by the proxy only.
+impl Secret {
+    fn value(&self) -> &str {
+        // Made from a `&str` in `insert`.
+        std::str::from_utf8(self.value.as_bytes()).unwrap_or_default()
+    }
+}
+
+/// The real values, held by the proxy only. The values are shared (never copied) between a
+/// store and the one [`Credentials::with_policy_bindings`] makes from it.
 #[derive(Default)]
 pub struct Credentials {
-    secrets: BTreeMap<String, Secret>,
+    secrets: BTreeMap<String, Arc<Secret>>,
     revision: u64,
     handle: String,
+    /// Bindings a policy's endpoints add: (provider, where), the provider being a key or the
+    /// identity of the values it binds.
+    policy: Arc<Vec<(String, Bound)>>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -169,30 +185,75 @@ impl Credentials {
             secrets: BTreeMap::new(),
             revision,
             handle: handle.to_ascii_lowercase(),
+            policy: Arc::default(),
         }
     }
 
-    /// Add `key` with its real value and the endpoints it may go to.
-    pub fn insert(&mut self, key: &str, value: String, bound: Vec<Binding>) {
+    /// Add `key` with its real value and the endpoints it may go to. The value moves into
+    /// memory no fork inherits, and `value`'s own buffer is zeroed.
+    pub fn insert(&mut self, key: &str, mut value: String, bound: Vec<Binding>) {
         let bound = bound.into_iter().map(Bound::new).collect();
+        let secret = SecretBytes::new(value.as_bytes());
+        secret_mem::wipe_string(&mut value);
         self.secrets.insert(
             key.to_string(),
-            Secret {
-                value,
+            Arc::new(Secret {
+                value: secret,
                 bound,
                 handle: None,
-            },
+                identity: String::new(),
+            }),
         );
     }
 
     /// Give `key` a stable handle of its own (64 hex): its `s<handle>_KEY` form resolves too.
     pub fn set_handle(&mut self, key: &str, handle: &str) {
-        if let Some(s) = self.secrets.get_mut(key)
+        if let Some(s) = self.secrets.get_mut(key).and_then(Arc::get_mut)
             && handle.len() == 64
             && handle.bytes().all(|b| b.is_ascii_hexdigit())
         {
             s.handle = Some(handle.to_ascii_lowercase());
         }
+    }
+
+    /// Name the provider `key`'s value belongs to (what a policy's `credential_binding`
+    /// names).
+    pub fn set_identity(&mut self, key: &str, identity: &str) {
+        if let Some(s) = self.secrets.get_mut(key).and_then(Arc::get_mut) {
+            s.identity = identity.to_string();
+        }
+    }
+
+    /// This store's values, bound besides to `bindings` (provider, where) from a policy; the
+    /// bindings of an earlier call are replaced.
+    pub fn with_policy_bindings(&self, bindings: Vec<(String, Binding)>) -> Credentials {
+        Credentials {
+            secrets: self.secrets.clone(),
+            revision: self.revision,
+            handle: self.handle.clone(),
+            policy: Arc::new(
+                bindings
+                    .into_iter()
+                    .map(|(p, b)| (p, Bound::new(b)))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Every binding of `key`: its own; a value without any (an endpointless provider profile)
+    /// goes where the policy's endpoints naming its provider (or the key) say. As in
+    /// OpenShell, a profile that names endpoints stays the value's only boundary: a policy
+    /// cannot widen it.
+    fn bindings_of<'a>(&'a self, key: &'a str, s: &'a Secret) -> impl Iterator<Item = &'a Bound> {
+        let endpointless = s.bound.is_empty();
+        s.bound.iter().chain(
+            self.policy
+                .iter()
+                .filter(move |(p, _)| {
+                    endpointless && (p == key || (!s.identity.is_empty() && *p == s.identity))
+                })
+                .map(|(_, b)| b),
+        )
     }
 
     /// The keys and where each may go, for `check --explain` and the log: never a value.
@@ -202,7 +263,7 @@ impl Credentials {
             .map(|(k, s)| {
                 (
                     k.clone(),
-                    s.bound.iter().map(|b| b.binding.clone()).collect(),
+                    self.bindings_of(k, s).map(|b| b.binding.clone()).collect(),
                 )
             })
             .collect()
@@ -210,7 +271,7 @@ impl Credentials {
 
     /// Whether `value` is one of the real values (for tests and leak checks).
     pub fn holds_value(&self, value: &str) -> bool {
-        self.secrets.values().any(|s| s.value == value)
+        self.secrets.values().any(|s| s.value() == value)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -228,8 +289,8 @@ impl Credentials {
     /// Whether some credential is bound to `host:port`: such an endpoint must be inspected.
     pub fn is_credentialed(&self, host: &str, port: u16) -> bool {
         let host = host.to_ascii_lowercase();
-        self.secrets.values().any(|s| {
-            s.bound.iter().any(|b| {
+        self.secrets.iter().any(|(k, s)| {
+            self.bindings_of(k, s).any(|b| {
                 b.binding.port == port
                     && match &b.host {
                         Some(g) => g.matches(&host),
@@ -317,14 +378,14 @@ impl Credentials {
                 .secrets
                 .get(key)
                 .ok_or_else(|| CredentialError::Unresolvable(key.to_string()))?;
-            if !secret.bound.iter().any(|b| b.matches(to)) {
+            if !self.bindings_of(key, secret).any(|b| b.matches(to)) {
                 return Err(CredentialError::NotBound {
                     key: key.to_string(),
                     dest: format!("{}:{}", to.host, to.port),
                 });
             }
-            out.push_str(&secret.value);
-            noted.note(&secret.value, &rest[at..at + MARKER.len() + len]);
+            out.push_str(secret.value());
+            noted.note(secret.value(), &rest[at..at + MARKER.len() + len]);
             rest = &after[len..];
         }
         out.push_str(rest);
@@ -443,6 +504,34 @@ impl Injected {
     }
 }
 
+/// What a policy's endpoints bind: (provider, where) for every port of every endpoint with
+/// `credential_binding: {provider: NAME}`.
+pub fn policy_bindings(rules: &NetworkRules) -> Vec<(String, Binding)> {
+    let mut out = Vec::new();
+    for rule in rules.rules() {
+        for e in &rule.endpoints {
+            let (Some(provider), Some(host)) = (&e.credential_provider, &e.host) else {
+                continue;
+            };
+            let host = match host {
+                HostPattern::Exact(h) => h.clone(),
+                HostPattern::Glob(g) => g.as_str().to_string(),
+            };
+            for port in &e.ports {
+                out.push((
+                    provider.clone(),
+                    Binding {
+                        host: host.clone(),
+                        port: *port,
+                        path: e.path.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// Whether `s`, once percent-decoded, holds the marker in any case: a placeholder written
 /// `openshell%3Aresolve%3Aenv%3AKEY` is not replaced, and must not leave either.
 pub fn has_encoded_marker(s: &str) -> bool {
@@ -482,4 +571,48 @@ pub fn redact(s: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_binds_endpointless_values_of_its_provider_and_never_widens_a_profile() {
+        let mut c = Credentials::new(1, "");
+        c.insert("FREE", "free-v".into(), Vec::new());
+        c.set_identity("FREE", "prov");
+        c.insert(
+            "PINNED",
+            "pinned-v".into(),
+            vec![Binding::new("a.test", 443)],
+        );
+        c.set_identity("PINNED", "prov");
+        c.insert("OTHER", "other-v".into(), Vec::new());
+        let bound = c.with_policy_bindings(vec![
+            ("prov".into(), Binding::new("b.test", 443)),
+            ("OTHER".into(), Binding::new("c.test", 8443)),
+        ]);
+        let put = |k: &str, host: &str, port| {
+            bound
+                .rewrite(&format!("{MARKER}{k}"), host, port)
+                .map(|s| s.unwrap())
+        };
+        assert_eq!(put("FREE", "b.test", 443).unwrap(), "free-v");
+        assert_eq!(put("OTHER", "c.test", 8443).unwrap(), "other-v");
+        assert_eq!(put("PINNED", "a.test", 443).unwrap(), "pinned-v");
+        for (k, host, port) in [("PINNED", "b.test", 443), ("FREE", "c.test", 8443)] {
+            assert!(
+                matches!(put(k, host, port), Err(CredentialError::NotBound { .. })),
+                "{k} -> {host}:{port}"
+            );
+        }
+        assert!(bound.is_credentialed("b.test", 443) && !c.is_credentialed("b.test", 443));
+        // The store it was made from is unchanged, and shares the values.
+        assert!(c.rewrite(&format!("{MARKER}FREE"), "b.test", 443).is_err());
+        assert!(bound.holds_value("free-v") && c.holds_value("free-v"));
+        let d = bound.describe();
+        assert_eq!(d[0].0, "FREE");
+        assert_eq!(d[0].1, [Binding::new("b.test", 443)]);
+    }
 }

@@ -42,6 +42,7 @@ pub mod request;
 pub mod resolve;
 pub mod response;
 pub mod revision;
+pub mod secret_mem;
 pub mod sockdiag;
 pub mod tls;
 

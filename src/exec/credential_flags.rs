@@ -8,8 +8,8 @@
 
 use std::ffi::OsString;
 
-use crate::egress::credentials::{Binding, Credentials};
-use crate::policy::network::{HostPattern, NetworkRules};
+use crate::egress::credentials::{Binding, Credentials, policy_bindings};
+use crate::policy::network::NetworkRules;
 
 /// A `--credential` that cannot work, and why (a usage error, 125).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +90,7 @@ pub fn credentials(
 ) -> Result<Credentials, CredentialFlagError> {
     let mut creds = Credentials::new(0, "");
     let mut named = Vec::new();
+    let policy_bound = rules.map(policy_bindings).unwrap_or_default();
     for arg in args {
         let f = CredentialFlag::parse(arg)?;
         if named.contains(&f.name) {
@@ -126,25 +127,12 @@ pub fn credentials(
             }
             bound.push(Binding::new(host.clone(), *port));
         }
-        for rule in rules.map(|r| r.rules()).unwrap_or_default() {
-            for e in &rule.endpoints {
-                if e.credential_provider.as_deref() != Some(f.name.as_str()) {
-                    continue;
-                }
-                let Some(host) = &e.host else { continue };
-                let host = match host {
-                    HostPattern::Exact(h) => h.clone(),
-                    HostPattern::Glob(g) => g.as_str().to_string(),
-                };
-                for port in &e.ports {
-                    bound.push(Binding {
-                        host: host.clone(),
-                        port: *port,
-                        path: e.path.clone(),
-                    });
-                }
-            }
-        }
+        bound.extend(
+            policy_bound
+                .iter()
+                .filter(|(p, _)| *p == f.name)
+                .map(|(_, b)| b.clone()),
+        );
         if bound.is_empty() {
             return Err(bad(
                 arg,

@@ -304,9 +304,13 @@ pub fn run_credentials(
     if !args.is_empty() && rules.is_none() {
         return Err(EgressError::CredentialWithoutRules);
     }
-    Ok(super::credential_flags::credentials(args, rules, &|k| {
-        std::env::var_os(k)
-    })?)
+    let creds = super::credential_flags::credentials(args, rules, &|k| std::env::var_os(k))?;
+    // The values now live in the store's wipe-on-fork memory: our own environment block,
+    // which every fork (the exec's init among them) copies, keeps none.
+    for (name, _) in creds.describe() {
+        egress::secret_mem::scrub_own_env(&name);
+    }
+    Ok(creds)
 }
 
 /// `run`'s proxy: started once the sandbox exists, counted into the report at the end.

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::ocsf;
 use crate::egress::{
-    self, CredentialStore, EventSink, L7Event, NetEvent, Outcome, PolicyHandle, ProxyHandle,
+    self, Binding, CredentialStore, Credentials, EventSink, L7Event, NetEvent, Outcome,
+    PolicyHandle, ProxyHandle,
 };
 use crate::exec::Sandbox;
 use crate::exec::egress::EgressError;
@@ -139,10 +140,14 @@ pub struct SandboxProxy {
 
 /// The supervisor's TLS interception and provider credentials, shared by every sandbox (every
 /// policy revision's view): one CA made at start, in memory only; one credential store,
-/// replaced at each provider refresh.
+/// replaced at each provider refresh and at each policy revision (whose endpoints'
+/// `credential_binding` bind the provider's values too).
 pub struct ServeEgress {
     interception: Interception,
     pub credentials: CredentialStore,
+    /// What the store is made of: the last provider environment's values with their own
+    /// bindings, and the current revision's `credential_binding`s.
+    parts: std::sync::Mutex<(Credentials, Vec<(String, Binding)>)>,
     refresh: tokio::sync::Notify,
     provider_revision: std::sync::Mutex<Option<u64>>,
 }
@@ -168,9 +173,30 @@ impl ServeEgress {
         ServeEgress {
             interception,
             credentials: CredentialStore::default(),
+            parts: Default::default(),
             refresh: tokio::sync::Notify::new(),
             provider_revision: std::sync::Mutex::new(None),
         }
+    }
+
+    /// A provider environment was fetched (or revoked: an empty store): requests from now on
+    /// get its values, bound where its bindings and the current revision's say.
+    pub fn set_provider_credentials(&self, c: Credentials) {
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        parts.0 = c;
+        self.credentials
+            .replace(parts.0.with_policy_bindings(parts.1.clone()));
+    }
+
+    /// A revision's `credential_binding`s (provider, where) replace the last one's.
+    pub fn set_policy_bindings(&self, bindings: Vec<(String, Binding)>) {
+        let mut parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        if parts.1 == bindings {
+            return;
+        }
+        parts.1 = bindings;
+        self.credentials
+            .replace(parts.0.with_policy_bindings(parts.1.clone()));
     }
 
     /// The files each revision's view shows (`NamespacePolicy::files`).
@@ -256,6 +282,8 @@ impl PlaneEgress {
                 ca_env: s.interception.child_env(sandbox.view_files()),
             }));
         }
+        self.shared
+            .set_policy_bindings(egress::credentials::policy_bindings(&rules));
         self.policy.publish(rules);
         Ok(())
     }

@@ -4,9 +4,11 @@
 //!
 //! The gateway's reply holds real secret values. They stay in the supervisor, in the egress
 //! proxy's credential store, each bound to the endpoints the reply's static credential
-//! bindings name (the provider profile's endpoints, or a policy endpoint's
-//! `credential_binding`): children get OpenShell's placeholder `openshell:resolve:env:KEY`,
-//! which the proxy replaces only in requests it admitted to a bound endpoint. Keys the
+//! bindings name (the provider profile's endpoints; for a profile without any, the current
+//! policy revision's endpoints whose `credential_binding` names its provider, see
+//! [`ServeEgress::set_policy_bindings`]): children get OpenShell's placeholder
+//! `openshell:resolve:env:KEY`, which the proxy replaces only in requests it admitted to a
+//! bound endpoint. Keys the
 //! gateway lists as non-secret (`non_secret_environment_keys`) reach children as values.
 //! `OPENSHELL_EXPOSE_PROVIDER_SECRETS=1` asks for every value as plain text in every child
 //! instead (docs/gateway.md says what that exposes).
@@ -82,12 +84,13 @@ pub fn apply(
         if bound.is_empty() {
             tracing::warn!(
                 key = %k,
-                "provider credential bound to no endpoint: its placeholder resolves nowhere"
+                "provider credential bound to no endpoint by its provider profile: its placeholder resolves only where a policy endpoint's credential_binding names its provider"
             );
         }
         creds.insert(&k, v, bound);
         if let Some(b) = binding {
             creds.set_handle(&k, &b.workload_credential_handle);
+            creds.set_identity(&k, &b.credential_identity);
         }
         env.push((k.clone(), format!("{MARKER}{k}")));
     }
@@ -145,7 +148,7 @@ pub async fn fetch(
                         credentials = creds.describe().len(),
                         "provider environment loaded"
                     );
-                    egress.credentials.replace(creds);
+                    egress.set_provider_credentials(creds);
                     *ctx.provider_env.write().unwrap_or_else(|e| e.into_inner()) = env;
                     loaded = true;
                     break;
@@ -164,7 +167,7 @@ pub async fn fetch(
                         tracing::warn!(
                             "refreshing the provider environment: {e}; its credentials are revoked until a fetch succeeds"
                         );
-                        egress.credentials.replace(Credentials::default());
+                        egress.set_provider_credentials(Credentials::default());
                         loaded = false;
                     }
                     tracing::info!("fetching the provider environment: {e}; retrying in {delay:?}");

@@ -104,7 +104,7 @@ const SANDBOX_LAYERS: &[&[&str]] = &[
 /// `src/egress/`'s own layers, lowest first; `""` is its `mod.rs`.
 const EGRESS_LAYERS: &[&[&str]] = &[
     // Data and parsing: who calls, address checks, the request and the response, the policy
-    // handle, events, credential placeholders.
+    // handle, events, credential placeholders and the memory their values live in.
     &[
         "addr",
         "credentials",
@@ -114,6 +114,7 @@ const EGRESS_LAYERS: &[&[&str]] = &[
         "request",
         "response",
         "revision",
+        "secret_mem",
     ],
     // What the proxy looks up or holds: the caller in /proc (the socket by sock_diag, its
     // holders with the sandbox frozen, the code each may run), the sandbox's netns, DNS, the

@@ -18,6 +18,7 @@ pub mod identity;
 #[cfg(feature = "test-pause-points")]
 pub mod l7;
 pub mod l7_servers;
+pub mod memory;
 pub mod servers;
 
 use std::io;

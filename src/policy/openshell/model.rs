@@ -151,9 +151,10 @@ pub struct NetworkEndpoint {
     /// too (JSON, form, `text/*`, at most 256 KiB).
     #[serde(default, skip_serializing_if = "is_false")]
     pub request_body_credential_rewrite: bool,
-    /// YAML `credential_binding: {provider: NAME}`: the credentials of provider NAME may go to
-    /// this endpoint. In `serve` the gateway turns it into the provider environment's
-    /// bindings; in `run` NAME is a `--credential` variable.
+    /// YAML `credential_binding: {provider: NAME}` (proto field 24): the credentials of
+    /// provider NAME whose profile names no endpoint may go to this endpoint (in `serve`, the
+    /// provider environment's values of that `credential_identity`); in `run` NAME is a
+    /// `--credential` variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential_binding: Option<CredentialBinding>,
     #[serde(default, skip_serializing)]

@@ -266,6 +266,11 @@ fn to_proto(p: &SandboxPolicy) -> pb::SandboxPolicy {
                             path: e.path.clone(),
                             advisor_proposed: e.advisor_proposed,
                             request_body_credential_rewrite: e.request_body_credential_rewrite,
+                            credential_binding: e.credential_binding.as_ref().map(|b| {
+                                pb::NetworkCredentialBinding {
+                                    provider: b.provider.clone(),
+                                }
+                            }),
                         })
                         .collect(),
                     binaries: r
@@ -399,6 +404,9 @@ fn from_proto(p: pb::SandboxPolicy) -> Result<SandboxPolicy, ProtoError> {
                 allow_encoded_slash: e.allow_encoded_slash,
                 advisor_proposed: e.advisor_proposed,
                 request_body_credential_rewrite: e.request_body_credential_rewrite,
+                credential_binding: e.credential_binding.map(|b| super::CredentialBinding {
+                    provider: b.provider,
+                }),
                 ..Default::default()
             });
         }
@@ -487,6 +495,10 @@ static PROCESS: Schema = Schema {
     name: "ProcessPolicy",
     fields: &[(1, "run_as_user", Bytes), (2, "run_as_group", Bytes)],
 };
+static CREDENTIAL_BINDING: Schema = Schema {
+    name: "NetworkCredentialBinding",
+    fields: &[(1, "provider", Bytes)],
+};
 static BINARY: Schema = Schema {
     name: "NetworkBinary",
     fields: &[(1, "path", Bytes), (2, "harness", Varint)],
@@ -550,7 +562,7 @@ static ENDPOINT: Schema = Schema {
         (21, "extra", Opq),
         (22, "extra", Opq),
         (23, "extra", Opq),
-        (24, "extra", Opq),
+        (24, "credential_binding", Msg(&CREDENTIAL_BINDING)),
         (25, "extra", Opq),
         (26, "extra", Opq),
     ],
