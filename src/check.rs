@@ -271,18 +271,7 @@ pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
     // The Landlock rules as the prepared sandbox holds them (a missing deny path is not split
     // around where the view's mount namespace is private; the view's tmpfs roots are rules of
     // their own): what `--explain` shows is what a run here would install.
-    let prepared = match prepare(&layered) {
-        Ok(p) => Some((layered.clone(), p)),
-        Err(e) => {
-            refused.get_or_insert(e.to_string());
-            // Prepare again, degraded, to list every layer's state.
-            let degraded = Policy {
-                allow_degraded: true,
-                ..layered.clone()
-            };
-            prepare(&degraded).ok().map(|p| (degraded, p))
-        }
-    };
+    let prepared = prepare_or_degraded(&layered, &mut refused);
     let (layers, installed, ownership) = prepared
         .as_ref()
         .map(|(_, p)| (p.layers.clone(), p.installed.clone(), p.ownership.clone()))
@@ -355,6 +344,25 @@ pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
     } else {
         ExitCode::from(crate::exit::Exit::Failed.code())
     })
+}
+
+/// The sandbox `layered` prepares to, with the policy it was prepared for; when it is refused
+/// (the refusal goes in `refused`), prepared again degraded, to list every layer's state.
+fn prepare_or_degraded(
+    layered: &Policy,
+    refused: &mut Option<String>,
+) -> Option<(Policy, sandbox::Prepared)> {
+    match prepare(layered) {
+        Ok(p) => Some((layered.clone(), p)),
+        Err(e) => {
+            refused.get_or_insert(e.to_string());
+            let degraded = Policy {
+                allow_degraded: true,
+                ..layered.clone()
+            };
+            prepare(&degraded).ok().map(|p| (degraded, p))
+        }
+    }
 }
 
 /// The policy `check` reports the layers of when it has none of its own: the defaults, for
