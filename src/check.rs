@@ -179,7 +179,28 @@ fn render(e: &dyn std::error::Error) -> String {
     out
 }
 
-pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
+/// Why `check` could not give its answer. A policy that cannot be loaded, or a flag that
+/// cannot work, is the error it is for `run`.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Run(#[from] crate::exec::RunError),
+    #[error("writing the JSON answer: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl CheckError {
+    /// Which row of the exit-code table (`crate::exit`) this is: `run`'s for what `run` would
+    /// refuse too, failed otherwise.
+    pub fn exit(&self) -> crate::exit::Exit {
+        match self {
+            CheckError::Run(e) => e.exit(),
+            CheckError::Json(_) => crate::exit::Exit::Failed,
+        }
+    }
+}
+
+pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
@@ -212,10 +233,9 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         Ok(loaded) => {
             network_rules = loaded.network.as_ref().map(crate::exec::egress::describe);
             if !args.credential.is_empty() {
-                let c = crate::exec::egress::run_credentials(
-                    &args.credential,
-                    loaded.network.as_ref(),
-                )?;
+                let c =
+                    crate::exec::egress::run_credentials(&args.credential, loaded.network.as_ref())
+                        .map_err(crate::exec::RunError::from)?;
                 credentials = Some(crate::exec::credential_flags::describe(&c));
             }
             proxy_rules = loaded
@@ -245,33 +265,13 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     };
 
     // The layers: of the policy when there is one, else of the default, for the kernel facts.
-    let fallback = || Policy {
-        fs: crate::policy::FsPolicy::with_defaults(bare.path.clone()),
-        network: NetworkMode::None,
-        limits: Limits::default(),
-        identity: root.then_some(Identity {
-            uid: NOBODY,
-            gid: NOBODY,
-        }),
-        allow_degraded: false,
-        namespaces: Default::default(),
-    };
-    let layered = policy.clone().unwrap_or_else(fallback);
+    let layered = policy
+        .clone()
+        .unwrap_or_else(|| default_policy(&bare.path, root));
     // The Landlock rules as the prepared sandbox holds them (a missing deny path is not split
     // around where the view's mount namespace is private; the view's tmpfs roots are rules of
     // their own): what `--explain` shows is what a run here would install.
-    let prepared = match prepare(&layered) {
-        Ok(p) => Some((layered.clone(), p)),
-        Err(e) => {
-            refused.get_or_insert(e.to_string());
-            // Prepare again, degraded, to list every layer's state.
-            let degraded = Policy {
-                allow_degraded: true,
-                ..layered.clone()
-            };
-            prepare(&degraded).ok().map(|p| (degraded, p))
-        }
-    };
+    let prepared = prepare_or_degraded(&layered, &mut refused);
     let (layers, installed, ownership) = prepared
         .as_ref()
         .map(|(_, p)| (p.layers.clone(), p.installed.clone(), p.ownership.clone()))
@@ -282,53 +282,9 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
         _ => Vec::new(),
     };
 
-    let workdir = policy.as_ref().map(|p| {
-        let path = p.fs.workdir.clone();
-        let meta = std::fs::metadata(&path).ok();
-        let owner = meta.as_ref().map(|m| m.uid());
-        // Decided by prepare, as for `run`.
-        let handed_over = ownership.hand_over.is_some();
-        let writer = ownership.workdir_writer();
-        let idmapped = root && writer != p.identity;
-        let chown_to = |id: Identity| {
-            if per_run_uid {
-                Identity {
-                    uid: NOBODY,
-                    gid: NOBODY,
-                }
-            } else {
-                id
-            }
-        };
-        let (writable, problem) = match (root, writer) {
-            // Once handed over, the run's uid has what the owner has.
-            (true, Some(_)) if handed_over => {
-                let from = ownership.hand_over.as_ref().map(|h| h.from);
-                match from.map(|f| workdir::check_writable(&path, f, f, true)) {
-                    Some(Err(e)) => (false, Some(e.to_string())),
-                    _ => (true, None),
-                }
-            }
-            (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id), idmapped) {
-                Ok(()) => (true, None),
-                Err(e) => (false, Some(e.to_string())),
-            },
-            _ => match workdir::can_write(&path, None) {
-                Ok(()) => (true, None),
-                Err(e) => (false, Some(format!("not writable by us: {e}"))),
-            },
-        };
-        WorkdirStatus {
-            path,
-            owner,
-            group: meta.as_ref().map(|m| m.gid()),
-            mode: meta.as_ref().map(|m| format!("{:04o}", m.mode() & 0o7777)),
-            writable,
-            idmapped,
-            handed_over,
-            problem,
-        }
-    });
+    let workdir = policy
+        .as_ref()
+        .map(|p| workdir_status(p, &ownership, root, per_run_uid));
     // `run` refuses such a workdir when it is root (a non-root run keeps our own identity,
     // whose access to its own directories is the caller's business).
     if let Some(w) = &workdir
@@ -386,8 +342,98 @@ pub fn main(args: CheckArgs) -> anyhow::Result<ExitCode> {
     Ok(if fully && programs_start {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::Exit::Failed.code())
     })
+}
+
+/// The sandbox `layered` prepares to, with the policy it was prepared for; when it is refused
+/// (the refusal goes in `refused`), prepared again degraded, to list every layer's state.
+fn prepare_or_degraded(
+    layered: &Policy,
+    refused: &mut Option<String>,
+) -> Option<(Policy, sandbox::Prepared)> {
+    match prepare(layered) {
+        Ok(p) => Some((layered.clone(), p)),
+        Err(e) => {
+            refused.get_or_insert(e.to_string());
+            let degraded = Policy {
+                allow_degraded: true,
+                ..layered.clone()
+            };
+            prepare(&degraded).ok().map(|p| (degraded, p))
+        }
+    }
+}
+
+/// The policy `check` reports the layers of when it has none of its own: the defaults, for
+/// the kernel's facts.
+fn default_policy(workdir: &std::path::Path, root: bool) -> Policy {
+    Policy {
+        fs: crate::policy::FsPolicy::with_defaults(workdir.to_path_buf()),
+        network: NetworkMode::None,
+        limits: Limits::default(),
+        identity: root.then_some(Identity {
+            uid: NOBODY,
+            gid: NOBODY,
+        }),
+        allow_degraded: false,
+        namespaces: Default::default(),
+    }
+}
+
+/// The workdir as a run here would find it: its owner and mode, whether the run's uid could
+/// write it (decided by prepare's ownership, as for `run`), and why not.
+fn workdir_status(
+    p: &Policy,
+    ownership: &crate::sandbox::ownership::Ownership,
+    root: bool,
+    per_run_uid: bool,
+) -> WorkdirStatus {
+    let path = p.fs.workdir.clone();
+    let meta = std::fs::metadata(&path).ok();
+    let owner = meta.as_ref().map(|m| m.uid());
+    // Decided by prepare, as for `run`.
+    let handed_over = ownership.hand_over.is_some();
+    let writer = ownership.workdir_writer();
+    let idmapped = root && writer != p.identity;
+    let chown_to = |id: Identity| {
+        if per_run_uid {
+            Identity {
+                uid: NOBODY,
+                gid: NOBODY,
+            }
+        } else {
+            id
+        }
+    };
+    let (writable, problem) = match (root, writer) {
+        // Once handed over, the run's uid has what the owner has.
+        (true, Some(_)) if handed_over => {
+            let from = ownership.hand_over.as_ref().map(|h| h.from);
+            match from.map(|f| workdir::check_writable(&path, f, f, true)) {
+                Some(Err(e)) => (false, Some(e.to_string())),
+                _ => (true, None),
+            }
+        }
+        (true, Some(id)) => match workdir::check_writable(&path, id, chown_to(id), idmapped) {
+            Ok(()) => (true, None),
+            Err(e) => (false, Some(e.to_string())),
+        },
+        _ => match workdir::can_write(&path, None) {
+            Ok(()) => (true, None),
+            Err(e) => (false, Some(format!("not writable by us: {e}"))),
+        },
+    };
+    WorkdirStatus {
+        path,
+        owner,
+        group: meta.as_ref().map(|m| m.gid()),
+        mode: meta.as_ref().map(|m| format!("{:04o}", m.mode() & 0o7777)),
+        writable,
+        idmapped,
+        handed_over,
+        problem,
+    }
 }
 
 /// Whether programs would start under the prepared sandbox (`Sandbox::probe`: examined inside
@@ -618,7 +664,7 @@ fn check_egress(
     target: &str,
     binary: Option<&str>,
     json: bool,
-) -> anyhow::Result<std::process::ExitCode> {
+) -> Result<ExitCode, CheckError> {
     let loaded = loaded?;
     let (host, port) = crate::exec::egress::parse_target(target)?;
     if let Some(b) = binary
@@ -654,8 +700,8 @@ fn check_egress(
         }
     }
     Ok(if a.allowed {
-        std::process::ExitCode::SUCCESS
+        ExitCode::SUCCESS
     } else {
-        std::process::ExitCode::from(1)
+        ExitCode::from(crate::exit::Exit::Failed.code())
     })
 }

@@ -13,6 +13,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -36,7 +37,7 @@ pub const VERSION: &str = concat!(
 
 /// The exit code of every usage error and every failure of the sandbox itself (docker's
 /// convention), so that a script can tell them from a command's own exit codes.
-pub const USAGE_EXIT: u8 = 125;
+pub const USAGE_EXIT: u8 = crate::exit::Exit::Ours.code();
 
 // The help headings of `run` (and of the policy flags that `check` and `serve` share).
 const ISOLATION: &str = "Isolation";
@@ -733,13 +734,18 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
-/// The parsed flags, or clap's own exit: help and `--version` on stdout with exit 0, a usage
-/// error on stderr with [`USAGE_EXIT`] (as a JSON line when `--log-format json` is among the
-/// flags, so that stderr stays machine-readable). Only before anything runs: it exits.
-pub fn parsed_or_exit<T>(r: Result<T, clap::Error>, argv: &[OsString]) -> T {
+/// The parsed flags, or the exit code to return at once, after clap's own output: help and
+/// `--version` on stdout with exit 0, a usage error on stderr with [`USAGE_EXIT`] (as a JSON
+/// line when `--log-format json` is among the flags, so that stderr stays machine-readable).
+/// Only before anything runs.
+pub fn parsed<T>(r: Result<T, clap::Error>, argv: &[OsString]) -> Result<T, ExitCode> {
     match r {
-        Ok(a) => a,
-        Err(e) if !e.use_stderr() => e.exit(),
+        Ok(a) => Ok(a),
+        Err(e) if !e.use_stderr() => {
+            // A closed pipe (`--help | head`) is no error of ours.
+            let _ = e.print();
+            Err(ExitCode::SUCCESS)
+        }
         Err(e) => {
             if json_requested(argv) {
                 let text = e.render().to_string();
@@ -747,7 +753,7 @@ pub fn parsed_or_exit<T>(r: Result<T, clap::Error>, argv: &[OsString]) -> T {
             } else {
                 let _ = e.print();
             }
-            std::process::exit(i32::from(USAGE_EXIT))
+            Err(ExitCode::from(USAGE_EXIT))
         }
     }
 }

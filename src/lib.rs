@@ -14,6 +14,7 @@ pub mod check;
 pub mod cli;
 pub mod egress;
 pub mod exec;
+pub mod exit;
 pub mod gateway;
 pub mod install;
 pub mod logging;

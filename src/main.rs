@@ -1,12 +1,23 @@
 //! Entry point: pick the subcommand, run it, and turn errors into one readable line and an exit
-//! code. This is the only place that formats errors for humans, and [`Failure::exit_code`] is
-//! the one table from each subcommand's typed error to its exit code.
+//! code. This is the only place that formats errors for humans; [`Failure::exit`] takes each
+//! subcommand's typed error to its row of the one exit-code table (`openshell_sandbox::exit`).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
+use openshell_sandbox::exit::Exit;
 use openshell_sandbox::{certs, check, cli, exec, gateway, install, logging, manual};
+
+/// The parsed flags, or return clap's exit code (help, version, a usage error) from `main`.
+macro_rules! parsed {
+    ($r:expr, $argv:expr) => {
+        match cli::parsed($r, $argv) {
+            Ok(a) => a,
+            Err(code) => return code,
+        }
+    };
+}
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -19,7 +30,7 @@ fn main() -> ExitCode {
     let result = match sub {
         Some("copy-self") => install::copy_self_main(&argv[2..]).map_err(Failure::Install),
         Some("run") => {
-            let args = cli::parsed_or_exit(cli::RunArgs::parse_argv(&argv[1..]), &argv);
+            let args = parsed!(cli::RunArgs::parse_argv(&argv[1..]), &argv);
             host_setup();
             exec::run::main(args).map_err(Failure::Run)
         }
@@ -29,7 +40,7 @@ fn main() -> ExitCode {
             gateway::doctor::main(&argv[1..]).map_err(Failure::Doctor)
         }
         Some("check") => {
-            let args = cli::parsed_or_exit(cli::CheckArgs::parse_argv(&argv[1..]), &argv);
+            let args = parsed!(cli::CheckArgs::parse_argv(&argv[1..]), &argv);
             host_setup();
             check::main(args).map_err(Failure::Check)
         }
@@ -39,16 +50,13 @@ fn main() -> ExitCode {
             host_setup();
             serve(&argv[1..])
         }
-        Some("completions") => manual::completions(&cli::parsed_or_exit(
+        Some("completions") => manual::completions(&parsed!(
             cli::CompletionsArgs::try_parse_from(&argv[1..]),
-            &argv,
+            &argv
         ))
         .map_err(Failure::Manual),
-        Some("man") => manual::man(&cli::parsed_or_exit(
-            cli::ManArgs::try_parse_from(&argv[1..]),
-            &argv,
-        ))
-        .map_err(Failure::Manual),
+        Some("man") => manual::man(&parsed!(cli::ManArgs::try_parse_from(&argv[1..]), &argv))
+            .map_err(Failure::Manual),
         // Hidden: what the `sftp` subsystem runs, inside the sandbox (gateway/ssh/sftp.rs).
         Some(gateway::ssh::sftp::MODE) => {
             host_setup();
@@ -63,7 +71,7 @@ fn main() -> ExitCode {
         // Nothing for the supervisor to do: a person trying the binary.
         None if !serve_configured() => {
             eprintln!("{}", cli::SHORT_USAGE);
-            Ok(ExitCode::from(cli::USAGE_EXIT))
+            Ok(ExitCode::from(Exit::Ours.code()))
         }
         None => {
             host_setup();
@@ -88,7 +96,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(failure) => {
-            let code = failure.exit_code();
+            let code = failure.exit().code();
             let text = render(&anyhow::Error::new(failure));
             if logging::json_enabled() {
                 logging::json_line("ERROR", &format!("error: {text}"), None);
@@ -182,14 +190,14 @@ fn serve(argv: &[OsString]) -> Result<ExitCode, Failure> {
     gateway::main(argv).map_err(|e| Failure::Serve(Box::new(e)))
 }
 
-/// Every subcommand's failure, by its own typed error. `anyhow` appears only for `check`, whose
-/// module has not moved to a typed error yet, and for rendering the chain below.
+/// Every subcommand's failure, by its own typed error. `anyhow` appears only for rendering the
+/// chain below.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
     #[error(transparent)]
     Run(exec::RunError),
     #[error(transparent)]
-    Check(anyhow::Error),
+    Check(check::CheckError),
     #[error(transparent)]
     Doctor(gateway::doctor::DoctorError),
     #[error(transparent)]
@@ -203,19 +211,19 @@ enum Failure {
 }
 
 impl Failure {
-    /// The one table (README.md, "Exit codes"). Codes follow docker's and the shell's
-    /// conventions for a launcher: 127 when the command is not found, 126 when it cannot be
-    /// executed, 125 for a usage error of any subcommand or when the sandbox itself failed or
-    /// refused (`RunError::exit_code`). A usage error that clap reports itself exits 125 in
-    /// `cli::parsed_or_exit`, before any of this runs.
-    fn exit_code(&self) -> u8 {
+    /// Each subcommand's error to its row of the one table (`openshell_sandbox::exit`,
+    /// README.md's "Exit codes"): not found (127) and not executable (126) as a launcher says
+    /// them, ours (125) for a usage error of any subcommand or when the sandbox itself failed
+    /// or refused, failed (1) for the rest. A usage error that clap reports itself exits 125
+    /// through `cli::parsed`, before any of this runs.
+    fn exit(&self) -> Exit {
         match self {
-            Failure::Run(e) => e.exit_code(),
-            Failure::Check(e) => e
-                .downcast_ref::<exec::RunError>()
-                .map_or(1, exec::RunError::exit_code),
-            Failure::Serve(e) => e.exit_code(),
-            Failure::Doctor(_) | Failure::Install(_) | Failure::Certs(_) | Failure::Manual(_) => 1,
+            Failure::Run(e) => e.exit(),
+            Failure::Check(e) => e.exit(),
+            Failure::Serve(e) => e.exit(),
+            Failure::Doctor(_) | Failure::Install(_) | Failure::Certs(_) | Failure::Manual(_) => {
+                Exit::Failed
+            }
         }
     }
 }

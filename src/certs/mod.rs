@@ -34,7 +34,10 @@ pub fn command() -> clap::Command {
 
 /// `openshell-sandbox certs ...`; `argv[0]` is `certs`.
 pub fn main(argv: &[OsString]) -> Result<ExitCode, CertsError> {
-    let cli = crate::cli::parsed_or_exit(CertsCli::try_parse_from(argv), argv);
+    let cli = match crate::cli::parsed(CertsCli::try_parse_from(argv), argv) {
+        Ok(c) => c,
+        Err(code) => return Ok(code),
+    };
     let CertsCommand::Generate(args) = cli.command;
     validate_names(&args)?;
     let sans = server_names(

@@ -11,7 +11,7 @@ use crate::egress::{
     self, Caller, Counts, CredentialStore, Credentials, Decision, EventSink, ExecKey, PolicyHandle,
     PolicyState, ProxyConfig, ProxyHandle,
 };
-use crate::policy::network::{NetworkPolicyError, NetworkRules};
+use crate::policy::network::NetworkRules;
 use crate::policy::openshell::{NetworkBinary, NetworkEndpoint, NetworkPolicyRule};
 
 use super::interception::Interception;
@@ -27,40 +27,7 @@ pub const ALLOW_NET_DEFAULT_PORT: u16 = 443;
 /// port stay pinned; name a binary to narrow it.
 pub const ALLOW_NET_DEFAULT_BINARY: &str = "/**";
 
-/// Why the sandbox's egress could not be set up. Each names what failed.
-#[derive(Debug, thiserror::Error)]
-pub enum EgressError {
-    #[error("--allow-net {arg}: {why}")]
-    AllowNet { arg: String, why: String },
-    #[error("{0}")]
-    Rules(NetworkPolicyError),
-    #[error("--policy {}: {source}", path.display())]
-    RulesInFile {
-        path: std::path::PathBuf,
-        source: NetworkPolicyError,
-    },
-    #[error(
-        "the policy has network rules, but the sandbox has no network namespace of its own to put the proxy in (the network layer is degraded); they cannot be enforced"
-    )]
-    NoNamespace,
-    #[error(
-        "--allow-net and --network all cannot be combined: with the host's network there is no proxy to keep the rule"
-    )]
-    NetworkAll,
-    #[error("starting the egress proxy in the sandbox's network namespace: {0}")]
-    Listen(#[from] egress::netns::NetnsError),
-    #[error(transparent)]
-    Credential(#[from] super::credential_flags::CredentialFlagError),
-    #[error(
-        "--credential needs network rules to bind to (--allow-net or the policy's network_policies)"
-    )]
-    CredentialWithoutRules,
-    #[error("starting the egress proxy: {what}: {source}")]
-    Io {
-        what: &'static str,
-        source: std::io::Error,
-    },
-}
+pub use super::egress_error::EgressError;
 
 /// One `--allow-net HOST[:PORT][,BINARY]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

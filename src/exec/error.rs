@@ -4,7 +4,8 @@
 use std::io;
 use std::path::PathBuf;
 
-use super::{egress, explain, manager, report_file, workdir};
+use super::{egress_error, manager, missing_interpreter, report_file, workdir};
+use crate::exit::Exit;
 use crate::policy::PolicyError;
 use crate::sandbox::{ChildError, PrepareError};
 
@@ -89,7 +90,7 @@ pub enum RunError {
     },
     /// The program is in the view, but an interpreter it needs (ELF `PT_INTERP` or `#!`) is not.
     #[error("{0}")]
-    InterpreterNotFound(Box<explain::MissingInterpreter>),
+    InterpreterNotFound(Box<missing_interpreter::MissingInterpreter>),
     #[error("--policy {}: {source}", path.display())]
     PolicyFile {
         path: PathBuf,
@@ -118,7 +119,7 @@ pub enum RunError {
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
-    Egress(#[from] egress::EgressError),
+    Egress(#[from] egress_error::EgressError),
     #[error("choosing the run's uid (pass --uid to name one): {0}")]
     Identity(crate::sandbox::identity::LeaseError),
     #[error("{0}")]
@@ -149,20 +150,26 @@ fn run_hint(e: &crate::policy::openshell::MapError) -> &'static str {
 }
 
 impl RunError {
-    /// The launcher's exit code, as docker's: 127 not found, 126 not executable, 125 for
-    /// everything of ours (invalid input, a policy we cannot keep, an unusable workdir, a
-    /// refused layer, a failed setup), so that it cannot be taken for the command's own code.
-    pub fn exit_code(&self) -> u8 {
+    /// Which row of the exit-code table (`crate::exit`) this is, as docker's launcher says it:
+    /// not found, not executable, or ours for everything else (invalid input, a policy we
+    /// cannot keep, an unusable workdir, a refused layer, a failed setup), so that it cannot
+    /// be taken for the command's own code.
+    pub fn exit(&self) -> Exit {
         match self {
             RunError::NotFound(_)
             | RunError::NotInView { .. }
-            | RunError::InterpreterNotFound(_) => 127,
+            | RunError::InterpreterNotFound(_) => Exit::NotFound,
             RunError::NotExecutable { .. }
             | RunError::NotAProgram { .. }
             | RunError::Refused { .. }
             | RunError::NotPermitted { .. }
-            | RunError::NoExecuteBit { .. } => 126,
-            _ => crate::cli::USAGE_EXIT,
+            | RunError::NoExecuteBit { .. } => Exit::NotExecutable,
+            _ => Exit::Ours,
         }
+    }
+
+    /// [`Self::exit`]'s code.
+    pub fn exit_code(&self) -> u8 {
+        self.exit().code()
     }
 }

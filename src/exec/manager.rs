@@ -53,14 +53,14 @@ pub enum ManagerError {
 
 enum Job {
     Spawn {
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         plan: ExecPlan,
         reply: oneshot::Sender<Result<Started, ManagerError>>,
     },
     /// `run`'s init that made its own view (one.rs), cloned already: told to go here, so that
     /// it is registered before this thread's reaping could see it exit.
     Go {
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         init: ViewInit,
         plan: ExecPlan,
         cgroup: Option<Arc<ExecCgroup>>,
@@ -96,7 +96,7 @@ struct Entry {
     pidfd: OwnedFd,
     status: Option<OwnedFd>,
     release: Vec<Arc<ExecCgroup>>,
-    /// The exec's own mount namespace, held open (see [`drop_later`]).
+    /// The exec's own mount namespace, held open (see [`Teardown`]).
     mnt: Option<OwnedFd>,
 }
 
@@ -105,21 +105,28 @@ struct Entry {
 /// pays that in its exit path, before it becomes a zombie. So the manager holds each exec's
 /// mount namespace by descriptor, and this thread closes it after the exec is reaped: the
 /// teardown still happens, but off both the exit and the spawn path.
-fn drop_later(fd: OwnedFd) {
-    static TX: OnceLock<Mutex<mpsc::Sender<OwnedFd>>> = OnceLock::new();
-    let tx = TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<OwnedFd>();
-        std::thread::Builder::new()
-            .name("namespace-teardown".into())
-            .spawn(move || {
-                for fd in rx {
-                    drop(fd);
-                }
-            })
-            .expect("spawning the namespace-teardown thread");
-        Mutex::new(tx)
-    });
-    let _ = tx.lock().unwrap_or_else(|p| p.into_inner()).send(fd);
+///
+/// Owned by the manager thread, which alone reaps execs; the closing thread is started on the
+/// first namespace to close.
+#[derive(Default)]
+struct Teardown(Option<mpsc::Sender<OwnedFd>>);
+
+impl Teardown {
+    fn drop_later(&mut self, fd: OwnedFd) {
+        let tx = self.0.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel::<OwnedFd>();
+            std::thread::Builder::new()
+                .name("namespace-teardown".into())
+                .spawn(move || {
+                    for fd in rx {
+                        drop(fd);
+                    }
+                })
+                .expect("spawning the namespace-teardown thread");
+            tx
+        });
+        let _ = tx.send(fd);
+    }
 }
 
 pub struct Manager {
@@ -184,7 +191,7 @@ impl Manager {
 
     pub(super) async fn spawn(
         &self,
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         plan: ExecPlan,
     ) -> Result<Started, ManagerError> {
         let (reply, rx) = oneshot::channel();
@@ -198,7 +205,7 @@ impl Manager {
 
     pub(super) async fn go(
         &self,
-        sandbox: Arc<super::Inner>,
+        sandbox: Arc<super::inner::Inner>,
         init: ViewInit,
         plan: ExecPlan,
         cgroup: Option<Arc<ExecCgroup>>,
@@ -317,23 +324,11 @@ impl Manager {
 pub(super) fn supervisor_pidfd() -> RawFd {
     static FD: OnceLock<Option<OwnedFd>> = OnceLock::new();
     FD.get_or_init(|| {
-        // SAFETY: pidfd_open of our own pid; the fd is ours.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-        // SAFETY: just created, owned by nobody else.
-        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+        // SAFETY: getpid has no preconditions.
+        crate::sys::process::pidfd_open(unsafe { libc::getpid() }).ok()
     })
     .as_ref()
     .map_or(-1, |f| f.as_raw_fd())
-}
-
-fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open with integer arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: just created, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 fn wake_up(wake: RawFd) {
@@ -344,6 +339,7 @@ fn wake_up(wake: RawFd) {
 
 fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
     let mut entries: HashMap<libc::pid_t, Entry> = HashMap::new();
+    let mut teardown = Teardown::default();
     // Set once an exec without an init (or a plain child) ran: its orphans come to us, and
     // have no pidfd to wake us, so poll on a tick from then on.
     let mut orphans_possible = false;
@@ -406,7 +402,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                     let r = cmd.spawn().and_then(|c| {
                         let pid = c.id() as libc::pid_t;
                         // Not reaped yet (only this thread reaps), so the pid is still ours.
-                        let pidfd = pidfd_open(pid)?;
+                        let pidfd = crate::sys::process::pidfd_open(pid)?;
                         let (tx, rx) = oneshot::channel();
                         registry.insert(pid);
                         entries.insert(
@@ -438,7 +434,7 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                         registry,
                         &|| wake_up(wake),
                     );
-                    reap(&mut entries, registry);
+                    reap(&mut entries, registry, &mut teardown);
                     match (reply, &left) {
                         (Some(r), _) => {
                             let _ = r.send(left);
@@ -460,12 +456,12 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                 }
             }
         }
-        reap(&mut entries, registry);
+        reap(&mut entries, registry, &mut teardown);
     }
 }
 
 fn spawn_one(
-    sandbox: &super::Inner,
+    sandbox: &super::inner::Inner,
     plan: ExecPlan,
     sup: RawFd,
     entries: &mut HashMap<libc::pid_t, Entry>,
@@ -531,7 +527,7 @@ fn register(
 }
 
 /// Reap every zombie child: deliver an exec's status to its waiter, drop an orphan.
-fn reap(entries: &mut HashMap<libc::pid_t, Entry>, registry: &Registry) {
+fn reap(entries: &mut HashMap<libc::pid_t, Entry>, registry: &Registry, teardown: &mut Teardown) {
     loop {
         // SAFETY: waitid fills a zeroed siginfo_t on our stack.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -573,7 +569,7 @@ fn reap(entries: &mut HashMap<libc::pid_t, Entry>, registry: &Registry) {
             }
             let _ = e.tx.send(Reaped { status, rusage });
             if let Some(m) = e.mnt {
-                drop_later(m);
+                teardown.drop_later(m);
             }
             // Every process of the exec is gone (an init is reaped only once its namespace is
             // empty), so its cgroup can go too.

@@ -2,11 +2,14 @@
 
 pub mod credential_flags;
 pub mod egress;
+mod egress_error;
 mod error;
 pub mod explain;
 pub mod home;
+mod inner;
 pub mod interception;
 pub mod manager;
+mod missing_interpreter;
 pub mod one;
 mod plan;
 pub mod pty;
@@ -14,6 +17,7 @@ pub mod reaper;
 pub mod report;
 pub mod report_file;
 pub mod run;
+mod spec;
 pub mod stream;
 mod tree;
 mod usage;
@@ -21,10 +25,11 @@ pub mod workdir;
 
 pub use error::RunError;
 pub use plan::program_candidates;
+pub use spec::{SpawnSpec, Stdio};
 pub use tree::SweepError;
 pub use usage::ExitInfo;
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -39,45 +44,12 @@ use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::init::{ExecPlan, SpawnError};
 use crate::sandbox::{self, ChildError, LayerStatus, Prepared, Step};
 
+use inner::Inner;
+
 /// A prepared sandbox: every kernel object built once, cheap to clone, used for every exec.
 #[derive(Clone)]
 pub struct Sandbox {
     inner: Arc<Inner>,
-}
-
-struct Inner {
-    policy: Policy,
-    prepared: Prepared,
-    /// The claim on the read-write grants, and `run`'s hand-over: given back only once the
-    /// last exec, which holds this, is gone.
-    _held: workdir::Held,
-    /// What lives exactly as long as the sandbox (its egress proxy): see [`Sandbox::attach`].
-    attached: std::sync::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
-}
-
-/// How one stdio stream of the child is connected.
-pub enum Stdio {
-    Null,
-    Piped,
-    Fd(OwnedFd),
-}
-
-/// One command to start under the sandbox.
-pub struct SpawnSpec {
-    /// argv; argv[0] is looked up in the PATH of `env` unless it contains a `/`.
-    pub argv: Vec<OsString>,
-    /// The complete environment of the child (nothing is inherited).
-    pub env: Vec<(OsString, OsString)>,
-    /// Working directory; the policy's workdir when `None`.
-    pub cwd: Option<PathBuf>,
-    pub stdin: Stdio,
-    pub stdout: Stdio,
-    pub stderr: Stdio,
-    /// Make the child's stdin (a pty slave) its controlling terminal.
-    pub controlling_tty: bool,
-    /// Exec this fd (execveat AT_EMPTY_PATH) instead of looking argv[0] up: for our own
-    /// binary, which the sandbox may not open by path. argv[0] is then only the name.
-    pub program_fd: Option<Arc<OwnedFd>>,
 }
 
 /// A running sandboxed child. Dropping it while it runs kills its whole tree.
@@ -562,16 +534,8 @@ impl Child {
 }
 
 fn pidfd_signal(pidfd: &OwnedFd, sig: i32) {
-    // SAFETY: pidfd_send_signal on a pidfd we own; ESRCH once the process is gone is fine.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        )
-    };
+    // ESRCH once the process is gone is fine.
+    let _ = crate::sys::process::pidfd_send_signal(pidfd.as_raw_fd(), sig);
 }
 
 impl Drop for Child {

@@ -7,7 +7,8 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::{RunError, SpawnSpec, Stdio};
+use super::RunError;
+use super::spec::{SpawnSpec, Stdio};
 use crate::sandbox;
 use crate::sandbox::init::ExecPlan;
 

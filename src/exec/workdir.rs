@@ -25,6 +25,7 @@ pub use handover::{HandOverError, MAX_DEPTH};
 
 use crate::policy::{Identity, Policy, WriteAs};
 use crate::sandbox::Prepared;
+use crate::sys::clone;
 
 /// A workdir the sandbox cannot write.
 #[derive(Debug, thiserror::Error)]
@@ -97,39 +98,18 @@ pub fn can_access(path: &Path, who: Option<Identity>, mode: i32) -> io::Result<(
         }
     }
     let args = Args { path: &c, id, mode };
-    let mut stack = vec![0u8; 64 * 1024];
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
-    // SAFETY: sigset operations on stack values; the clone runs `entry` on `stack`, which
-    // outlives it, with `args`, which outlives it too (CLONE_VFORK: we resume after its exit).
+    let mut stack = clone::Stack::new(64 * 1024);
+    // SAFETY: the clone runs `entry` on `stack` with `args`, which both outlive it
+    // (CLONE_VFORK: we resume after its exit), and is reaped below.
     let pid = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::clone(
+        clone::clone_signals_blocked(
             entry,
-            top as *mut libc::c_void,
+            &mut stack,
             libc::CLONE_VM | libc::CLONE_VFORK,
             (&args as *const Args).cast_mut().cast(),
-        );
-        let e = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(e);
-        }
-        pid
-    };
-    let mut status = 0;
-    loop {
-        // SAFETY: waitpid on our own child with a stack status.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WCLONE) };
-        if r == pid {
-            break;
-        }
-        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return Err(io::Error::last_os_error());
-        }
-    }
+        )
+    }?;
+    let status = clone::wait_clone(pid)?;
     match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
         (true, 0) => Ok(()),
         (true, errno) => Err(io::Error::from_raw_os_error(errno)),

@@ -69,7 +69,7 @@ use crate::exec::Sandbox;
 pub use self::config::DEFAULT_WORKDIR;
 
 /// Why `serve` could not start or keep running. `main.rs` maps each variant to its exit code
-/// ([`ServeError::exit_code`]).
+/// ([`ServeError::exit`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// Flags or values clap accepted but could not turn into the arguments.
@@ -98,18 +98,18 @@ pub enum ServeError {
 }
 
 impl ServeError {
-    /// Flags, env, a policy or a workdir we cannot keep exit 125, as they do for `run`; a
-    /// sandbox that cannot be built keeps run's code for it; a failure while serving (the
-    /// gateway's policy cannot be loaded, a handler, the main process) is 1.
-    pub fn exit_code(&self) -> u8 {
+    /// Flags, env, a policy or a workdir we cannot keep are ours, as they are for `run`; a
+    /// sandbox that cannot be built keeps run's row; a failure while serving (the gateway's
+    /// policy cannot be loaded, a handler, the main process) failed.
+    pub fn exit(&self) -> crate::exit::Exit {
         match self {
             ServeError::Usage(_)
             | ServeError::Config(_)
             | ServeError::OciUser(_)
             | ServeError::Policy(_)
-            | ServeError::Workdir(_) => crate::cli::USAGE_EXIT,
-            ServeError::Sandbox(e) => e.exit_code(),
-            _ => 1,
+            | ServeError::Workdir(_) => crate::exit::Exit::Ours,
+            ServeError::Sandbox(e) => e.exit(),
+            _ => crate::exit::Exit::Failed,
         }
     }
 }
@@ -128,7 +128,10 @@ pub fn main(argv: &[OsString]) -> Result<ExitCode, ServeError> {
         return Ok(ExitCode::from(crate::cli::USAGE_EXIT));
     }
     unset_empty_identity_env();
-    let matches = crate::cli::parsed_or_exit(ServeArgs::command().try_get_matches_from(argv), argv);
+    let matches = match crate::cli::parsed(ServeArgs::command().try_get_matches_from(argv), argv) {
+        Ok(m) => m,
+        Err(code) => return Ok(code),
+    };
     let mut args = ServeArgs::from_arg_matches(&matches).map_err(ServeError::Usage)?;
     args.raw_args = argv.get(1..).unwrap_or_default().to_vec();
     // With a gateway policy only an explicit --network overrides its network section.

@@ -41,12 +41,17 @@ pub enum SpawnError {
 }
 
 impl SpawnError {
-    /// As [`RunError::exit_code`]; a quarantine is the sandbox refusing (125).
-    pub fn exit_code(&self) -> u8 {
+    /// As [`RunError::exit`]; a quarantine is the sandbox refusing (ours).
+    pub fn exit(&self) -> crate::exit::Exit {
         match self {
-            SpawnError::Quarantined(_) => 125,
-            SpawnError::Run(e) => e.exit_code(),
+            SpawnError::Quarantined(_) => crate::exit::Exit::Ours,
+            SpawnError::Run(e) => e.exit(),
         }
+    }
+
+    /// [`Self::exit`]'s code.
+    pub fn exit_code(&self) -> u8 {
+        self.exit().code()
     }
 }
 

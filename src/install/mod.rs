@@ -53,7 +53,10 @@ pub fn copy_self_command() -> clap::Command {
 
 /// `openshell-sandbox install ...`; `argv[0]` is `install`.
 pub fn main(argv: &[OsString]) -> Result<ExitCode, InstallError> {
-    let args = crate::cli::parsed_or_exit(InstallArgs::try_parse_from(argv), argv);
+    let args = match crate::cli::parsed(InstallArgs::try_parse_from(argv), argv) {
+        Ok(a) => a,
+        Err(code) => return Ok(code),
+    };
     let me = SelfExe::open()?;
     if args.verify {
         hostpath::verify(&args.dest, &me)?;

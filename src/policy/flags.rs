@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::NetworkMode;
+use super::shared::{Limits, NamespacePolicy, NetworkMode};
 
 /// What the command line asked for. `None` (and `false`, and an empty list) means "not given":
 /// the default applies, or, with a policy file, the file's value. A caller that knows which
@@ -29,11 +29,11 @@ pub struct PolicyFlags {
     pub memory: Option<u64>,
     /// `--address-space`.
     pub address_space: Option<u64>,
-    /// `--pids`; `None` is the default of [`Limits`](super::Limits).
+    /// `--pids`; `None` is the default of [`Limits`](Limits).
     pub pids: Option<u64>,
     /// `--file-size`.
     pub file_size: Option<u64>,
-    /// `--open-files`; `None` is the default of [`Limits`](super::Limits).
+    /// `--open-files`; `None` is the default of [`Limits`](Limits).
     pub open_files: Option<u64>,
     /// `--uid` / `OPENSHELL_SANDBOX_UID`.
     pub uid: Option<u32>,
@@ -51,9 +51,9 @@ pub struct PolicyFlags {
 
 impl PolicyFlags {
     /// The sandbox view these flags ask for, with the defaults where a flag was not given.
-    pub fn namespaces(&self) -> super::NamespacePolicy {
-        let d = super::NamespacePolicy::default();
-        super::NamespacePolicy {
+    pub fn namespaces(&self) -> NamespacePolicy {
+        let d = NamespacePolicy::default();
+        NamespacePolicy {
             tmp_size: self.tmp_size.unwrap_or(d.tmp_size),
             shm_size: self.shm_size.unwrap_or(d.shm_size),
             hostname: self.hostname.clone().unwrap_or(d.hostname),
@@ -61,11 +61,11 @@ impl PolicyFlags {
         }
     }
 
-    /// The limits these flags ask for, with [`Limits::default`](super::Limits) where a flag
+    /// The limits these flags ask for, with [`Limits::default`](Limits) where a flag
     /// was not given.
-    pub fn limits(&self) -> super::Limits {
-        let d = super::Limits::default();
-        super::Limits {
+    pub fn limits(&self) -> Limits {
+        let d = Limits::default();
+        Limits {
             cpu_secs: self.cpu,
             cpu_quota_millis: self.cpus_millis,
             memory_bytes: self.memory,

@@ -9,7 +9,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{Identity, PolicyError};
+use super::error::PolicyError;
+use super::shared::Identity;
 use crate::sys::walk::{self, Resolved, Walker};
 
 /// What a rule lets the child do below a path.

@@ -21,90 +21,14 @@
 //! versions carry no lock, so nothing can prove them dead: they are left alone.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::policy::Limits;
-
-/// A failed cgroup operation, with the file it was on.
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
-    #[error("creating cgroup {path}: {source}")]
-    Create { path: PathBuf, source: io::Error },
-    #[error("locking cgroup {path}: {source}")]
-    Lock { path: PathBuf, source: io::Error },
-    #[error("writing {path}: {source}")]
-    Write { path: PathBuf, source: io::Error },
-    #[error("reading {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
-}
-
-/// Where the cgroup filesystems are mounted and which groups we are in: the real system, or a
-/// fake tree in unit tests.
-#[derive(Debug, Clone)]
-pub struct System {
-    pub mount: PathBuf,
-    /// The text of /proc/self/cgroup.
-    pub self_cgroup: String,
-}
-
-impl System {
-    pub fn real() -> Option<System> {
-        Some(System {
-            mount: PathBuf::from("/sys/fs/cgroup"),
-            self_cgroup: fs::read_to_string("/proc/self/cgroup").ok()?,
-        })
-    }
-
-    /// Our group in the hierarchy of `controller` ("" = the v2 unified hierarchy), relative.
-    fn own_path(&self, controller: &str) -> Option<PathBuf> {
-        for line in self.self_cgroup.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (_id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-            let matches = if controller.is_empty() {
-                ctrls.is_empty()
-            } else {
-                ctrls.split(',').any(|c| c == controller)
-            };
-            if matches {
-                return Some(PathBuf::from(path.trim_start_matches('/')));
-            }
-        }
-        None
-    }
-
-    /// Where the hierarchy mounted at `mount/NAME` ("" = `mount` itself) is used: the mount, or
-    /// the read-write copy start-up made of a read-only one (see `cgroup_remount`). v1's
-    /// `cpu` and `cpuacct` are links to `cpu,cpuacct`: the copy is found by the link's target.
-    fn hierarchy(&self, name: &str) -> PathBuf {
-        let real = self.mount.join(name);
-        if self.mount != Path::new("/sys/fs/cgroup") {
-            return real;
-        }
-        let target = match fs::read_link(&real) {
-            Ok(t) if t.is_relative() && t.components().count() == 1 => {
-                t.to_string_lossy().into_owned()
-            }
-            _ => name.to_string(),
-        };
-        super::cgroup_remount::copy_of(&target).map_or(real, Path::to_path_buf)
-    }
-
-    fn is_v2(&self) -> bool {
-        self.hierarchy("").join("cgroup.controllers").exists()
-    }
-
-    /// The v1 parent directory for `controller`, when that hierarchy is mounted and we are in it.
-    fn v1_parent(&self, controller: &str) -> Option<PathBuf> {
-        let p = self.hierarchy(controller).join(self.own_path(controller)?);
-        p.is_dir().then_some(p)
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Layout {
@@ -142,29 +66,16 @@ pub struct Root {
 mod cpu;
 mod group;
 mod owner;
+mod system;
 use owner::{own_dir, sweep_stale};
+pub use system::{CgroupError, System};
+use system::{PREFIX, counter, remove_dir_retrying, v2_controllers, write_file};
 mod probe;
 use cpu::CpuWatch;
 pub use cpu::{CPU_KILL_AFTER, CPU_POLL, CpuMeter};
 use group::{Group, Kill};
 pub use probe::{CpuSupport, Offer, probe};
 use probe::{no_memory_v1, no_memory_v2};
-
-const PREFIX: &str = "openshell-owned-";
-
-fn writable(p: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: access reads a NUL-terminated path we own.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
-}
-
-fn v2_controllers(dir: &Path) -> Option<Vec<String>> {
-    let text = fs::read_to_string(dir.join("cgroup.controllers")).ok()?;
-    Some(text.split_whitespace().map(String::from).collect())
-}
 
 /// Find a place to create per-exec cgroups, creating our own base group there; first kill and
 /// remove the groups of dead supervisors found beside it.
@@ -486,14 +397,6 @@ pub struct ExecCgroup {
     cpu_watch: Option<CpuWatch>,
 }
 
-/// The value of `key` in a flat-keyed cgroup file ("key value" per line).
-fn counter(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        let mut it = l.split_whitespace();
-        (it.next() == Some(key)).then(|| it.next()?.parse().ok())?
-    })
-}
-
 /// The CFS period we use with a quota (the kernel's default).
 const CFS_PERIOD_US: u64 = 100_000;
 
@@ -685,19 +588,6 @@ impl ExecCgroup {
     }
 }
 
-fn remove_dir_retrying(d: &Path) {
-    // Only empty cgroups can be removed; a straggler (still exiting) makes rmdir fail with
-    // EBUSY: retry briefly, then leave it.
-    for _ in 0..50 {
-        match fs::remove_dir(d) {
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                std::thread::sleep(Duration::from_millis(2))
-            }
-            _ => break,
-        }
-    }
-}
-
 impl Drop for ExecCgroup {
     fn drop(&mut self) {
         if let Some(w) = &self.cpu_watch {
@@ -722,15 +612,6 @@ impl Drop for Root {
             remove_dir_retrying(b);
         }
     }
-}
-
-fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
-    let err = |source| CgroupError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut f = fs::OpenOptions::new().write(true).open(path).map_err(err)?;
-    f.write_all(value.as_bytes()).map_err(err)
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::{Enforcement, LayerStatus, PrepareError, cgroup, rlimits, seccomp};
+use super::layer::{Enforcement, LayerStatus, PrepareError};
+use super::{cgroup, rlimits, seccomp};
 use crate::policy::{Limits, NetworkMode, PathAccess};
 
 /// The network rules of a run.

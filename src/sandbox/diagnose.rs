@@ -247,7 +247,7 @@ impl Drop for Fd {
 }
 
 fn errno() -> i32 {
-    super::errno()
+    crate::sys::errno()
 }
 
 fn fstat(fd: RawFd) -> Option<libc::stat> {

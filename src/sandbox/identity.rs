@@ -46,7 +46,7 @@ pub fn prepare(target: Option<Identity>) -> Switch {
     Switch { target, last_cap }
 }
 
-use crate::sandbox::{ChildError, Step};
+use crate::sandbox::step::{ChildError, Step};
 
 fn check(rc: libc::c_long, step: Step) -> Result<(), ChildError> {
     if rc < 0 {
@@ -168,17 +168,8 @@ pub fn current_caps() -> Vec<String> {
 pub fn supplementary_groups() -> Vec<(libc::gid_t, Option<String>)> {
     // In the supervisor's own user namespace, unmapped groups read as the overflow gid: use
     // the list taken before it was entered (the kernel still checks the real groups).
-    // SAFETY: getgroups with size 0 only counts; the second call fills a buffer of that size.
-    let mut gids = crate::sandbox::namespaces::groups_before_user_ns().unwrap_or_else(|| unsafe {
-        let n = libc::getgroups(0, std::ptr::null_mut());
-        if n <= 0 {
-            return Vec::new();
-        }
-        let mut v = vec![0 as libc::gid_t; n as usize];
-        let n = libc::getgroups(n, v.as_mut_ptr());
-        v.truncate(n.max(0) as usize);
-        v
-    });
+    let mut gids = crate::sandbox::namespaces::groups_before_user_ns()
+        .unwrap_or_else(crate::sys::process::groups);
     // SAFETY: getgid/getegid have no preconditions.
     let (gid, egid) = unsafe { (libc::getgid(), libc::getegid()) };
     gids.retain(|&g| g != gid && g != egid);

@@ -32,6 +32,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
 use crate::policy::Identity;
+use crate::sys::clone;
 
 /// The largest id a map may name: (uid_t)-1 is "no id".
 const LAST_ID: u32 = u32::MAX - 1;
@@ -93,7 +94,7 @@ pub struct UserNs {
 struct Child {
     pid: libc::pid_t,
     _args: Box<Args>,
-    _stack: Vec<u8>,
+    _stack: clone::Stack,
 }
 
 #[derive(Debug)]
@@ -104,14 +105,7 @@ struct Args {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let mut status = 0;
-        loop {
-            // SAFETY: waitpid on our own clone child with a stack status.
-            let rc = unsafe { libc::waitpid(self.pid, &mut status, libc::__WCLONE) };
-            if rc == self.pid || (rc < 0 && super::errno() != libc::EINTR) {
-                break;
-            }
-        }
+        let _ = clone::wait_clone(self.pid);
     }
 }
 
@@ -127,7 +121,7 @@ pub fn userns(swap: &IdSwap) -> io::Result<UserNs> {
             libc::close(a.w);
             let mut b = 0u8;
             while libc::read(a.r, (&mut b as *mut u8).cast(), 1) < 0
-                && super::errno() == libc::EINTR
+                && crate::sys::errno() == libc::EINTR
             {}
             libc::_exit(0)
         }
@@ -136,34 +130,22 @@ pub fn userns(swap: &IdSwap) -> io::Result<UserNs> {
         r: std::os::fd::AsRawFd::as_raw_fd(&r),
         w: std::os::fd::AsRawFd::as_raw_fd(&w),
     });
-    let mut stack = vec![0u8; 16 * 1024];
-    let top = (stack.as_mut_ptr() as usize + stack.len()) & !15;
+    let mut stack = clone::Stack::new(16 * 1024);
     // The child shares our memory (CLONE_VM: no copy of the supervisor's page tables) but not
-    // our descriptors, and runs only `entry` on its own stack, with every signal blocked (the
-    // mask is inherited; ours is restored at once), so no handler of ours runs on that stack.
+    // our descriptors, and runs only `entry` on its own stack, with every signal blocked.
     // Exit signal 0: a "clone child" that the reaper thread's waitid(P_ALL) never sees; `Child`
     // reaps it with waitpid(__WCLONE). Not CLONE_VFORK: we must run while it waits, to write
     // its maps (only a writer in the parent namespace may map ids other than its own).
-    // SAFETY: sigset operations on stack values; `stack` and `args` move into the `Child`
-    // that reaps the clone before it frees them.
+    // SAFETY: `stack` and `args` move into the `Child` that reaps the clone before it frees
+    // them; `entry` makes raw syscalls on two integers only.
     let pid = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::clone(
+        clone::clone_signals_blocked(
             entry,
-            top as *mut libc::c_void,
+            &mut stack,
             libc::CLONE_NEWUSER | libc::CLONE_VM,
             (&*args as *const Args).cast_mut().cast(),
-        );
-        let e = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(e);
-        }
-        pid
-    };
+        )
+    }?;
     let child = Child {
         pid,
         _args: args,

@@ -50,7 +50,7 @@ impl Kernel for Real {
     }
 
     fn seccomp_available(&self) -> bool {
-        super::seccomp_available()
+        super::seccomp::available()
     }
 
     fn cgroups(&self, want: cgroup::Want) -> Option<cgroup::Root> {

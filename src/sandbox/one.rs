@@ -33,9 +33,11 @@ use super::cgroup::ExecCgroup;
 use super::child::init::ExecPlan;
 use super::child::view_init::{ViewInit, clone_view_init};
 use super::kernel::{Kernel, Real};
+use super::layer::{LayerStatus, PrepareError};
 use super::namespaces::{self, Kind, Outcome, ProcMount, UserNs, View, ViewError, view_of_init};
-use super::view_layer::ViewRule;
-use super::{Cgroups, LayerStatus, Layers, PrepareError, Prepared, view_layer};
+use super::prepare::{Cgroups, Layers};
+use super::prepared::Prepared;
+use super::view_layer::{self, ViewRule};
 use crate::policy::{PathAccess, Policy};
 use std::os::unix::ffi::OsStrExt;
 
@@ -276,7 +278,7 @@ impl One {
         p.layers = ns_rows;
         p.view = view;
         p.ownership = ownership;
-        super::dump_installed(&p);
+        super::prepare::dump_installed(&p);
         Ok((p, init, cg))
     }
 }

@@ -7,9 +7,9 @@ use std::io;
 use std::path::PathBuf;
 
 use super::idmap::IdSwap;
+use super::layer::{Enforcement, LayerStatus};
 use super::namespaces::Grant;
 use super::view_root::{MAX_IDMAP, RootPlan};
-use super::{Enforcement, LayerStatus};
 use crate::policy::{Identity, NOBODY, Policy, WriteAs};
 
 /// Whether a directory is shared by everyone (world-writable and sticky, as /tmp and

@@ -1,12 +1,17 @@
-//! The fail-closed matrix of [`super::prepare_with`], against a fake kernel: which layer is
+//! The fail-closed matrix of [`prepare_with`], against a fake kernel: which layer is
 //! refused, which is degraded with what reason, without root or any particular kernel.
 
-use super::kernel::Kernel;
-use super::landlock::Support;
-use super::namespaces::{Kind, Outcome, ProcMount, UserNs, View, ViewError, ViewMade, ViewPlan};
-use super::rlimits::{CoreDumps, CorePattern};
-use super::{ChildError, Enforcement, PrepareError, Step, cgroup, prepare_with};
+use super::prepare_with;
 use crate::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
+use crate::sandbox::cgroup;
+use crate::sandbox::kernel::Kernel;
+use crate::sandbox::landlock::Support;
+use crate::sandbox::layer::{Enforcement, PrepareError};
+use crate::sandbox::namespaces::{
+    Kind, Outcome, ProcMount, UserNs, View, ViewError, ViewMade, ViewPlan,
+};
+use crate::sandbox::rlimits::{CoreDumps, CorePattern};
+use crate::sandbox::step::{ChildError, Step};
 
 struct Fake {
     euid: u32,

@@ -183,7 +183,7 @@ pub fn prepare(limits: &Limits) -> Vec<Rlimit> {
 /// hard limit above the current one needs CAP_SYS_RESOURCE, so when we are not root and our
 /// own hard limit is lower, we keep ours (the child can never exceed it either; for
 /// RLIMIT_CORE, `CoreDumps::gap` says what a hard limit of 0 leaves open).
-pub fn apply(limits: &[Rlimit]) -> Result<(), crate::sandbox::ChildError> {
+pub fn apply(limits: &[Rlimit]) -> Result<(), crate::sandbox::step::ChildError> {
     for l in limits {
         if l.resource == libc::RLIMIT_FSIZE {
             // SAFETY: sigaction-backed signal() is async-signal-safe; SIG_IGN survives execve.
@@ -203,25 +203,12 @@ pub fn apply(limits: &[Rlimit]) -> Result<(), crate::sandbox::ChildError> {
         };
         // SAFETY: setrlimit reads our stack struct.
         if unsafe { libc::setrlimit(l.resource, &new) } != 0 {
-            return Err(crate::sandbox::ChildError {
-                step: crate::sandbox::Step::Rlimit,
+            return Err(crate::sandbox::step::ChildError {
+                step: crate::sandbox::step::Step::Rlimit,
                 detail: l.resource as u8,
                 errno: crate::sys::errno(),
             });
         }
     }
     Ok(())
-}
-
-/// The name of an rlimit resource number, for error messages.
-pub fn name_of(resource: u8) -> &'static str {
-    match u32::from(resource) {
-        libc::RLIMIT_CORE => "core",
-        libc::RLIMIT_NPROC => "nproc",
-        libc::RLIMIT_NOFILE => "nofile",
-        libc::RLIMIT_CPU => "cpu",
-        libc::RLIMIT_AS => "as",
-        libc::RLIMIT_FSIZE => "fsize",
-        _ => "unknown",
-    }
 }

@@ -715,6 +715,23 @@ pub fn describe(network: NetworkMode) -> Vec<String> {
     v
 }
 
+/// Whether this kernel can install seccomp filters.
+pub fn available() -> bool {
+    // SAFETY: PR_GET_SECCOMP only returns a number; the action query reads a stack u32.
+    unsafe {
+        if libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) < 0 {
+            return false;
+        }
+        let action: u32 = 0x8000_0000; // SECCOMP_RET_KILL_PROCESS
+        libc::syscall(
+            libc::SYS_seccomp,
+            2u32, /* SECCOMP_GET_ACTION_AVAIL */
+            0u32,
+            &action,
+        ) == 0
+    }
+}
+
 #[cfg(test)]
 #[path = "seccomp_tests.rs"]
 mod tests;

@@ -5,9 +5,11 @@
 
 use super::idmap::{self, IdSwap};
 use super::kernel::Kernel;
+use super::layer::{Enforcement, LayerStatus, PrepareError};
 use super::namespaces::{Kind, Outcome, ProcMount, UserNs, View, ViewMade, ViewPlan, ViewRequest};
 use super::ownership::{self, Ownership};
-use super::{Enforcement, LayerStatus, PrepareError, Step, decide, namespaces, view_links};
+use super::step::Step;
+use super::{decide, namespaces, view_links};
 use crate::policy::{NetworkMode, Policy};
 
 fn degrade_row(

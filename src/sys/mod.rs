@@ -1,12 +1,16 @@
-//! The floor under `policy/` and `sandbox/`: thin, safe-to-call-after-fork helpers over raw
+//! The floor under `policy/`, `sandbox/` and `exec/`: thin, safe-to-call-after-fork helpers over raw
 //! syscalls that several layers share. Nothing here imports from the rest of the crate.
 //!
 //! - [`walk`]: resolving paths by walking `O_PATH|O_NOFOLLOW` descriptors;
 //! - [`mount`]: the constants and structs of the new mount API (open_tree, mount_setattr,
 //!   move_mount), which libc does not carry;
+//! - [`process`]: pidfds (open, signal) and the calling process's groups;
+//! - [`clone`]: a clone child on a stack of its own with every signal blocked;
 //! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side.
 
+pub mod clone;
 pub mod mount;
+pub mod process;
 pub mod walk;
 
 use std::os::fd::RawFd;

@@ -39,7 +39,10 @@ pub enum DoctorError {
 /// Entry point; `argv[0]` is `check`.
 pub fn main(argv: &[OsString]) -> Result<ExitCode, DoctorError> {
     super::unset_empty_identity_env();
-    let args = crate::cli::parsed_or_exit(DoctorArgs::try_parse_from(argv), argv);
+    let args = match crate::cli::parsed(DoctorArgs::try_parse_from(argv), argv) {
+        Ok(a) => a,
+        Err(code) => return Ok(code),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -50,7 +53,7 @@ pub fn main(argv: &[OsString]) -> Result<ExitCode, DoctorError> {
     Ok(if report.ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(crate::exit::Exit::Failed.code())
     })
 }
 

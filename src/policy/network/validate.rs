@@ -4,9 +4,13 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::{
-    AccessPreset, Binary, BinaryPattern, Endpoint, Enforcement, Glob, HostPattern, IpNet,
-    NetworkPolicyError, NetworkRules, NetworkWarning, Protocol, Rule, TlsMode, always_blocked_nets,
+use ipnet::IpNet;
+
+use super::glob::Glob;
+use super::local::always_blocked_nets;
+use super::rules::{
+    AccessPreset, Binary, BinaryPattern, Endpoint, Enforcement, HostPattern, NetworkPolicyError,
+    NetworkRules, NetworkWarning, Protocol, Rule, TlsMode,
 };
 use crate::policy::openshell::{NetworkEndpoint, NetworkPolicyRule};
 
@@ -451,7 +455,7 @@ fn l7(
             globs.extend(q.any.iter().map(String::as_str));
         }
         for g in globs {
-            if let Err(ge) = super::Glob::new(g, b'/') {
+            if let Err(ge) = Glob::new(g, b'/') {
                 return Err(err(&format!("{at}.{what}"), ge.to_string()));
             }
         }

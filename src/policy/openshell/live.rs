@@ -4,7 +4,7 @@
 //! supervisor (which refuses such a revision too, whoever sent it) and the test gateway (which
 //! must refuse what a real gateway refuses) cannot disagree.
 
-use super::{FilesystemPolicy, LandlockPolicy, ProcessPolicy, SandboxPolicy};
+use super::model::{FilesystemPolicy, LandlockPolicy, ProcessPolicy, SandboxPolicy};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LiveChangeError {

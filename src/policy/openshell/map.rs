@@ -9,7 +9,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::{FilesystemPolicy, ProcessPolicy, SandboxPolicy};
+use super::model::{FilesystemPolicy, ProcessPolicy, SandboxPolicy};
 use crate::policy::{
     FsPolicy, Identity, NOBODY, NetworkMode, Policy, PolicyError, PolicyFlags, default_secret_paths,
 };

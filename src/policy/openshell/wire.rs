@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use prost::Message;
 
-use super::{
+use super::model::{
     FilesystemPolicy, L7Match, L7Rule, LandlockPolicy, NetworkBinary, NetworkEndpoint,
     NetworkPolicyRule, Opaque, ProcessPolicy, QueryMatcher, SandboxPolicy,
 };

@@ -5,7 +5,7 @@
 //! are refused by `deny_unknown_fields` on every model type; duplicate keys are refused too
 //! (the parser's default), since two spellings of one key would leave the winner to chance.
 
-use super::SandboxPolicy;
+use super::model::SandboxPolicy;
 
 /// Why a policy file was refused.
 #[derive(Debug, thiserror::Error)]

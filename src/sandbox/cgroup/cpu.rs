@@ -1,6 +1,14 @@
 //! `--cpu` for the whole exec tree: the group's CPU time, and the watcher that keeps the limit.
 
-use super::*;
+use std::fs;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::group::Group;
+use super::system::{CgroupError, counter};
 
 /// A supervisor thread that keeps `--cpu` for the whole tree: it reads the group's CPU time
 /// every [`CPU_POLL`] and at the limit sends SIGXCPU to every member, SIGKILL

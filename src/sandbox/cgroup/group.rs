@@ -1,6 +1,10 @@
 //! One cgroup's member list, and how to kill every member without hitting a recycled pid.
 
-use super::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::system::{CgroupError, write_file};
 
 /// How one group's members are signalled.
 #[derive(Debug, Clone)]

@@ -1,7 +1,15 @@
 //! Which base groups belong to a live supervisor: each holds an exclusive flock on its
 //! directory for its supervisor's life; a group whose lock anyone can take is swept.
 
-use super::*;
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::group::Group;
+use super::system::{CgroupError, PREFIX, remove_dir_retrying};
 
 /// Make `dir` (or adopt it when it exists) and take its ownership lock. A sweeper may hold the
 /// lock of a group it is removing, or remove the directory between our mkdir and our flock:

@@ -1,6 +1,8 @@
 //! What the cgroup system offers, found without creating anything (for `check`).
 
-use super::*;
+use std::path::Path;
+
+use super::system::{System, v2_controllers, writable};
 
 /// What [`probe`] found, without creating anything.
 #[derive(Debug, Clone)]

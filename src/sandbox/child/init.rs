@@ -36,7 +36,9 @@ use std::os::unix::ffi::OsStrExt;
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::diagnose::{self, Diagnosis, RECORD_MAX};
 use crate::sandbox::namespaces::{ExecView, ProcMount, mount_proc};
-use crate::sandbox::{ChildError, Prepared, Step, errno};
+use crate::sandbox::prepared::Prepared;
+use crate::sandbox::step::{ChildError, Step};
+use crate::sys::errno;
 
 use super::signals::{COMMAND, forward};
 pub use super::signals::{FORWARDED, forward_to_job};
@@ -269,16 +271,8 @@ fn read_until_eof(r: &OwnedFd, limit: std::time::Duration, pidfd: &OwnedFd) -> V
             continue;
         }
         if ready <= 0 {
-            // SAFETY: a signal through our own pidfd of the child.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    pidfd.as_raw_fd(),
-                    libc::SIGKILL,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0u32,
-                )
-            };
+            // Through our own pidfd of the child: it cannot reach another process.
+            let _ = crate::sys::process::pidfd_send_signal(pidfd.as_raw_fd(), libc::SIGKILL);
             break;
         }
         // SAFETY: reading into our buffer, after its first `n` bytes.

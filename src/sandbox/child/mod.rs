@@ -48,12 +48,11 @@ mod forget;
 pub mod init;
 pub mod process;
 mod signals;
-mod step;
 pub mod view_init;
 
-pub use step::{ChildError, Step};
-
-use super::{Prepared, cgroup, identity, namespaces, rlimits, seccomp};
+use super::prepared::Prepared;
+use super::step::{ChildError, Step};
+use super::{cgroup, identity, namespaces, rlimits, seccomp};
 
 /// Apply every layer to the calling command process, steps 2 to 10 of the module's list, in
 /// that order. `parent`: the pid `getppid()` must return once the parent-death signal is armed

@@ -1,7 +1,7 @@
 //! Process layer: session, parent-death signal, file descriptors, signal dispositions and the
 //! controlling tty in the child; subreaper and non-dumpable in the supervisor.
 
-use crate::sandbox::{ChildError, Step};
+use crate::sandbox::step::{ChildError, Step};
 
 /// Child side, first step: own session and process group (signals to the group reach the
 /// whole tree, and the child loses the supervisor's controlling terminal), then the pty as

@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
-use crate::sandbox::errno;
+use crate::sys::errno;
 
 /// The signals the init relays. The supervisor's own SIGTERM (a timeout, a shutdown) must
 /// reach the whole tree; the rest are what `run` forwards for its caller (docker's

@@ -31,7 +31,9 @@ use super::init::{
 };
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::namespaces::{HelperReport, ViewPlan, in_init};
-use crate::sandbox::{ChildError, Prepared, Step, errno};
+use crate::sandbox::prepared::Prepared;
+use crate::sandbox::step::{ChildError, Step};
+use crate::sys::errno;
 
 /// An exec init that has been cloned and is building (or has built) the view, waiting for
 /// [`ViewInit::go`]. Dropped without it, the init is killed and reaped.

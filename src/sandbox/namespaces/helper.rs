@@ -4,10 +4,11 @@
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
+use super::plan::{Kind, ProcMount, TmpfsPlan, ViewPlan};
 use super::report::{HelperReport, NOT_TRIED};
-use super::{Kind, ProcMount, RootPlan, TmpfsPlan, ViewPlan};
+use crate::sandbox::step::{ChildError, Step};
+use crate::sandbox::view_root::RootPlan;
 use crate::sandbox::view_root::{self, Built};
-use crate::sandbox::{ChildError, Step};
 use crate::sys::{errno, proc_fd_path as fd_path};
 
 pub(super) fn check(rc: libc::c_int, step: Step) -> Result<(), ChildError> {

@@ -19,10 +19,10 @@
 //! the helper's path, which reports the exact degradation.
 
 use super::helper::{PROC_FLAGS, check, mount_proc_flags, mount_tmpfs, write_ipc_limits};
+use super::plan::{Kind, ProcMount, ViewPlan};
 use super::report::HelperReport;
-use super::{Kind, ProcMount, ViewPlan};
+use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::view_root::{self, Built};
-use crate::sandbox::{ChildError, Step};
 
 /// Build the view in the calling process, which is already in the namespaces it needs.
 ///

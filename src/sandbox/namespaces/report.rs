@@ -2,8 +2,9 @@
 //! the supervisor: per kind whether it was made, and the facts the rows and the ownership
 //! decision need. Plain integers, written and read whole over a pipe.
 
-use super::{Kind, Outcome};
-use crate::sandbox::{ChildError, Step, errno};
+use super::plan::{Kind, Outcome};
+use crate::sandbox::step::{ChildError, Step};
+use crate::sys::errno;
 
 /// Index of each field in the report.
 pub(super) const N: usize = 6;

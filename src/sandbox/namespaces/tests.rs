@@ -1,3 +1,4 @@
+use super::plan::cstr;
 use super::*;
 
 fn grant(path: impl Into<PathBuf>, read_only: bool) -> Grant {

@@ -1,7 +1,18 @@
 //! In the helper: the root built from the [`RootPlan`] with raw syscalls only (a forked child
 //! of a multi-threaded process: no allocation).
 
-use super::*;
+use std::ffi::{CStr, CString};
+use std::os::fd::RawFd;
+
+use crate::sandbox::step::{ChildError, Step};
+use crate::sys::mount::{
+    MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+    MOVE_MOUNT_F_EMPTY_PATH, MOVE_MOUNT_T_EMPTY_PATH, MountAttr, OPEN_TREE_CLONE,
+};
+use crate::sys::walk::open_no_links;
+use crate::sys::{errno, proc_fd_path as fd_path};
+
+use super::plan::*;
 
 fn fail(step: Step) -> ChildError {
     ChildError::last(step)

@@ -1,7 +1,6 @@
 //! The child-side steps, typed: what failed, and where, in the view helper, the exec's init or
 //! the command before exec, as it travels back over the error pipe.
 
-use crate::sandbox::rlimits;
 use crate::sys::errno;
 
 /// Declares [`Step`] with its wire number (declaration order, from 1), [`Step::ALL`] and each
@@ -160,7 +159,7 @@ impl ChildError {
 impl std::fmt::Display for ChildError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.step {
-            Step::Rlimit => write!(f, "setrlimit({})", rlimits::name_of(self.detail))?,
+            Step::Rlimit => write!(f, "setrlimit({})", rlimit_name(self.detail))?,
             Step::DropBounding => write!(f, "drop bounding capability {}", self.detail)?,
             Step::SetIpcLimit => write!(
                 f,
@@ -172,6 +171,19 @@ impl std::fmt::Display for ChildError {
             s => f.write_str(s.name())?,
         }
         write!(f, ": {}", std::io::Error::from_raw_os_error(self.errno))
+    }
+}
+
+/// The name of an rlimit resource number, as [`ChildError`]'s message gives it.
+fn rlimit_name(resource: u8) -> &'static str {
+    match u32::from(resource) {
+        libc::RLIMIT_CORE => "core",
+        libc::RLIMIT_NPROC => "nproc",
+        libc::RLIMIT_NOFILE => "nofile",
+        libc::RLIMIT_CPU => "cpu",
+        libc::RLIMIT_AS => "as",
+        libc::RLIMIT_FSIZE => "fsize",
+        _ => "unknown",
     }
 }
 

@@ -1,0 +1,76 @@
+//! Processes by descriptor, and the calling process's groups: the raw calls that `exec/` and
+//! `sandbox/` share. [`pidfd_send_signal`] is async-signal-safe (one syscall, no allocation),
+//! so the child side may use it too.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+/// A pidfd of `pid`: signals sent through it can never reach a recycled pid.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open with integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just created, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Send `sig` to the process `pidfd` refers to, with no siginfo of ours. `Err` is the errno
+/// (ESRCH once the process has been reaped). Async-signal-safe.
+pub fn pidfd_send_signal(pidfd: RawFd, sig: i32) -> Result<(), i32> {
+    // SAFETY: pidfd_send_signal with integer arguments and a null siginfo; a descriptor that is
+    // not a pidfd only makes it fail (EBADF, EINVAL).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd,
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(super::errno()) }
+}
+
+/// The calling process's supplementary groups, as `getgroups` lists them (empty when it
+/// cannot say).
+pub fn groups() -> Vec<libc::gid_t> {
+    // SAFETY: getgroups with size 0 only counts; the second call fills a buffer of that size.
+    unsafe {
+        let n = libc::getgroups(0, std::ptr::null_mut());
+        if n <= 0 {
+            return Vec::new();
+        }
+        let mut v = vec![0 as libc::gid_t; n as usize];
+        let n = libc::getgroups(n, v.as_mut_ptr());
+        v.truncate(n.max(0) as usize);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_pidfd_of_ourselves_takes_signal_zero_and_another_descriptor_is_refused() {
+        // SAFETY: getpid has no preconditions.
+        let fd = pidfd_open(unsafe { libc::getpid() }).unwrap();
+        assert_eq!(pidfd_send_signal(fd.as_raw_fd(), 0), Ok(()));
+        let file = std::fs::File::open("/dev/null").unwrap();
+        assert_eq!(pidfd_send_signal(file.as_raw_fd(), 0), Err(libc::EBADF));
+        assert_eq!(
+            pidfd_open(-1).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+    }
+
+    #[test]
+    fn groups_holds_what_getgroups_counts() {
+        // SAFETY: getgroups with size 0 only counts.
+        let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+        assert_eq!(groups().len(), n.max(0) as usize);
+    }
+}
