@@ -7,9 +7,10 @@
 //! namespace with nothing reachable, and the caller hands the rules to the egress proxy it
 //! starts there (`exec::egress`, `gateway::egress`; docs/egress.md).
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use super::{FilesystemPolicy, ProcessPolicy, SandboxPolicy};
+use super::{FilesystemPolicy, NetworkPolicyRule, ProcessPolicy, SandboxPolicy};
 use crate::policy::{
     FsPolicy, Identity, NOBODY, NetworkMode, Policy, PolicyError, PolicyFlags, default_secret_paths,
 };
@@ -181,6 +182,20 @@ impl Resolved {
         match self.network {
             NetworkOutcome::Enforced => Ok((self.policy, self.warnings)),
             NetworkOutcome::EgressDenied { rule_keys } => Err(MapError::NetworkRules(rule_keys)),
+        }
+    }
+
+    /// The rules of `file` (the policy this was resolved from) that the egress proxy keeps:
+    /// its `network_policies` when they were mapped to [`NetworkOutcome::EgressDenied`];
+    /// none when an explicit `--network` replaced the file's network section or it has no
+    /// rules. `run` and `serve` both take the proxy's rules from here.
+    pub fn proxy_rules<'a>(
+        &self,
+        file: &'a SandboxPolicy,
+    ) -> Option<&'a BTreeMap<String, NetworkPolicyRule>> {
+        match self.network {
+            NetworkOutcome::EgressDenied { .. } => Some(&file.network_policies),
+            NetworkOutcome::Enforced => None,
         }
     }
 }
