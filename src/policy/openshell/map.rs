@@ -220,14 +220,7 @@ pub fn resolve(
     if compatibility == Compatibility::HardRequirement && flags.allow_degraded {
         return Err(MapError::HardRequirementDegraded);
     }
-    let workdir = flags
-        .workdir
-        .clone()
-        .unwrap_or_else(|| default_workdir.to_path_buf());
-    let workdir = std::path::absolute(&workdir).map_err(|source| PolicyError::Workdir {
-        path: workdir.clone(),
-        source,
-    })?;
+    let workdir = flags.workdir(default_workdir)?;
     let mut deny = default_secret_paths();
     deny.extend(flags.deny.iter().cloned());
     deny.extend(extra_deny);
