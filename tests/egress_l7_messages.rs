@@ -241,3 +241,50 @@ fn request_bodies_are_rewritten_where_the_endpoint_asks() {
         assert!(!l.up.heads().concat().contains("openshell:resolve"));
     });
 }
+
+/// A client still sending a body the proxy refused early: head and the first 16 KiB of a
+/// body declared too big to rewrite, a pause (the 413 is answered meanwhile), then the rest.
+/// Prints how the rest went (`sent`, or the error) and the status line read afterwards.
+const LATE_BODY: &str = r#"
+import socket, ssl, time
+s = socket.create_connection(("10.200.0.1", 3128))
+s.sendall(b"CONNECT body.test:9443 HTTP/1.1\r\nHost: body.test:9443\r\n\r\n")
+assert s.recv(4096).startswith(b"HTTP/1.1 200")
+t = ssl.create_default_context().wrap_socket(s, server_hostname="body.test")
+body = b'"' + b"a" * (300 * 1024) + b'"'
+t.sendall(b"POST /big HTTP/1.1\r\nHost: body.test:9443\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\n\r\n" % len(body) + body[:16384])
+time.sleep(0.5)
+try:
+    t.sendall(body[16384:])
+    sent = "sent"
+except OSError as e:
+    sent = "send-failed:%s" % type(e).__name__
+got = b""
+try:
+    while True:
+        b = t.recv(65536)
+        if not b: break
+        got += b
+except OSError as e:
+    got += b"\nread-failed:" + type(e).__name__.encode()
+print(sent, got.split(b"\r\n")[0].decode(), flush=True)
+"#;
+
+/// The proxy answers before the body is read (a declared length over the rewrite buffer); it
+/// must not close with the rest of the body unread, which makes the kernel send a reset that
+/// a client still sending sees instead of the 413.
+#[test]
+fn a_body_refused_before_it_is_read_gets_its_413_not_a_reset() {
+    let Some(curl) = curl_or_skip() else { return };
+    let Some(py) = need("python3", python()) else {
+        return;
+    };
+    World::run(move |w| {
+        let l = start(w, &curl);
+        let mut c = l.cmd(w, &py);
+        c.args(["-c", LATE_BODY]);
+        let out = output(c, Duration::from_secs(60));
+        assert_eq!(out.trim(), "sent HTTP/1.1 413 Payload Too Large", "{out}");
+    });
+}

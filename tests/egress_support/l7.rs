@@ -70,7 +70,7 @@ pub const RULES: &str = r#"
   body_rw:
     endpoints:
       - {host: body.test, port: 9443, protocol: rest, enforcement: enforce, access: full, request_body_credential_rewrite: true}
-    binaries: [{path: CURL}]
+    binaries: [{path: CURL}, {path: PYTHON}]
   tls_raw:
     endpoints:
       - {host: raw.test, port: 9443, tls: skip}

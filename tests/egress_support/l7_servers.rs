@@ -40,6 +40,9 @@ pub struct L7Upstream {
     /// Every WebSocket text message received, and the close code of each closed session.
     pub ws_messages: Mutex<Vec<String>>,
     pub ws_closes: Mutex<Vec<u16>>,
+    /// Every binary message received whole: (length, sum of its bytes mod 2^32), read in
+    /// chunks so that large ones cost the tests little.
+    pub ws_binary: Mutex<Vec<(u64, u32)>>,
 }
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -269,6 +272,8 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The binary message being received: its length and sum so far.
+    let mut binary: Option<(u64, u32)> = None;
     loop {
         let mut h = [0u8; 2];
         if s.read_exact(&mut h).await.is_err() {
@@ -284,6 +289,28 @@ where
         if h[1] & 0x80 != 0 && s.read_exact(&mut mask).await.is_err() {
             return;
         }
+        let op = h[0] & 0x0f;
+        if op == 2 || (op == 0 && binary.is_some()) {
+            let (total, sum) = binary.get_or_insert((0, 0));
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut left = len;
+            while left > 0 {
+                let n = left.min(buf.len() as u64) as usize;
+                if s.read_exact(&mut buf[..n]).await.is_err() {
+                    return;
+                }
+                for (i, b) in buf[..n].iter().enumerate() {
+                    let at = ((len - left) as usize + i) % 4;
+                    *sum = sum.wrapping_add(u32::from(b ^ mask[at]));
+                }
+                *total += n as u64;
+                left -= n as u64;
+            }
+            if h[0] & 0x80 != 0 {
+                up.ws_binary.lock().unwrap().push(binary.take().unwrap());
+            }
+            continue;
+        }
         let mut p = vec![0u8; len as usize];
         if s.read_exact(&mut p).await.is_err() {
             return;
@@ -296,7 +323,14 @@ where
                 let text = String::from_utf8_lossy(&p).into_owned();
                 up.ws_messages.lock().unwrap().push(text.clone());
                 let reply = format!("echo:{text}");
-                let mut f = vec![0x81u8, reply.len() as u8];
+                let mut f = vec![0x81u8];
+                match reply.len() {
+                    n if n < 126 => f.push(n as u8),
+                    n => {
+                        f.push(126);
+                        f.extend_from_slice(&(n as u16).to_be_bytes());
+                    }
+                }
                 f.extend_from_slice(reply.as_bytes());
                 if s.write_all(&f).await.is_err() {
                     return;

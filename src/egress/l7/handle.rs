@@ -366,6 +366,8 @@ pub(super) async fn handle(
                 query,
                 events: t.events.clone(),
                 generation,
+                limits: t.websocket.clone(),
+                idle: t.idle_timeout,
             }),
             _ => None,
         };

@@ -173,6 +173,91 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     }
 }
 
+/// The idle clock of an upgraded connection (raw after a `101`, or the WebSocket relay): the
+/// time of the last byte either way, stamped by [`Stamped`] streams.
+pub struct Clock {
+    start: Instant,
+    last: AtomicU64,
+}
+
+impl Clock {
+    pub fn new() -> Arc<Clock> {
+        Arc::new(Clock {
+            start: Instant::now(),
+            last: AtomicU64::new(0),
+        })
+    }
+
+    fn stamp(&self) {
+        self.last
+            .store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Resolves once nothing moved either way for `idle`; never when `None`.
+    pub async fn silent(&self, idle: Option<Duration>) {
+        let Some(idle) = idle else {
+            return std::future::pending().await;
+        };
+        loop {
+            let seen = Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let quiet = self.start.elapsed().saturating_sub(seen);
+            if quiet >= idle {
+                return;
+            }
+            tokio::time::sleep(idle - quiet).await;
+        }
+    }
+}
+
+/// A stream whose reads and writes stamp a [`Clock`].
+pub struct Stamped<T> {
+    inner: T,
+    clock: Arc<Clock>,
+}
+
+impl<T> Stamped<T> {
+    pub fn new(inner: T, clock: Arc<Clock>) -> Stamped<T> {
+        Stamped { inner, clock }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Stamped<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.clock.stamp();
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Stamped<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.stamp();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

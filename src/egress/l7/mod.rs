@@ -13,6 +13,7 @@ pub use super::event;
 mod forward;
 mod handle;
 pub mod idle;
+mod linger;
 pub mod path;
 mod redact;
 pub mod relay;
@@ -103,8 +104,11 @@ pub struct Interceptor {
     events: Arc<dyn EventSink>,
     /// For the first bytes of a tunnel and each request head.
     pub head_timeout: Duration,
-    /// A tunnel (raw, or an inspected keep-alive between requests) idle this long is closed.
+    /// A tunnel (raw, an inspected keep-alive between requests, or an upgraded connection)
+    /// idle this long is closed.
     pub idle_timeout: Option<Duration>,
+    /// The WebSocket relays' limits, their assembly slots shared by the whole proxy.
+    pub websocket: Arc<websocket::Limits>,
     /// The L7 rules of the current revision, compiled once: (generation, rules).
     compiled: Mutex<Option<(u64, Arc<CompiledRules>)>>,
     compilations: AtomicU64,
@@ -135,15 +139,40 @@ impl Interceptor {
         credentials: CredentialStore,
         events: Arc<dyn EventSink>,
     ) -> Interceptor {
-        Interceptor {
+        #[cfg_attr(not(feature = "test-pause-points"), allow(unused_mut))]
+        let mut i = Interceptor {
             tls,
             credentials,
             events,
             head_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(3600)),
+            websocket: Arc::default(),
             compiled: Mutex::new(None),
             compilations: AtomicU64::new(0),
-        }
+        };
+        #[cfg(feature = "test-pause-points")]
+        i.test_clocks();
+        i
+    }
+
+    /// Test builds only (`SECURITY.md`, test knobs): `OSB_TEST_EGRESS_CLOCKS_MS=<idle>,<assembly
+    /// idle>,<assembly total>` shortens the upgraded relays' idle timeout and the WebSocket
+    /// assembly clocks, so that the real binary's tests of them take seconds, not an hour.
+    #[cfg(feature = "test-pause-points")]
+    fn test_clocks(&mut self) {
+        let Ok(v) = std::env::var("OSB_TEST_EGRESS_CLOCKS_MS") else {
+            return;
+        };
+        let ms: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        let [idle, a_idle, a_total] = ms[..] else {
+            return;
+        };
+        self.idle_timeout = Some(Duration::from_millis(idle));
+        self.websocket = Arc::new(websocket::Limits {
+            assembly_idle: Duration::from_millis(a_idle),
+            assembly_total: Duration::from_millis(a_total),
+            ..websocket::Limits::default()
+        });
     }
 
     /// Count every request decision into `counters` (the proxy's, [`super::ProxyConfig`]).
@@ -265,6 +294,7 @@ impl Inspector for Interceptor {
         let events = self.events.clone();
         let head_timeout = self.head_timeout;
         let idle = self.idle_timeout;
+        let ws = self.websocket.clone();
         Box::pin(async move {
             let InspectedTunnel {
                 mut client,
@@ -281,6 +311,7 @@ impl Inspector for Interceptor {
                 e = guard.ended() => return e,
             };
             let l7 = settings.as_ref().is_some_and(|s| s.protocol.is_l7());
+            let hold = linger::Hold::of(&client);
             let mk = |tls| relay::Tunnel {
                 dest: dest.clone(),
                 tls,
@@ -291,6 +322,7 @@ impl Inspector for Interceptor {
                 events: events.clone(),
                 head_timeout,
                 idle_timeout: idle,
+                websocket: ws.clone(),
             };
             match kind {
                 Kind::Tls => {
@@ -319,10 +351,13 @@ impl Inspector for Interceptor {
                         },
                         e = guard.ended() => return e,
                     };
-                    relay::serve(c, u, mk(true), &mut guard).await
+                    hold.after(relay::serve(c, u, mk(true), &mut guard).await)
+                        .await
                 }
                 Kind::Http => {
-                    relay::serve(Prefixed::new(got, client), upstream, mk(false), &mut guard).await
+                    let client = Prefixed::new(got, client);
+                    hold.after(relay::serve(client, upstream, mk(false), &mut guard).await)
+                        .await
                 }
                 Kind::Undecided => End::Idle,
                 Kind::Other if l7 => {

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::super::relay::{End, Guard};
 use super::handle::handle;
-use super::idle::{Activity, Expired, InFlight, Watched};
+use super::idle::{Activity, Clock, Expired, InFlight, Stamped, Watched};
 use super::respond::{Body, BoxError};
 pub use super::tunnel::Tunnel;
 use super::tunnel::{Closed, Upgrade, UpgradeSlot};
@@ -127,7 +127,7 @@ where
         (End::Done, Some(up)) => {
             // The upstream side is handed over once the driver has seen the 101 through.
             let _ = tokio::time::timeout(Duration::from_secs(5), &mut driver).await;
-            relay_upgrade(up, guard).await
+            relay_upgrade(up, guard, t.idle_timeout).await
         }
         (end, _) => end,
     };
@@ -135,8 +135,9 @@ where
     end
 }
 
-/// Relay an upgraded connection: message by message on a `websocket` endpoint, raw otherwise.
-async fn relay_upgrade(up: Upgrade, guard: &mut Guard) -> End {
+/// Relay an upgraded connection: message by message on a `websocket` endpoint, raw otherwise;
+/// either closes after `idle` without a byte either way.
+async fn relay_upgrade(up: Upgrade, guard: &mut Guard, idle: Option<Duration>) -> End {
     let (c, u) = match tokio::join!(up.client, up.upstream) {
         (Ok(c), Ok(u)) => (TokioIo::new(c), TokioIo::new(u)),
         (Err(e), _) | (_, Err(e)) => return End::Error(io::Error::other(e)),
@@ -144,13 +145,16 @@ async fn relay_upgrade(up: Upgrade, guard: &mut Guard) -> End {
     match up.websocket {
         Some(cx) => websocket::relay(c, u, cx, guard).await,
         None => {
-            let (mut c, mut u) = (c, u);
+            let clock = Clock::new();
+            let mut c = Stamped::new(c, clock.clone());
+            let mut u = Stamped::new(u, clock.clone());
             tokio::select! {
                 r = tokio::io::copy_bidirectional(&mut c, &mut u) => match r {
                     Ok(_) => End::Done,
                     Err(e) => End::Error(e),
                 },
                 e = guard.ended() => e,
+                _ = clock.silent(idle) => End::Idle,
             }
         }
     }

@@ -28,8 +28,10 @@ pub struct Tunnel {
     pub events: Arc<dyn EventSink>,
     /// A request head must arrive within this of its first byte.
     pub head_timeout: Duration,
-    /// The tunnel closes after this without a byte either way.
+    /// The tunnel closes after this without a byte either way (an upgraded one too).
     pub idle_timeout: Option<Duration>,
+    /// The proxy's WebSocket limits.
+    pub websocket: Arc<websocket::Limits>,
 }
 
 impl Tunnel {
