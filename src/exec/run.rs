@@ -84,9 +84,9 @@ pub fn load_policy(
             source,
         },
     )?;
-    let file_rules = flags.network.is_none().then_some(&model.network_policies);
-    let network = super::egress::rules_for(&resolved.policy, file_rules, allow_net)
-        .map_err(|e| e.in_file(path))?;
+    let network =
+        super::egress::rules_for(&resolved.policy, resolved.proxy_rules(&model), allow_net)
+            .map_err(|e| e.in_file(path))?;
     let (policy, warnings) = (resolved.policy, resolved.warnings);
     let names = |v: &str| {
         (!v.is_empty() && v != "sandbox") || (v == "sandbox" && host.sandbox_user.is_some())

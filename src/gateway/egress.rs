@@ -249,18 +249,6 @@ impl PlaneEgress {
         &self.shared
     }
 
-    /// Compile a revision's `network_policies`: an error is the revision's load error.
-    pub fn compile(
-        rules: &std::collections::BTreeMap<String, crate::policy::openshell::NetworkPolicyRule>,
-    ) -> Result<NetworkRules, String> {
-        let mut r = NetworkRules::compile(rules).map_err(|e| format!("network_policies: {e}"))?;
-        r.expand_binary_links(&|p| egress::procfs::links_in_root(std::path::Path::new("/"), p));
-        for w in r.warnings() {
-            tracing::warn!(target: "egress", "network_policies: {w}");
-        }
-        Ok(r)
-    }
-
     /// A new revision applies: every proxy keeps `rules` for new connections at once, and the
     /// tunnels admitted under the old revision are closed. `sandbox` (the revision's) gets a
     /// proxy of its own when it has a network namespace and none yet.

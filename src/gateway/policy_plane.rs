@@ -31,10 +31,11 @@ use super::channel;
 use super::config::GatewayConfig;
 use super::tokens::{Bearer, TokenStore};
 use crate::exec::Sandbox;
+use crate::exec::egress::EgressError;
 use crate::policy::PolicyFlags;
 use crate::policy::openshell::{
-    self, ConfigResponse, FailureMode, Host, LocalPolicyError, NetworkOutcome, PolicySourceKind,
-    ProtoError, SandboxPolicy,
+    self, ConfigResponse, FailureMode, Host, LocalPolicyError, PolicySourceKind, ProtoError,
+    SandboxPolicy,
 };
 use crate::proto::sandbox::v1::GetSandboxConfigRequest;
 use crate::proto::v1::{PolicyStatus, ReportPolicyStatusRequest, UpdateConfigRequest};
@@ -478,13 +479,14 @@ impl Plane {
         )
         .map_err(|e| e.to_string())
         .and_then(|r| {
-            // The rules go to the egress proxy (an explicit --network replaced them).
-            let rules = match &r.network {
-                NetworkOutcome::EgressDenied { .. } => {
-                    super::egress::PlaneEgress::compile(&policy.network_policies)?
-                }
-                NetworkOutcome::Enforced => Default::default(),
-            };
+            // The rules go to the egress proxy, compiled as `run` compiles them; without any
+            // (an explicit --network replaced them) the proxy denies every connection.
+            let rules = crate::exec::egress::rules_for(&r.policy, r.proxy_rules(&policy), &[])
+                .map_err(|e| match e {
+                    EgressError::Rules(e) => format!("network_policies: {e}"),
+                    e => e.to_string(),
+                })?
+                .unwrap_or_default();
             for w in &r.warnings {
                 tracing::warn!(version, "policy: {w}");
             }

@@ -61,6 +61,22 @@ impl PolicyFlags {
         }
     }
 
+    /// The sandbox's workdir: `--workdir`, else `default_workdir`, made absolute (the flags
+    /// alone and a policy file resolve it alike).
+    pub fn workdir(
+        &self,
+        default_workdir: &std::path::Path,
+    ) -> Result<PathBuf, super::PolicyError> {
+        let workdir = self
+            .workdir
+            .clone()
+            .unwrap_or_else(|| default_workdir.to_path_buf());
+        std::path::absolute(&workdir).map_err(|source| super::PolicyError::Workdir {
+            path: workdir.clone(),
+            source,
+        })
+    }
+
     /// The limits these flags ask for, with [`Limits::default`](Limits) where a flag
     /// was not given.
     pub fn limits(&self) -> Limits {

@@ -111,14 +111,7 @@ impl Policy {
         extra_deny: Vec<PathBuf>,
     ) -> Result<Policy, PolicyError> {
         let args: PolicyFlags = args.into();
-        let workdir = args
-            .workdir
-            .clone()
-            .unwrap_or_else(|| default_workdir.to_path_buf());
-        let workdir = std::path::absolute(&workdir).map_err(|source| PolicyError::Workdir {
-            path: workdir.clone(),
-            source,
-        })?;
+        let workdir = args.workdir(default_workdir)?;
         let mut fs = FsPolicy::with_defaults(workdir);
         fs.read_only = args.ro.clone();
         fs.read_write = args.rw.clone();

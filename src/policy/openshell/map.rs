@@ -7,9 +7,10 @@
 //! namespace with nothing reachable, and the caller hands the rules to the egress proxy it
 //! starts there (`exec::egress`, `gateway::egress`; docs/egress.md).
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use super::model::{FilesystemPolicy, ProcessPolicy, SandboxPolicy};
+use super::model::{FilesystemPolicy, NetworkPolicyRule, ProcessPolicy, SandboxPolicy};
 use crate::policy::{
     FsPolicy, Identity, NOBODY, NetworkMode, Policy, PolicyError, PolicyFlags, default_secret_paths,
 };
@@ -183,6 +184,20 @@ impl Resolved {
             NetworkOutcome::EgressDenied { rule_keys } => Err(MapError::NetworkRules(rule_keys)),
         }
     }
+
+    /// The rules of `file` (the policy this was resolved from) that the egress proxy keeps:
+    /// its `network_policies` when they were mapped to [`NetworkOutcome::EgressDenied`];
+    /// none when an explicit `--network` replaced the file's network section or it has no
+    /// rules. `run` and `serve` both take the proxy's rules from here.
+    pub fn proxy_rules<'a>(
+        &self,
+        file: &'a SandboxPolicy,
+    ) -> Option<&'a BTreeMap<String, NetworkPolicyRule>> {
+        match self.network {
+            NetworkOutcome::EgressDenied { .. } => Some(&file.network_policies),
+            NetworkOutcome::Enforced => None,
+        }
+    }
 }
 
 /// Map `file` onto our policy. `flags` override it where they are set (list flags add to the
@@ -205,14 +220,7 @@ pub fn resolve(
     if compatibility == Compatibility::HardRequirement && flags.allow_degraded {
         return Err(MapError::HardRequirementDegraded);
     }
-    let workdir = flags
-        .workdir
-        .clone()
-        .unwrap_or_else(|| default_workdir.to_path_buf());
-    let workdir = std::path::absolute(&workdir).map_err(|source| PolicyError::Workdir {
-        path: workdir.clone(),
-        source,
-    })?;
+    let workdir = flags.workdir(default_workdir)?;
     let mut deny = default_secret_paths();
     deny.extend(flags.deny.iter().cloned());
     deny.extend(extra_deny);

@@ -231,6 +231,8 @@ fn map_network_policies_deny_all_egress_and_name_the_rule_keys() {
         }
     );
     assert!(r.warnings.contains(&MapWarning::IgnoredMiddlewares));
+    // The proxy keeps the file's rules, all of them.
+    assert_eq!(r.proxy_rules(&p), Some(&p.network_policies));
     let e = r.into_enforceable().unwrap_err().to_string();
     assert!(
         e.contains("not enforceable until egress rules exist (rules: _provider_x, github)"),
@@ -243,6 +245,20 @@ fn map_network_policies_deny_all_egress_and_name_the_rule_keys() {
     };
     let r = map(&t, &p, &all).unwrap();
     assert_eq!(r.policy.network, NetworkMode::All);
+    assert_eq!(r.proxy_rules(&p), None);
+    let none = PolicyFlags {
+        network: Some(NetworkMode::None),
+        ..Default::default()
+    };
+    assert_eq!(map(&t, &p, &none).unwrap().proxy_rules(&p), None);
+    let mut bare = p.clone();
+    bare.network_policies.clear();
+    assert_eq!(
+        map(&t, &bare, &PolicyFlags::default())
+            .unwrap()
+            .proxy_rules(&bare),
+        None
+    );
     assert!(r.into_enforceable().is_ok());
     let mut p2 = p.clone();
     assert!(strip_provider_rules(&mut p2));

@@ -25,8 +25,9 @@ pub struct SandboxPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessPolicy>,
     /// Rule key -> egress allow rule. [`crate::policy::network::NetworkRules::compile`]
-    /// validates them; until the egress proxy is wired into `run` and `serve`, [`resolve`]
-    /// still reports a non-empty map as [`NetworkOutcome::EgressDenied`].
+    /// validates them; [`resolve`](super::resolve) reports a non-empty map as
+    /// [`NetworkOutcome::EgressDenied`](super::NetworkOutcome::EgressDenied), and
+    /// [`Resolved::proxy_rules`](super::Resolved::proxy_rules) hands it to the proxy.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub network_policies: BTreeMap<String, NetworkPolicyRule>,
     /// HEAD-only middleware configs (proto field 6). A supervisor may ignore them; present only to
