@@ -163,6 +163,29 @@ fn wrapper(binds: &[(&Path, &str)]) -> Vec<String> {
     ]
 }
 
+/// The supervisor of these tests: the test gateway's sandbox, no local policy file, the
+/// world's /etc/hosts and a system bundle that trusts the upstream's CA, `args` as the main
+/// process; `poll`: the policy is polled every second.
+fn sup_opts(hosts: &Path, bundle: &Path, poll: bool, args: &[&str]) -> SupOpts {
+    let mut env = vec![("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into())];
+    if poll {
+        env.push(("OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(), "1".into()));
+    }
+    env.push((
+        "OPENSHELL_LOCAL_POLICY_PATH".into(),
+        "/nonexistent/openshell/policy.yaml".into(),
+    ));
+    SupOpts {
+        env,
+        wrapper: wrapper(&[
+            (hosts, "/etc/hosts"),
+            (bundle, egress_support::SYSTEM_BUNDLE),
+        ]),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_proxy() {
     if !egress_support::require() || !have("curl") || !have("unshare") {
@@ -176,27 +199,8 @@ fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_pro
             let gw = TestGateway::start(AuthMode::Jwt).await;
             gw.state.set_policy(&policy()).unwrap();
             *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
-            let opts = SupOpts {
-                env: vec![
-                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
-                    ("OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(), "1".into()),
-                    (
-                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
-                        "/nonexistent/openshell/policy.yaml".into(),
-                    ),
-                ],
-                wrapper: wrapper(&[
-                    (&hosts, "/etc/hosts"),
-                    (&bundle, egress_support::SYSTEM_BUNDLE),
-                ]),
-                // The main process records the environment it was started with.
-                args: vec![
-                    "sh".into(),
-                    "-c".into(),
-                    "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600".into(),
-                ],
-                ..Default::default()
-            };
+            // The main process records the environment it was started with.
+            let opts = sup_opts(&hosts, &bundle, true, &["sh", "-c", "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600"]);
             let mut sup = Supervisor::start(&gw, opts);
             gw.wait_ready(&mut sup).await;
             let v = gw.state.current_revision().unwrap().version;
@@ -365,22 +369,7 @@ fn serve_binds_credentials_where_the_policy_revision_says() {
                 )
             };
             *gw.state.provider_env.lock().unwrap() = env(SECRET, 1);
-            let opts = SupOpts {
-                env: vec![
-                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
-                    ("OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(), "1".into()),
-                    (
-                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
-                        "/nonexistent/openshell/policy.yaml".into(),
-                    ),
-                ],
-                wrapper: wrapper(&[
-                    (&hosts, "/etc/hosts"),
-                    (&bundle, egress_support::SYSTEM_BUNDLE),
-                ]),
-                args: vec!["sleep".into(), "600".into()],
-                ..Default::default()
-            };
+            let opts = sup_opts(&hosts, &bundle, true, &["sleep", "600"]);
             let mut sup = Supervisor::start(&gw, opts);
             gw.wait_ready(&mut sup).await;
             // The supervisor's baseline paths make a revision of their own at start.
@@ -474,21 +463,7 @@ fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
             let gw = TestGateway::start(AuthMode::Jwt).await;
             gw.state.set_policy(&policy()).unwrap();
             *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
-            let opts = SupOpts {
-                env: vec![
-                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
-                    (
-                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
-                        "/nonexistent/openshell/policy.yaml".into(),
-                    ),
-                ],
-                wrapper: wrapper(&[
-                    (&hosts, "/etc/hosts"),
-                    (&bundle, egress_support::SYSTEM_BUNDLE),
-                ]),
-                args: vec!["sleep".into(), "600".into()],
-                ..Default::default()
-            };
+            let opts = sup_opts(&hosts, &bundle, false, &["sleep", "600"]);
             let mut sup = Supervisor::start(&gw, opts);
             gw.wait_ready(&mut sup).await;
             let use_it = r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/mem"#;
@@ -549,21 +524,7 @@ fn an_ssh_session_trusts_the_sandbox_ca_and_reaches_https_through_the_intercepti
             let gw = TestGateway::start(AuthMode::Jwt).await;
             gw.state.set_policy(&policy()).unwrap();
             *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
-            let opts = SupOpts {
-                env: vec![
-                    ("OPENSHELL_SANDBOX".into(), SANDBOX_NAME.into()),
-                    (
-                        "OPENSHELL_LOCAL_POLICY_PATH".into(),
-                        "/nonexistent/openshell/policy.yaml".into(),
-                    ),
-                ],
-                wrapper: wrapper(&[
-                    (&hosts, "/etc/hosts"),
-                    (&bundle, egress_support::SYSTEM_BUNDLE),
-                ]),
-                args: vec!["sleep".into(), "600".into()],
-                ..Default::default()
-            };
+            let opts = sup_opts(&hosts, &bundle, false, &["sleep", "600"]);
             let mut sup = Supervisor::start(&gw, opts);
             gw.wait_ready(&mut sup).await;
             let bridge = support::ssh_bridge::SshBridge::start(gw.state.clone()).await;

@@ -124,55 +124,6 @@ impl Drop for InFlight {
     }
 }
 
-/// The client's stream, noting its reads and writes in an [`Activity`].
-pub struct Watched<T> {
-    inner: T,
-    activity: Arc<Activity>,
-}
-
-impl<T> Watched<T> {
-    pub fn new(inner: T, activity: Arc<Activity>) -> Watched<T> {
-        Watched { inner, activity }
-    }
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.read();
-        }
-        r
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.wrote();
-        }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// The idle clock of an upgraded connection (raw after a `101`, or the WebSocket relay): the
 /// time of the last byte either way, stamped by [`Stamped`] streams.
 pub struct Clock {
@@ -209,19 +160,48 @@ impl Clock {
     }
 }
 
-/// A stream whose reads and writes stamp a [`Clock`].
-pub struct Stamped<T> {
-    inner: T,
-    clock: Arc<Clock>,
+/// What a [`Noted`] stream tells of each read and write that moved bytes.
+pub trait Note {
+    fn read(&self);
+    fn wrote(&self);
 }
 
-impl<T> Stamped<T> {
-    pub fn new(inner: T, clock: Arc<Clock>) -> Stamped<T> {
-        Stamped { inner, clock }
+impl Note for Activity {
+    fn read(&self) {
+        Activity::read(self)
+    }
+    fn wrote(&self) {
+        Activity::wrote(self)
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Stamped<T> {
+impl Note for Clock {
+    fn read(&self) {
+        self.stamp()
+    }
+    fn wrote(&self) {
+        self.stamp()
+    }
+}
+
+/// A stream whose reads and writes that moved bytes are told to a [`Note`].
+pub struct Noted<T, N> {
+    inner: T,
+    note: Arc<N>,
+}
+
+/// The client's stream, noting its reads and writes in an [`Activity`].
+pub type Watched<T> = Noted<T, Activity>;
+/// A stream whose reads and writes stamp a [`Clock`].
+pub type Stamped<T> = Noted<T, Clock>;
+
+impl<T, N> Noted<T, N> {
+    pub fn new(inner: T, note: Arc<N>) -> Noted<T, N> {
+        Noted { inner, note }
+    }
+}
+
+impl<T: AsyncRead + Unpin, N: Note> AsyncRead for Noted<T, N> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -230,13 +210,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for Stamped<T> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.clock.stamp();
+            self.note.read();
         }
         r
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Stamped<T> {
+impl<T: AsyncWrite + Unpin, N: Note> AsyncWrite for Noted<T, N> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -244,7 +224,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stamped<T> {
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, buf);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.clock.stamp();
+            self.note.wrote();
         }
         r
     }
@@ -255,49 +235,5 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Stamped<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_started_head_expires_but_an_idle_keep_alive_does_not() {
-        let a = Activity::new();
-        let head = Duration::from_millis(300);
-        let idle = Some(Duration::from_millis(1500));
-        // Nothing read: only the idle clock runs, past the head timeout.
-        let r = tokio::time::timeout(Duration::from_millis(800), a.expired(head, idle)).await;
-        assert!(r.is_err(), "an idle keep-alive outlives the head timeout");
-        // A byte of a head, then silence: the head clock.
-        a.read();
-        let t = Instant::now();
-        assert_eq!(a.expired(head, idle).await, Expired::Head);
-        assert!(
-            t.elapsed() >= Duration::from_millis(250),
-            "{:?}",
-            t.elapsed()
-        );
-        // A complete head stops it; a request in flight with nothing moving either way
-        // still ends on the idle clock.
-        let b = Activity::new();
-        b.read();
-        let r = b.request();
-        let t = Instant::now();
-        assert_eq!(b.expired(head, idle).await, Expired::Idle);
-        assert!(
-            t.elapsed() >= Duration::from_millis(1400),
-            "{:?}",
-            t.elapsed()
-        );
-        drop(r);
-        let t = Instant::now();
-        assert_eq!(b.expired(head, idle).await, Expired::Idle);
-        assert!(
-            t.elapsed() >= Duration::from_millis(1400),
-            "{:?}",
-            t.elapsed()
-        );
     }
 }
