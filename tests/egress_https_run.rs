@@ -335,6 +335,18 @@ fn credential_flags_are_usage_errors_when_they_cannot_work() {
             vec![],
             "NAME must be a variable name",
         ),
+        (
+            vec![
+                "--allow-net",
+                "api.test",
+                "--credential",
+                "K@api.test",
+                "--inherit-env",
+                "K",
+            ],
+            vec![("K", "v")],
+            "--inherit-env K: K is a --credential, whose value never enters the sandbox",
+        ),
     ] {
         let (code, err) = run(&args, &env);
         assert_eq!(code, Some(125), "{args:?}: {err}");

@@ -171,6 +171,17 @@ fn child_env(
                 "--inherit-env {name}: supervisor variables never reach the sandbox"
             )));
         }
+        // A credential's value stays with the proxy; inheriting it would put it in the
+        // command's environment (and, meanwhile, in our heap) next to its placeholder.
+        if args
+            .credential
+            .iter()
+            .any(|c| c.split_once('@').map_or(c.as_str(), |(n, _)| n) == name)
+        {
+            return Err(RunError::Usage(format!(
+                "--inherit-env {name}: {name} is a --credential, whose value never enters the sandbox (the command gets its placeholder); drop --inherit-env {name}"
+            )));
+        }
         if let Some(v) = std::env::var_os(name) {
             set(name.into(), v);
         }
