@@ -163,6 +163,17 @@ fn wrapper(binds: &[(&Path, &str)]) -> Vec<String> {
     ]
 }
 
+/// The test gateway with [`policy`] and the provider's [`SECRET`], and a supervisor started
+/// with `opts` and ready.
+async fn started(opts: SupOpts) -> (TestGateway, Supervisor) {
+    let gw = TestGateway::start(AuthMode::Jwt).await;
+    gw.state.set_policy(&policy()).unwrap();
+    *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
+    let mut sup = Supervisor::start(&gw, opts);
+    gw.wait_ready(&mut sup).await;
+    (gw, sup)
+}
+
 /// The supervisor of these tests: the test gateway's sandbox, no local policy file, the
 /// world's /etc/hosts and a system bundle that trusts the upstream's CA, `args` as the main
 /// process; `poll`: the policy is polled every second.
@@ -196,13 +207,8 @@ fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_pro
         let up = w.rt.block_on(L7Upstream::start());
         let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
         w.rt.block_on(async move {
-            let gw = TestGateway::start(AuthMode::Jwt).await;
-            gw.state.set_policy(&policy()).unwrap();
-            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
             // The main process records the environment it was started with.
-            let opts = sup_opts(&hosts, &bundle, true, &["sh", "-c", "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600"]);
-            let mut sup = Supervisor::start(&gw, opts);
-            gw.wait_ready(&mut sup).await;
+            let (gw, sup) = started(sup_opts(&hosts, &bundle, true, &["sh", "-c", "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600"])).await;
             let v = gw.state.current_revision().unwrap().version;
             let deadline = Instant::now() + Duration::from_secs(30);
             while !gw
@@ -460,12 +466,7 @@ fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
         let up = w.rt.block_on(L7Upstream::start());
         let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
         w.rt.block_on(async move {
-            let gw = TestGateway::start(AuthMode::Jwt).await;
-            gw.state.set_policy(&policy()).unwrap();
-            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
-            let opts = sup_opts(&hosts, &bundle, false, &["sleep", "600"]);
-            let mut sup = Supervisor::start(&gw, opts);
-            gw.wait_ready(&mut sup).await;
+            let (gw, sup) = started(sup_opts(&hosts, &bundle, false, &["sleep", "600"])).await;
             let use_it = r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/mem"#;
             let r = gw.sh(use_it).await;
             assert_eq!(r.out(), "quiet ok", "{r:?}\n{}", sup.log());
@@ -521,12 +522,7 @@ fn an_ssh_session_trusts_the_sandbox_ca_and_reaches_https_through_the_intercepti
         let up = w.rt.block_on(L7Upstream::start());
         let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
         w.rt.block_on(async move {
-            let gw = TestGateway::start(AuthMode::Jwt).await;
-            gw.state.set_policy(&policy()).unwrap();
-            *gw.state.provider_env.lock().unwrap() = provider_env(SECRET, 1);
-            let opts = sup_opts(&hosts, &bundle, false, &["sleep", "600"]);
-            let mut sup = Supervisor::start(&gw, opts);
-            gw.wait_ready(&mut sup).await;
+            let (gw, sup) = started(sup_opts(&hosts, &bundle, false, &["sleep", "600"])).await;
             let bridge = support::ssh_bridge::SshBridge::start(gw.state.clone()).await;
             // Only the session's variables say where the CA is: curl's own default bundle is
             // the system one, which does not hold the sandbox CA.
