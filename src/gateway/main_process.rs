@@ -46,7 +46,7 @@ pub enum StartError {
     Spawn {
         argv: Vec<OsString>,
         #[source]
-        source: crate::gateway::policy_slot::SpawnError,
+        source: Box<crate::gateway::policy_slot::SpawnError>,
     },
 }
 
@@ -116,7 +116,7 @@ pub async fn start(
     ctx: &Arc<ExecContext>,
     m: &MainProcess,
     timeout: Option<Duration>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     local: bool,
 ) -> Result<Running, StartError> {
     let shell = login_shell(
@@ -134,44 +134,14 @@ pub async fn start(
     }
     let term = if m.tty { "xterm-256color" } else { "dumb" };
     let env = ctx.child_env(term, &shell);
-    let (master, spec) = if m.tty {
-        let (master, slave) = pty::open(PTY_COLS, PTY_ROWS).map_err(StartError::Pty)?;
-        let spec = SpawnSpec {
-            argv: argv.clone(),
-            env,
-            cwd: None,
-            stdin: Stdio::Fd(slave.stdin),
-            stdout: Stdio::Fd(slave.stdout),
-            stderr: Stdio::Fd(slave.stderr),
-            controlling_tty: true,
-            program_fd: None,
-        };
-        (Some(Arc::new(master)), spec)
-    } else {
-        let stdin = match local {
-            false => Stdio::Piped,
-            true if crate::exec::run::stdio::stdin_is_dev_null() => Stdio::Null,
-            true => Stdio::Fd(crate::exec::run::stdio::feed_stdin().map_err(StartError::Stdin)?),
-        };
-        let spec = SpawnSpec {
-            argv: argv.clone(),
-            env,
-            cwd: None,
-            stdin,
-            stdout: Stdio::Piped,
-            stderr: Stdio::Piped,
-            controlling_tty: false,
-            program_fd: None,
-        };
-        (None, spec)
-    };
+    let (master, spec) = spawn_spec(m.tty, argv.clone(), env, local)?;
     let mut child = ctx
         .sandbox
         .spawn(spec)
         .await
         .map_err(|source| StartError::Spawn {
             argv: argv.clone(),
-            source,
+            source: Box::new(source),
         })?;
     tracing::info!(
         pid = child.pid(),
@@ -181,63 +151,146 @@ pub async fn start(
     );
 
     let (in_tx, in_rx) = mpsc::channel(STDIN_QUEUE);
-    let (sig_tx, mut sig_rx) = mpsc::unbounded_channel();
+    let (sig_tx, sig_rx) = mpsc::unbounded_channel();
     let session = MainSession::new(in_tx, master.clone(), sig_tx);
-    let mut readers = Vec::new();
-    let sink = match &master {
-        Some(m) => {
-            let (r, s) = (m.clone(), session.clone());
-            readers.push(tokio::spawn(async move {
-                let mut buf = vec![0u8; CHUNK];
-                // Ok(0) is EIO: every slave descriptor is closed.
-                while let Ok(n @ 1..) = r.read(&mut buf).await {
-                    if local {
-                        echo(&mut tokio::io::stdout(), &buf[..n]).await;
-                    }
-                    s.push(Event::Stdout(Bytes::copy_from_slice(&buf[..n])));
-                }
-            }));
-            if local {
-                let writer = m.dup_fd().map_err(StartError::Pty)?;
-                std::thread::Builder::new()
-                    .name("stdin-feeder".into())
-                    .spawn(move || crate::exec::run::stdio::copy_stdin(writer, true))
-                    .map_err(StartError::Pty)?;
-            }
-            Some(Sink::Pty(m.clone()))
-        }
-        None => {
-            for (pipe, err) in [(child.stdout.take(), false), (child.stderr.take(), true)] {
-                let (Some(mut pipe), s) = (pipe, session.clone()) else {
-                    continue;
-                };
-                readers.push(tokio::spawn(async move {
-                    let mut buf = vec![0u8; CHUNK];
-                    while let Ok(n @ 1..) = pipe.read(&mut buf).await {
-                        match (local, err) {
-                            (true, false) => echo(&mut tokio::io::stdout(), &buf[..n]).await,
-                            (true, true) => echo(&mut tokio::io::stderr(), &buf[..n]).await,
-                            (false, _) => {}
-                        }
-                        let b = Bytes::copy_from_slice(&buf[..n]);
-                        s.push(if err {
-                            Event::Stderr(b)
-                        } else {
-                            Event::Stdout(b)
-                        });
-                    }
-                }));
-            }
-            child.stdin.take().map(Sink::Pipe)
-        }
-    };
+    let (readers, sink) = pump_output(&mut child, master.as_ref(), &session, local)?;
     tokio::spawn(feed_stdin(sink, in_rx));
+    let watch = Watch {
+        timeout,
+        stop,
+        grace: ctx.grace,
+        on_pty: m.tty,
+        readers,
+        session: session.clone(),
+        slot: ctx.sandbox.clone(),
+    };
+    let task = tokio::spawn(watch.run(child, sig_rx));
+    Ok(Running { session, task })
+}
 
-    let grace = ctx.grace;
-    let on_pty = m.tty;
-    let log = session.clone();
-    let slot = ctx.sandbox.clone();
-    let task = tokio::spawn(async move {
+/// The main process's spawn: on a pty whose slave is its fd 0, 1 and 2 and its controlling
+/// terminal, or on pipes (with `local`, our own stdin is its input).
+fn spawn_spec(
+    tty: bool,
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    local: bool,
+) -> Result<(Option<Arc<pty::Master>>, SpawnSpec), StartError> {
+    if tty {
+        let (master, slave) = pty::open(PTY_COLS, PTY_ROWS).map_err(StartError::Pty)?;
+        let spec = SpawnSpec {
+            argv,
+            env,
+            cwd: None,
+            stdin: Stdio::Fd(slave.stdin),
+            stdout: Stdio::Fd(slave.stdout),
+            stderr: Stdio::Fd(slave.stderr),
+            controlling_tty: true,
+            program_fd: None,
+        };
+        return Ok((Some(Arc::new(master)), spec));
+    }
+    let stdin = match local {
+        false => Stdio::Piped,
+        true if crate::exec::run::stdio::stdin_is_dev_null() => Stdio::Null,
+        true => Stdio::Fd(crate::exec::run::stdio::feed_stdin().map_err(StartError::Stdin)?),
+    };
+    let spec = SpawnSpec {
+        argv,
+        env,
+        cwd: None,
+        stdin,
+        stdout: Stdio::Piped,
+        stderr: Stdio::Piped,
+        controlling_tty: false,
+        program_fd: None,
+    };
+    Ok((None, spec))
+}
+
+/// The tasks that carry the main process's output to the session's log (and with `local` to
+/// our own streams), and where its input goes.
+fn pump_output(
+    child: &mut crate::exec::Child,
+    master: Option<&Arc<pty::Master>>,
+    session: &Arc<MainSession>,
+    local: bool,
+) -> Result<(Vec<tokio::task::JoinHandle<()>>, Option<Sink>), StartError> {
+    let mut readers = Vec::new();
+    if let Some(m) = master {
+        let (r, s) = (m.clone(), session.clone());
+        readers.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; CHUNK];
+            // Ok(0) is EIO: every slave descriptor is closed.
+            while let Ok(n @ 1..) = r.read(&mut buf).await {
+                if local {
+                    echo(&mut tokio::io::stdout(), &buf[..n]).await;
+                }
+                s.push(Event::Stdout(Bytes::copy_from_slice(&buf[..n])));
+            }
+        }));
+        if local {
+            let writer = m.dup_fd().map_err(StartError::Pty)?;
+            std::thread::Builder::new()
+                .name("stdin-feeder".into())
+                .spawn(move || crate::exec::run::stdio::copy_stdin(writer, true))
+                .map_err(StartError::Pty)?;
+        }
+        return Ok((readers, Some(Sink::Pty(m.clone()))));
+    }
+    for (pipe, err) in [(child.stdout.take(), false), (child.stderr.take(), true)] {
+        let (Some(mut pipe), s) = (pipe, session.clone()) else {
+            continue;
+        };
+        readers.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; CHUNK];
+            while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+                match (local, err) {
+                    (true, false) => echo(&mut tokio::io::stdout(), &buf[..n]).await,
+                    (true, true) => echo(&mut tokio::io::stderr(), &buf[..n]).await,
+                    (false, _) => {}
+                }
+                let b = Bytes::copy_from_slice(&buf[..n]);
+                s.push(if err {
+                    Event::Stderr(b)
+                } else {
+                    Event::Stdout(b)
+                });
+            }
+        }));
+    }
+    Ok((readers, child.stdin.take().map(Sink::Pipe)))
+}
+
+/// What watches the running main process until it ends.
+struct Watch {
+    timeout: Option<Duration>,
+    stop: watch::Receiver<bool>,
+    grace: Duration,
+    on_pty: bool,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    session: Arc<MainSession>,
+    slot: Arc<crate::gateway::policy_plane::PolicySlot>,
+}
+
+impl Watch {
+    /// Until the main process exits, carrying the session's signals to it; at the
+    /// `--timeout` or the supervisor's stop it is ended by us. Then its output is drained
+    /// (bounded), its tree swept, and its exit published to attachers.
+    async fn run(
+        self,
+        mut child: crate::exec::Child,
+        mut sig_rx: mpsc::UnboundedReceiver<i32>,
+    ) -> Ended {
+        let Watch {
+            timeout,
+            mut stop,
+            grace,
+            on_pty,
+            readers,
+            session,
+            slot,
+        } = self;
         let deadline = async {
             match timeout {
                 Some(t) => tokio::time::sleep(t).await,
@@ -277,10 +330,9 @@ pub async fn start(
         // The end record (OCSF process terminate); its output went to attachers, not counted.
         slot.exec_ended(&child, Some(&ended), None);
         aborts.iter().for_each(|a| a.abort());
-        log.push(Event::Exit(ended.code()));
+        session.push(Event::Exit(ended.code()));
         ended
-    });
-    Ok(Running { session, task })
+    }
 }
 
 /// A copy of the main process's output on our own stream (`--no-gateway`). A stream of ours
