@@ -14,6 +14,7 @@ use super::report_file::ReportFile;
 use super::stream::{self, Event, StreamStats};
 use super::{RunError, Sandbox, workdir};
 use crate::cli::RunArgs;
+use crate::exit::Exit;
 use crate::policy::openshell::{self, MapWarning};
 use crate::policy::{Identity, Policy, PolicyFlags};
 use crate::sandbox::identity::{self, UidLease};
@@ -29,7 +30,7 @@ use timeline::Timeline;
 
 pub use super::report::TIMEOUT_EXIT;
 /// Exit code when processes of the run could not be killed: the sandbox failed its promise.
-pub const CONTAINMENT_FAILED_EXIT: i32 = 125;
+pub const CONTAINMENT_FAILED_EXIT: i32 = Exit::Ours.code() as i32;
 /// How long to wait for the output pipes to close after the tree was killed.
 const PUMP_DRAIN: Duration = Duration::from_secs(5);
 /// After our reader went away (and the child's pipe was closed), how long the command may go
@@ -106,10 +107,10 @@ pub fn load_policy(
 /// The report's reason for a command that could not be started, when that is why `e` ended
 /// the run (not a failure of the sandbox itself, which writes no report).
 fn not_started_reason(e: &RunError) -> Option<Reason> {
-    // Read from the exit code, which says once which errors mean "could not start".
-    match e.exit_code() {
-        127 => Some(Reason::NotFound),
-        126 => Some(Reason::NotExecutable),
+    // Read from the exit-code row, which says once which errors mean "could not start".
+    match e.exit() {
+        Exit::NotFound => Some(Reason::NotFound),
+        Exit::NotExecutable => Some(Reason::NotExecutable),
         _ => None,
     }
 }
