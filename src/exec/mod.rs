@@ -361,11 +361,11 @@ impl Sandbox {
                 candidates,
                 fs: &self.inner.policy.fs,
                 rules: &self.inner.prepared.fs_rules,
-                uid: self.inner.policy.identity.map_or_else(
-                    // SAFETY: geteuid has no preconditions.
-                    || unsafe { libc::geteuid() },
-                    |id| id.uid,
-                ),
+                uid: self
+                    .inner
+                    .policy
+                    .identity
+                    .map_or_else(|| crate::sys::process::euid(), |id| id.uid),
             },
         )
     }

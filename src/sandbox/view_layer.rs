@@ -209,8 +209,7 @@ pub(super) fn plan(k: &dyn Kernel, policy: &Policy) -> Planned {
         }
     }
     if k.user_ns() == UserNs::Entered {
-        // SAFETY: getegid has no preconditions.
-        req.ipc_userns = Some((k.euid(), unsafe { libc::getegid() }));
+        req.ipc_userns = Some((k.euid(), crate::sys::process::egid()));
     }
     let plan = ViewPlan::new(&req);
     Planned { req, userns, plan }
