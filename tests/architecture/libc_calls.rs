@@ -22,10 +22,6 @@ const LIBC_CALLS: &[(&str, &str)] = &[
         "eventfd, poll, read, write, waitid, wait4: the manager thread's wake-up and its reaping loop (subreaper, P_ALL orphans, rusage); a getpid for the supervisor's pidfd",
     ),
     (
-        "exec/mod.rs",
-        "kill of the exec's process group by its not-yet-reaped leader, the one signal that reaches every member",
-    ),
-    (
         "exec/plan.rs",
         "pipe2(O_CLOEXEC): the exec's error pipe, mapped to its own RunError",
     ),
@@ -49,10 +45,6 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     (
         "exec/run/timeline.rs",
         "clock_gettime, getrusage: the start-up timeline's CPU clocks",
-    ),
-    (
-        "exec/tree.rs",
-        "kill: signals to a tree by pid where no pidfd exists (process groups, the sweep of a frozen cgroup)",
     ),
     (
         "exec/usage.rs",
@@ -108,10 +100,6 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     (
         "sandbox/cgroup.rs",
         "write: the child joins its cgroup between fork and exec (async-signal-safe)",
-    ),
-    (
-        "sandbox/cgroup/group.rs",
-        "kill: the sweep of a cgroup's members that have no pidfd",
     ),
     (
         "sandbox/cgroup/owner.rs",
