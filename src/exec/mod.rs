@@ -365,7 +365,7 @@ impl Sandbox {
                     .inner
                     .policy
                     .identity
-                    .map_or_else(|| crate::sys::process::euid(), |id| id.uid),
+                    .map_or_else(crate::sys::process::euid, |id| id.uid),
             },
         )
     }
