@@ -35,10 +35,6 @@ const LIBC_CALLS: &[(&str, &str)] = &[
         "openat, faccessat, unlinkat, linkat, renameat, write: the report file is written beside its final name and renamed into place relative to a directory descriptor, never by a path that a link could redirect",
     ),
     (
-        "exec/run.rs",
-        "geteuid, getegid: run's identity (left as it was: other work touches run.rs; sys::process::euid/egid are the wrappers to use)",
-    ),
-    (
         "exec/run/stdio.rs",
         "pipe2, fstat, stat, poll, read, isatty, tcgetattr/tcsetattr, cfmakeraw, ioctl, fcntl, lseek, kcmp: what `run` inherits as stdio and how it hands it to the command (a terminal in raw mode, the same open file twice)",
     ),
