@@ -61,7 +61,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     // The egress proxy.
     (
         "egress/holders.rs",
-        "prctl(PR_GET_CHILD_SUBREAPER), pidfd syscalls, open, readlinkat: holders of a socket read from /proc with the sandbox frozen",
+        "prctl(PR_GET_CHILD_SUBREAPER), kcmp, open, readlinkat: holders of a socket read from /proc with the sandbox frozen",
     ),
     (
         "egress/loaded.rs",
@@ -115,7 +115,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "sandbox/diagnose.rs",
-        "close, fstat, fcntl, openat, readlinkat, open, pread, write, fstatvfs, statx: why an exec could not start, read from the view by descriptor",
+        "close, fstat, fcntl, openat, readlinkat, open, pread, write, fstatvfs, faccessat2: why an exec could not start, read from the view by descriptor",
     ),
     (
         "sandbox/identity.rs",
@@ -127,7 +127,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "sandbox/landlock.rs",
-        "landlock_* syscalls, open, close: the ruleset (the crate does not cover adding rules by descriptor)",
+        "landlock_* syscalls, open, close: the rules an exec adds to the prepared ruleset between fork and exec (its view's root and fresh /proc), async-signal-safe, and restrict_self",
     ),
     (
         "sandbox/namespaces.rs",
@@ -167,7 +167,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "sandbox/view_root/build.rs",
-        "openat, mkdirat, mount, umount2, unlinkat, symlinkat, fstat, fchdir, chdir, chroot, open_tree, move_mount: the view's root built by descriptor in the helper child (raw calls on prepared data)",
+        "openat, mkdirat, mount, umount2, unlinkat, symlinkat, fstat, fchdir, chdir, chroot, open_tree, move_mount, mount_setattr, pivot_root: the view's root built by descriptor in the helper child (raw calls on prepared data)",
     ),
 ];
 
