@@ -202,8 +202,7 @@ impl CheckError {
 
 pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
     crate::logging::init(&args.policy.log_level, args.policy.log_format);
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = crate::sys::process::euid();
     let root = euid == 0;
     let source = match (&args.policy_file, args.flags == PolicyFlags::default()) {
         (Some(p), _) => p.display().to_string(),

@@ -7,10 +7,14 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// A subcommand whose answer is a verdict said no or could not finish (`check`, `check
-    /// --gateway`, `install`, `certs`, `man`, a failure while serving).
+    /// --gateway`, `install`, `certs`, `man`, a failure while serving, the hidden
+    /// `sftp-server` mode that could not start serving).
     Failed,
+    /// `run`'s `--timeout` ended the command (as coreutils' `timeout`).
+    TimedOut,
     /// Ours: a usage error of any subcommand, a policy or a workdir we cannot keep, a sandbox
-    /// that refused or failed to be set up.
+    /// that refused or failed to be set up, or processes of a run that survived the kill sweep
+    /// (the sandbox failed its promise).
     Ours,
     /// The command was found but cannot be executed.
     NotExecutable,
@@ -23,6 +27,7 @@ impl Exit {
     pub const fn code(self) -> u8 {
         match self {
             Exit::Failed => 1,
+            Exit::TimedOut => 124,
             Exit::Ours => 125,
             Exit::NotExecutable => 126,
             Exit::NotFound => 127,

@@ -374,8 +374,7 @@ mod tests {
     /// and v2 on its own), frozen, seen frozen, and thawed when the guard drops.
     #[test]
     fn each_hierarchy_freezes_a_group_and_thaws_it() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if crate::sys::process::euid() != 0 {
             if std::env::var("CI").as_deref() == Ok("true") {
                 panic!("root is required to make cgroups (CI=true turns this skip into a failure)");
             }

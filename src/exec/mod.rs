@@ -361,11 +361,11 @@ impl Sandbox {
                 candidates,
                 fs: &self.inner.policy.fs,
                 rules: &self.inner.prepared.fs_rules,
-                uid: self.inner.policy.identity.map_or_else(
-                    // SAFETY: geteuid has no preconditions.
-                    || unsafe { libc::geteuid() },
-                    |id| id.uid,
-                ),
+                uid: self
+                    .inner
+                    .policy
+                    .identity
+                    .map_or_else(crate::sys::process::euid, |id| id.uid),
             },
         )
     }
@@ -465,9 +465,9 @@ impl Child {
             }
             return;
         }
-        // SAFETY: kill with integer arguments. The leader is not reaped yet, so its pid (and
-        // the id of the process group it leads) cannot have been reused.
-        unsafe { libc::kill(-self.pid, sig) };
+        // The leader is not reaped yet, so its pid (and the id of the process group it leads)
+        // cannot have been reused.
+        let _ = crate::sys::process::kill(-self.pid, sig);
     }
 
     /// Kill everything of this exec that is still alive, and return the pids that survived

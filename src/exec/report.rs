@@ -129,7 +129,7 @@ pub fn host_cgroup_version() -> Option<&'static str> {
 }
 
 /// Exit code when our own wall-clock limit fired, as coreutils' `timeout` uses.
-pub const TIMEOUT_EXIT: i32 = 124;
+pub const TIMEOUT_EXIT: i32 = crate::exit::Exit::TimedOut.code() as i32;
 
 /// The one exit-code rule, for every place an exec's end becomes a number: `run`'s own exit
 /// code, an SSH exec's `exit-status`, the main process's exit to attachers, to the gateway

@@ -11,6 +11,7 @@ use super::report_file::ReportFile;
 use super::stream::{self, Event};
 use super::{RunError, Sandbox};
 use crate::cli::RunArgs;
+use crate::exit::Exit;
 
 mod env;
 mod implicit_workdir;
@@ -27,15 +28,15 @@ pub use policy_load::{LoadedPolicy, load_policy, log_policy_warnings};
 
 pub use super::report::TIMEOUT_EXIT;
 /// Exit code when processes of the run could not be killed: the sandbox failed its promise.
-pub const CONTAINMENT_FAILED_EXIT: i32 = 125;
+pub const CONTAINMENT_FAILED_EXIT: i32 = Exit::Ours.code() as i32;
 
 /// The report's reason for a command that could not be started, when that is why `e` ended
 /// the run (not a failure of the sandbox itself, which writes no report).
 fn not_started_reason(e: &RunError) -> Option<Reason> {
-    // Read from the exit code, which says once which errors mean "could not start".
-    match e.exit_code() {
-        127 => Some(Reason::NotFound),
-        126 => Some(Reason::NotExecutable),
+    // Read from the exit-code row, which says once which errors mean "could not start".
+    match e.exit() {
+        Exit::NotFound => Some(Reason::NotFound),
+        Exit::NotExecutable => Some(Reason::NotExecutable),
         _ => None,
     }
 }

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use super::reaper::Registry;
 use crate::sandbox::cgroup::{CgroupError, ExecCgroup};
+use crate::sys::process;
 
 /// Why the sweep could not tell which processes belong to the exec. Containment has failed
 /// then: an unreadable member list is never an empty one.
@@ -121,8 +122,8 @@ pub fn signal(
     registered: &Registry,
 ) -> Result<(), SweepError> {
     if leader_alive {
-        // SAFETY: kill with integer arguments; negative pid = the process group.
-        unsafe { libc::kill(-leader, sig) };
+        // The leader is not reaped yet: its group's id is still its own.
+        let _ = process::kill(-leader, sig);
     }
     // With a cgroup the answer is exact: every descendant is born in the exec's group and the
     // sandbox uid cannot move itself out (cgroup.procs elsewhere is root's). The group also
@@ -132,8 +133,7 @@ pub fn signal(
         return Ok(());
     }
     for pid in members(leader, supervisor, registered)? {
-        // SAFETY: as above.
-        unsafe { libc::kill(pid, sig) };
+        let _ = process::kill(pid, sig);
     }
     Ok(())
 }
@@ -156,8 +156,7 @@ pub fn kill_all(
     let mut alive = leader_alive;
     for round in 0..200 {
         if alive {
-            // SAFETY: as above.
-            unsafe { libc::kill(-leader, libc::SIGKILL) };
+            let _ = process::kill(-leader, libc::SIGKILL);
             alive = false;
         }
         let found = match cg {
@@ -166,8 +165,7 @@ pub fn kill_all(
                 let m = members(leader, supervisor, registered)?;
                 crate::pause::point("tree-members-read");
                 for &pid in &m {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    let _ = process::kill(pid, libc::SIGKILL);
                 }
                 m.len()
             }

@@ -310,8 +310,7 @@ pub fn serve_create(args: &crate::cli::PolicyArgs, default_workdir: &Path) {
         .workdir
         .clone()
         .unwrap_or_else(|| default_workdir.to_path_buf());
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = crate::sys::process::euid() == 0;
     let owner = root.then(|| {
         let uid = args.uid.unwrap_or(crate::policy::NOBODY);
         Identity {
@@ -336,8 +335,7 @@ pub fn serve_create(args: &crate::cli::PolicyArgs, default_workdir: &Path) {
 /// error in the log. Not a refusal: a pod may mean its workdir to be read-only, and the
 /// gateway would only see a crash loop.
 pub fn serve_check(policy: &crate::policy::Policy) {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = crate::sys::process::euid() == 0;
     if let (true, Some(id)) = (root, policy.identity)
         && let Err(e) = check_writable(&policy.fs.workdir, id, id, false)
     {
@@ -370,8 +368,7 @@ pub struct Held {
 /// (the lock directory is root's) and only it can hand over. Nothing is re-owned unless the
 /// claim is held and the owner could write the workdir, as the run's uid then will.
 pub fn hold(policy: &Policy, prepared: &Prepared) -> Result<Held, HoldError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if crate::sys::process::euid() != 0 {
         return Ok(Held::default());
     }
     let hand_over = prepared.ownership.hand_over.as_ref();

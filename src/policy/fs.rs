@@ -152,10 +152,8 @@ impl FsPolicy {
     /// Resolves paths for the uid and gid the child runs as.
     pub fn walker(&self) -> Walker {
         let id = self.sandbox_identity.unwrap_or_else(|| Identity {
-            // SAFETY: geteuid and getegid have no preconditions.
-            uid: unsafe { libc::geteuid() },
-            // SAFETY: as above.
-            gid: unsafe { libc::getegid() },
+            uid: crate::sys::process::euid(),
+            gid: crate::sys::process::egid(),
         });
         Walker::new(id.uid, id.gid)
     }

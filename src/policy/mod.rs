@@ -117,8 +117,7 @@ impl Policy {
         fs.read_write = args.rw.clone();
         fs.deny.extend(args.deny.iter().cloned());
         fs.deny.extend(extra_deny);
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
+        let root = crate::sys::process::euid() == 0;
         let identity = match (args.uid, args.gid) {
             (None, Some(_)) => return Err(PolicyError::GidWithoutUid),
             (Some(uid), gid) => Some(Identity {

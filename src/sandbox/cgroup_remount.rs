@@ -222,8 +222,7 @@ pub fn make_writable() -> &'static Remount {
                 copies: Vec::new(),
                 _fds: Vec::new(),
             };
-            // SAFETY: geteuid has no preconditions.
-            if unsafe { libc::geteuid() } != 0 {
+            if crate::sys::process::euid() != 0 {
                 return none(Remount::NotNeeded);
             }
             let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {

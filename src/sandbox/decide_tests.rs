@@ -2,6 +2,9 @@
 //! combination of what the policy asks and what the cgroup system offers.
 
 use super::*;
+use crate::policy::Limits;
+use crate::sandbox::layer::{Enforcement, LayerStatus, PrepareError};
+use crate::sandbox::{cgroup, rlimits};
 
 fn v2() -> CgroupFacts {
     CgroupFacts {

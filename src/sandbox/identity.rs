@@ -170,8 +170,7 @@ pub fn supplementary_groups() -> Vec<(libc::gid_t, Option<String>)> {
     // the list taken before it was entered (the kernel still checks the real groups).
     let mut gids = crate::sandbox::namespaces::groups_before_user_ns()
         .unwrap_or_else(crate::sys::process::groups);
-    // SAFETY: getgid/getegid have no preconditions.
-    let (gid, egid) = unsafe { (libc::getgid(), libc::getegid()) };
+    let (gid, egid) = (crate::sys::process::gid(), crate::sys::process::egid());
     gids.retain(|&g| g != gid && g != egid);
     gids.sort_unstable();
     gids.dedup();

@@ -41,8 +41,7 @@ pub struct Real;
 
 impl Kernel for Real {
     fn euid(&self) -> u32 {
-        // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() }
+        crate::sys::process::euid()
     }
 
     fn landlock(&self) -> Result<Support, String> {
@@ -112,7 +111,6 @@ impl Kernel for Real {
     }
 
     fn getpid(&self) -> libc::pid_t {
-        // SAFETY: getpid has no preconditions.
-        unsafe { libc::getpid() }
+        crate::sys::process::pid()
     }
 }

@@ -78,8 +78,7 @@ pub fn groups_before_user_ns() -> Option<Vec<libc::gid_t>> {
 /// The outcome of [`enter_user_ns`] (or `NotTried`).
 pub fn user_ns() -> UserNs {
     USER_NS.get().copied().unwrap_or_else(|| {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
+        if crate::sys::process::euid() == 0 {
             UserNs::Root
         } else {
             UserNs::NotTried
@@ -92,8 +91,7 @@ pub fn user_ns() -> UserNs {
 /// EINVAL otherwise). Idempotent; the outcome is recorded for [`user_ns`].
 pub fn enter_user_ns() -> UserNs {
     *USER_NS.get_or_init(|| {
-        // SAFETY: geteuid/getegid have no preconditions.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (crate::sys::process::euid(), crate::sys::process::egid());
         if uid == 0 {
             return UserNs::Root;
         }

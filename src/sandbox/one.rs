@@ -273,7 +273,7 @@ impl One {
         let (view, ownership) =
             view_layer::made(k, policy, planned, made, &mut ns_rows).map_err(Start::Refused)?;
         ns_rows.extend(rows);
-        ns_rows.push(ownership.row());
+        ns_rows.push(super::decide::ownership_row(&ownership));
         ns_rows.extend(limit_rows);
         p.layers = ns_rows;
         p.view = view;

@@ -7,7 +7,6 @@ use std::io;
 use std::path::PathBuf;
 
 use super::idmap::IdSwap;
-use super::layer::{Enforcement, LayerStatus};
 use super::namespaces::Grant;
 use super::view_root::{MAX_IDMAP, RootPlan};
 use crate::policy::{Identity, NOBODY, Policy, WriteAs};
@@ -212,85 +211,13 @@ impl Ownership {
             _ => Some(sb),
         }
     }
-
-    /// The report's `ownership` row.
-    pub fn row(&self) -> LayerStatus {
-        let id = |i: Identity| format!("{}:{}", i.uid, i.gid);
-        let (status, detail) = match self.sandbox {
-            None => (
-                Enforcement::NotRequested,
-                "the command keeps the supervisor's uid, which owns what it writes: no mapping is needed".to_string(),
-            ),
-            Some(sb) if !self.as_owner => (
-                Enforcement::NotRequested,
-                format!(
-                    "the grants are written as the sandbox identity {}, as their modes allow",
-                    id(sb)
-                ),
-            ),
-            Some(sb) if self.grants.is_empty() => (
-                Enforcement::NotRequested,
-                format!(
-                    "the sandbox identity {} owns the workdir and every --rw grant (or it is shared, as /tmp): plain binds",
-                    id(sb)
-                ),
-            ),
-            Some(sb) => {
-                let mut parts = Vec::new();
-                let mapped: Vec<String> = self
-                    .grants
-                    .iter()
-                    .filter(|g| g.seen == Seen::Idmapped)
-                    .map(|g| format!("{} (owner {})", g.path.display(), id(g.owner)))
-                    .collect();
-                if !mapped.is_empty() {
-                    parts.push(format!(
-                        "idmapped, each owner's ids seen as the sandbox's {}, what it writes stored as the owner's, nothing chowned: {}",
-                        id(sb),
-                        mapped.join(", ")
-                    ));
-                }
-                for g in &self.grants {
-                    let Seen::Refused(why) = &g.seen else {
-                        continue;
-                    };
-                    let then = match &self.hand_over {
-                        Some(h) if h.path == g.path => format!(
-                            "handed to {} for the run and back to {} after it",
-                            id(h.to),
-                            id(h.from)
-                        ),
-                        _ => format!(
-                            "written as {}, as its mode allows (owner {})",
-                            id(sb),
-                            id(g.owner)
-                        ),
-                    };
-                    parts.push(format!(
-                        "idmapped mount refused for {} ({why}): {then}",
-                        g.path.display()
-                    ));
-                }
-                let any = !mapped.is_empty() || self.hand_over.is_some();
-                let status = if any {
-                    Enforcement::Enforced
-                } else {
-                    Enforcement::NotRequested
-                };
-                (status, parts.join("; "))
-            }
-        };
-        LayerStatus {
-            layer: "ownership",
-            status,
-            detail,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::decide::ownership_row;
+    use crate::sandbox::layer::Enforcement;
     use std::path::Path;
 
     fn id(uid: u32, gid: u32) -> Identity {
@@ -412,7 +339,7 @@ mod tests {
         let o = decide(&[0, 0], true, run.clone());
         assert_eq!(o.workdir_writer(), Some(nobody));
         assert!(o.hand_over.is_none());
-        let row = o.row();
+        let row = ownership_row(&o);
         assert_eq!(row.status, Enforcement::Enforced);
         assert!(
             row.detail
@@ -426,7 +353,7 @@ mod tests {
             (nobody, sb, Path::new("/w"))
         );
         assert_eq!(o.workdir_writer(), Some(sb));
-        let row = o.row();
+        let row = ownership_row(&o);
         assert!(
             row.detail.contains("refused for /w (Invalid argument (os error 22): the filesystem has no idmapped mounts): handed to 1900000005:1900000005 for the run and back to 65534:65534 after it"),
             "{}",
@@ -445,7 +372,7 @@ mod tests {
         // serve: the sandbox's own ids, nothing mapped; not root: nothing at all.
         let o = decide(&[0, 0], true, WriteAs::Sandbox);
         assert!(o.grants.is_empty() && o.hand_over.is_none());
-        assert_eq!(o.row().status, Enforcement::NotRequested);
+        assert_eq!(ownership_row(&o).status, Enforcement::NotRequested);
         assert_eq!(o.workdir_writer(), Some(sb));
         let o = Ownership::decide(
             &policy("/w", sb, run),
@@ -457,6 +384,6 @@ mod tests {
             &[],
         );
         assert_eq!(o.workdir_writer(), None);
-        assert_eq!(o.row().status, Enforcement::NotRequested);
+        assert_eq!(ownership_row(&o).status, Enforcement::NotRequested);
     }
 }

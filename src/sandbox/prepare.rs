@@ -1,15 +1,14 @@
 //! The orchestrator: [`prepare`] asks the kernel what it offers, builds every layer's kernel
 //! object in the order the layers need (the view first: Landlock grants its private tmpfs
-//! roots), and takes each row from the decisions (`decide.rs`, `view_layer.rs`,
-//! `ownership.rs`).
+//! roots), and takes each row from the decisions (`decide.rs`), handing them what it found.
 
 use seccompiler::BpfProgram;
 
-use super::layer::{Enforcement, LayerStatus, PrepareError};
+use super::layer::{LayerStatus, PrepareError};
 use super::prepared::Prepared;
 use super::view_layer;
 use super::{cgroup, decide, identity, kernel, landlock, namespaces, ownership, rlimits, seccomp};
-use crate::policy::{FsRule, NetworkMode, PathAccess, Policy, expand_grants_skipping};
+use crate::policy::{FsRule, PathAccess, Policy, expand_grants_skipping};
 
 /// Build every kernel object for `policy`, refusing when a requested layer cannot be enforced
 /// and `policy.allow_degraded` is false.
@@ -108,35 +107,36 @@ impl Layers {
         dirs: &[view_layer::ViewRule<'_>],
     ) -> Result<Layers, PrepareError> {
         let mut layers = Vec::new();
-        let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
-            decide::degrade(policy.allow_degraded, layer, reason, layers)
-        };
+        let allow_degraded = policy.allow_degraded;
         let network = decide::network(policy.network, private_net);
         let socket_rules = network.socket_rules;
 
         let (landlock, landlock_abi, fs_rules) =
             landlock_layer(k, policy, unsplit, dirs, network, &mut layers)?;
 
-        // seccomp.
         let seccomp = if k.seccomp_available() {
-            let prog = seccomp::build(socket_rules)?;
-            layers.push(LayerStatus {
-                layer: "seccomp",
-                status: Enforcement::Enforced,
-                detail: format!("{} BPF instructions", prog.len()),
-            });
-            Some(prog)
+            Some(seccomp::build(socket_rules)?)
         } else {
-            degrade(
-                "seccomp",
-                "the kernel cannot install seccomp filters".into(),
-                &mut layers,
-            )?;
             None
         };
+        decide::seccomp_row(
+            allow_degraded,
+            seccomp.as_ref().map(|p| p.len()),
+            &mut layers,
+        )?;
 
         let euid = k.euid();
-        let identity = identity_layer(k, policy, euid, &mut layers)?;
+        let identity = identity::prepare(if euid == 0 { policy.identity } else { None });
+        let probe = decide::IdentityProbe {
+            euid,
+            // Only a supervisor that is not root leaves the child its groups.
+            groups: if euid == 0 {
+                Vec::new()
+            } else {
+                k.supplementary_groups()
+            },
+        };
+        decide::identity_row(allow_degraded, policy.identity, &probe, &mut layers)?;
 
         // cgroup (pids, memory, tree kill), memory, cpu, rlimits.
         let (cgroups, cg_facts) = match (euid, cgroup_mode) {
@@ -202,7 +202,7 @@ impl Layers {
         mut layers: Vec<LayerStatus>,
     ) -> Prepared {
         layers.extend(self.rows);
-        layers.push(ownership.row());
+        layers.push(decide::ownership_row(&ownership));
         layers.extend(self.limit_rows);
         let mut installed = self.installed;
         // Added by each exec in the view (child/mod.rs), where only it can name that root; not
@@ -232,8 +232,8 @@ impl Layers {
     }
 }
 
-/// The Landlock rows, and the ruleset with the ABI and the path rules as installed (the
-/// policy's grants, the view's private tmpfs roots and its own files).
+/// The ruleset with the ABI and the path rules as installed (the policy's grants, the view's
+/// private tmpfs roots and its own files), and the Landlock rows decided on them.
 fn landlock_layer(
     k: &dyn kernel::Kernel,
     policy: &Policy,
@@ -242,99 +242,47 @@ fn landlock_layer(
     network: decide::Network,
     layers: &mut Vec<LayerStatus>,
 ) -> Result<LandlockLayer, PrepareError> {
-    let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
-        decide::degrade(policy.allow_degraded, layer, reason, layers)
-    };
-    let decide::Network {
-        socket_rules,
-        loopback_only,
-    } = network;
+    let support = k.landlock();
     let mut landlock_abi = 0;
     let mut fs_rules = Vec::new();
-    let landlock = match k.landlock() {
-        Ok(support) if support.filesystem => {
-            landlock_abi = support.abi;
-            let mut rules =
-                expand_grants_skipping(&policy.fs, unsplit).map_err(PrepareError::FsRules)?;
-            // The view's own directories are other inodes than any the supervisor can
-            // name: granted by the descriptor the view opened on each.
-            for t in dirs {
-                let Some(fd) = t.fd else { continue };
-                let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
-                rules.push(FsRule {
-                    path: t.path.to_path_buf(),
-                    access: t.access,
-                    is_dir: true,
-                    fd: std::sync::Arc::new(fd),
-                });
-            }
-            fs_rules = rules
-                .iter()
-                .map(|r| (r.path.clone(), r.access, r.is_dir))
-                .collect();
-            // Those the exec's init adds itself, once it has mounted them.
-            let deferred: Vec<_> = dirs
-                .iter()
-                .filter(|t| t.fd.is_none())
-                .map(|t| (t.path.to_path_buf(), t.access, true))
-                .collect();
-            let count = rules.len() + deferred.len();
-            fs_rules.extend(deferred);
-            let p = landlock::prepare(&rules, socket_rules, support)?;
-            layers.push(LayerStatus {
-                layer: "landlock-fs",
-                status: Enforcement::Enforced,
-                detail: format!("ABI {}, {count} path rules", support.abi),
+    let mut landlock = None;
+    if let Ok(support) = support.as_ref().copied()
+        && support.filesystem
+    {
+        landlock_abi = support.abi;
+        let mut rules =
+            expand_grants_skipping(&policy.fs, unsplit).map_err(PrepareError::FsRules)?;
+        // The view's own directories are other inodes than any the supervisor can name:
+        // granted by the descriptor the view opened on each.
+        for t in dirs {
+            let Some(fd) = t.fd else { continue };
+            let fd = fd.try_clone().map_err(PrepareError::FsRules)?;
+            rules.push(FsRule {
+                path: t.path.to_path_buf(),
+                access: t.access,
+                is_dir: true,
+                fd: std::sync::Arc::new(fd),
             });
-            match (socket_rules, p.network_restricted) {
-            _ if loopback_only => layers.push(LayerStatus {
-                layer: "landlock-net",
-                status: Enforcement::NotRequested,
-                detail: "--network none in a private network namespace with only lo: loopback bind and connect allowed, any other connect is ENETUNREACH".into(),
-            }),
-            (NetworkMode::None, true) => layers.push(LayerStatus {
-                layer: "landlock-net",
-                status: Enforcement::Enforced,
-                detail: "TCP bind and connect denied".into(),
-            }),
-            (NetworkMode::None, false) => degrade(
-                "landlock-net",
-                format!("Landlock ABI {} < 4 cannot restrict TCP", support.abi),
-                layers,
-            )?,
-            (NetworkMode::All, _) => layers.push(LayerStatus {
-                layer: "landlock-net",
-                status: Enforcement::NotRequested,
-                detail: "--network all".into(),
-            }),
         }
-            if p.scoped {
-                layers.push(LayerStatus {
-                    layer: "landlock-scope",
-                    status: Enforcement::Enforced,
-                    detail: "signals and abstract unix sockets scoped to the sandbox".into(),
-                });
-            } else {
-                degrade(
-                    "landlock-scope",
-                    format!(
-                        "Landlock ABI {} < 6 cannot scope signals and abstract sockets",
-                        support.abi
-                    ),
-                    layers,
-                )?;
-            }
-            Some(p)
-        }
-        Ok(_) => {
-            degrade("landlock-fs", "Landlock reports ABI 0".into(), layers)?;
-            None
-        }
-        Err(e) => {
-            degrade("landlock-fs", e, layers)?;
-            None
-        }
-    };
+        fs_rules = rules
+            .iter()
+            .map(|r| (r.path.clone(), r.access, r.is_dir))
+            .collect();
+        // Those the exec's init adds itself, once it has mounted them.
+        fs_rules.extend(
+            dirs.iter()
+                .filter(|t| t.fd.is_none())
+                .map(|t| (t.path.to_path_buf(), t.access, true)),
+        );
+        landlock = Some(landlock::prepare(&rules, network.socket_rules, support)?);
+    }
+    decide::landlock_rows(
+        policy.allow_degraded,
+        &support,
+        fs_rules.len(),
+        network,
+        layers,
+    )?;
     Ok((landlock, landlock_abi, fs_rules))
 }
 
@@ -344,64 +292,6 @@ type LandlockLayer = (
     i32,
     Vec<(std::path::PathBuf, PathAccess, bool)>,
 );
-
-/// The identity row, and the switch the child makes (`euid` is the supervisor's).
-fn identity_layer(
-    k: &dyn kernel::Kernel,
-    policy: &Policy,
-    euid: u32,
-    layers: &mut Vec<LayerStatus>,
-) -> Result<identity::Switch, PrepareError> {
-    let degrade = |layer: &'static str, reason: String, layers: &mut Vec<LayerStatus>| {
-        decide::degrade(policy.allow_degraded, layer, reason, layers)
-    };
-    let identity = identity::prepare(if euid == 0 { policy.identity } else { None });
-    match (euid, policy.identity) {
-        (0, Some(id)) => layers.push(LayerStatus {
-            layer: "identity",
-            status: Enforcement::Enforced,
-            detail: format!(
-                "uid {} gid {}, no supplementary groups, every capability set empty, no_new_privs",
-                id.uid, id.gid
-            ),
-        }),
-        (0, None) => degrade(
-            "identity",
-            "running as root with no target uid".into(),
-            layers,
-        )?,
-        (uid, Some(id)) if id.uid != uid => degrade(
-            "identity",
-            format!("not root (uid {uid}): cannot switch to uid {}", id.uid),
-            layers,
-        )?,
-        (uid, _) => {
-            // Not root: setgroups needs CAP_SETGID, so the child inherits every supplementary
-            // group we hold. Pathname unix sockets are not checked by Landlock ABI 7, so a
-            // member of e.g. `docker` reaches /var/run/docker.sock: that is not "enforced".
-            let groups = k.supplementary_groups();
-            if groups.is_empty() {
-                layers.push(LayerStatus {
-                layer: "identity",
-                status: Enforcement::Enforced,
-                detail: format!(
-                    "not root: child keeps uid {uid} (files of this uid are guarded by Landlock only), no supplementary groups; capabilities cleared, no_new_privs"
-                ),
-            })
-            } else {
-                degrade(
-                    "identity",
-                    format!(
-                        "not root (uid {uid}): the child would keep the supplementary groups {}, which only root can drop",
-                        identity::describe_groups(&groups)
-                    ),
-                    layers,
-                )?
-            }
-        }
-    }
-    Ok(identity)
-}
 
 #[cfg(test)]
 #[path = "prepare_tests.rs"]

@@ -1,27 +1,16 @@
 //! The namespace layer of `prepare`: what the view must hold (the request, from the
-//! filesystem policy), its plan, and once it was made (or not) a row per kind and whose ids
-//! the writes to the read-write grants carry. Shared by the view made ahead (`prepare`, for
+//! filesystem policy), its plan, and once it was made (or not) whose ids the writes to the
+//! read-write grants carry and the facts its rows are decided on (`decide::view_rows`). Shared by the view made ahead (`prepare`, for
 //! every sandbox) and the one an exec's own init makes (`one.rs`, for `run`).
 
 use super::idmap::{self, IdSwap};
 use super::kernel::Kernel;
-use super::layer::{Enforcement, LayerStatus, PrepareError};
-use super::namespaces::{Kind, Outcome, ProcMount, UserNs, View, ViewMade, ViewPlan, ViewRequest};
+use super::layer::{LayerStatus, PrepareError};
+use super::namespaces::{Kind, Outcome, UserNs, View, ViewMade, ViewPlan, ViewRequest};
 use super::ownership::{self, Ownership};
-use super::step::Step;
+use super::step::{ChildError, Step};
 use super::{decide, namespaces, view_links};
 use crate::policy::{NetworkMode, Policy};
-
-fn degrade_row(
-    policy: &Policy,
-    layer: &'static str,
-    reason: String,
-    layers: &mut Vec<LayerStatus>,
-) -> Result<(), PrepareError> {
-    decide::degrade(policy.allow_degraded, layer, reason, layers)
-}
-
-use decide::row;
 
 /// The Landlock rule of a directory that exists only in the view, another inode than any the
 /// supervisor can name: a private tmpfs root (every right), the view's own files and the
@@ -175,52 +164,8 @@ pub(super) fn user_row(
     policy: &Policy,
     layers: &mut Vec<LayerStatus>,
 ) -> Result<bool, PrepareError> {
-    let usable = match k.user_ns() {
-        UserNs::Root => {
-            row(
-                layers,
-                Kind::User.layer(),
-                Enforcement::NotRequested,
-                "the supervisor is root: the view is owned by its user namespace".into(),
-            );
-            true
-        }
-        UserNs::Entered => {
-            let euid = k.euid();
-            row(
-                layers,
-                Kind::User.layer(),
-                Enforcement::Enforced,
-                format!(
-                    "not root: the supervisor runs in a user namespace of its own (uid {euid} maps to itself), which owns the view"
-                ),
-            );
-            true
-        }
-        UserNs::Unavailable(e) => {
-            degrade_row(
-                policy,
-                Kind::User.layer(),
-                format!("not root, and no user namespace is allowed here ({e})"),
-                layers,
-            )?;
-            false
-        }
-        UserNs::NotTried => {
-            degrade_row(
-                policy,
-                Kind::User.layer(),
-                "not root, and the supervisor did not enter a user namespace".into(),
-                layers,
-            )?;
-            false
-        }
-    };
-    Ok(usable)
+    decide::user_ns_row(policy.allow_degraded, &k.user_ns(), k.euid(), layers)
 }
-
-/// The kinds of the view, in the rows' order.
-const KINDS: [Kind; 5] = [Kind::Pid, Kind::Mount, Kind::Ipc, Kind::Uts, Kind::Net];
 
 /// No user namespace to own a view: a degraded row per kind (or an error), no view.
 fn without_namespaces(
@@ -228,23 +173,7 @@ fn without_namespaces(
     policy: &Policy,
     layers: &mut Vec<LayerStatus>,
 ) -> Result<(View, Ownership), PrepareError> {
-    for kind in KINDS {
-        if kind == Kind::Net && policy.network == NetworkMode::All {
-            row(
-                layers,
-                kind.layer(),
-                Enforcement::NotRequested,
-                "--network all".into(),
-            );
-            continue;
-        }
-        degrade_row(
-            policy,
-            kind.layer(),
-            "needs a user namespace (see namespace-user)".into(),
-            layers,
-        )?;
-    }
+    decide::no_view_rows(policy.allow_degraded, policy.network, layers)?;
     let req = view_request(policy);
     let ownership = Ownership::decide(policy, k.euid(), &req.grants, req.workdir, &[], None, &[]);
     Ok((View::default(), ownership))
@@ -280,8 +209,7 @@ pub(super) fn plan(k: &dyn Kernel, policy: &Policy) -> Planned {
         }
     }
     if k.user_ns() == UserNs::Entered {
-        // SAFETY: getegid has no preconditions.
-        req.ipc_userns = Some((k.euid(), unsafe { libc::getegid() }));
+        req.ipc_userns = Some((k.euid(), crate::sys::process::egid()));
     }
     let plan = ViewPlan::new(&req);
     Planned { req, userns, plan }
@@ -315,83 +243,42 @@ pub(super) fn made(
         plan.root().filter(|_| view.root),
         &view.idmap,
     );
-    for kind in KINDS {
-        let outcome = probe.outcomes[kind as usize];
-        let enforced = match kind {
-            Kind::Pid => match view.proc {
-                ProcMount::SubsetPid => "a PID namespace per exec, PID 1 is its init; /proc mounted with subset=pid (non-initial user namespace)".to_string(),
-                _ => "a PID namespace per exec, PID 1 is its init; a fresh /proc".to_string(),
-            },
-            Kind::Mount => {
-                let tmpfs: Vec<String> = view
-                    .tmpfs
-                    .iter()
-                    .map(|(p, _)| {
-                        let size = if p == std::path::Path::new("/tmp") {
-                            req.tmp_size
-                        } else {
-                            req.shm_size
-                        };
-                        format!("{} ({} MiB)", p.display(), size >> 20)
-                    })
-                    .collect();
-                let skipped: Vec<String> = ["/tmp", "/dev/shm"]
-                    .iter()
-                    .filter(|t| !plan.tmpfs_targets().iter().any(|p| p == std::path::Path::new(t)))
-                    .map(|t| format!("; {t} is itself granted and stays as it is"))
-                    .collect();
-                let root = match plan.root() {
-                    Some(r) if view.root => format!(
-                        "a root of the granted paths only ({} binds; top level {}){}, nothing else exists; ",
-                        r.bind_count(),
-                        r.top_level().join(" "),
-                        if view.chroot.is_some() {
-                            ", entered with chroot (pivot_root is refused here: the old root stays below it in the namespace)"
-                        } else {
-                            ""
-                        }
-                    ),
-                    _ => "the policy grants /: the view's root is the supervisor's; ".into(),
+    let root = plan.root();
+    let facts = decide::ViewFacts {
+        outcomes: probe.outcomes,
+        ipc_limits: probe.ipc_limits,
+        proc: view.proc,
+        tmpfs: view
+            .tmpfs
+            .iter()
+            .map(|(p, _)| {
+                let size = if p == std::path::Path::new("/tmp") {
+                    req.tmp_size
+                } else {
+                    req.shm_size
                 };
-                format!(
-                    "{root}private propagation; private tmpfs mode 1777 on {}{}",
-                    tmpfs.join(" and "),
-                    skipped.concat()
-                )
-            }
-            Kind::Ipc => format!(
-                "private SysV IPC and POSIX message queues; {}",
-                req.ipc.describe()
-            ),
-            Kind::Uts => format!("hostname {}", req.hostname),
-            Kind::Net => "a network namespace with only lo, up".to_string(),
-            Kind::User => unreachable!("not in `kinds`"),
-        };
-        match outcome {
-            Outcome::Made if kind == Kind::Ipc && probe.ipc_limits.is_some() => {
-                let e = probe.ipc_limits.expect("checked");
-                degrade_row(
-                    policy,
-                    kind.layer(),
-                    format!(
-                        "private SysV IPC and POSIX message queues, but its limits could not be set ({e}): what an exec leaves there (shared memory segments, message queues, semaphores) is bounded only by the kernel's defaults"
-                    ),
-                    layers,
-                )?
-            }
-            Outcome::Made => row(layers, kind.layer(), Enforcement::Enforced, enforced),
-            Outcome::NotRequested if kind == Kind::Net => row(
-                layers,
-                kind.layer(),
-                Enforcement::NotRequested,
-                "--network all: the supervisor's network namespace".into(),
-            ),
-            Outcome::NotRequested => {
-                degrade_row(policy, kind.layer(), "not attempted".into(), layers)?
-            }
-            Outcome::Failed(e) if kind == Kind::Mount && !view.root => {
-                let at = match (e.step, plan.root()) {
-                    (
+                (p.clone(), size)
+            })
+            .collect(),
+        tmpfs_granted: ["/tmp", "/dev/shm"]
+            .into_iter()
+            .filter(|t| {
+                !plan
+                    .tmpfs_targets()
+                    .iter()
+                    .any(|p| p == std::path::Path::new(t))
+            })
+            .collect(),
+        root_made: view.root,
+        root: root.filter(|_| view.root).map(|r| decide::RootFacts {
+            binds: r.bind_count(),
+            top_level: r.top_level(),
+            chroot: view.chroot.is_some(),
+        }),
+        mount_failed_at: match (probe.outcomes[Kind::Mount.index()], root) {
+            (
+                Outcome::Failed(ChildError {
+                    step:
                         Step::OpenGrant
                         | Step::MakeMountpoint
                         | Step::BindGrant
@@ -399,24 +286,16 @@ pub(super) fn made(
                         | Step::MountTmpfs
                         | Step::HideDenied
                         | Step::MakeViewLink,
-                        Some(r),
-                    ) => r
-                        .entry_path(e.detail)
-                        .map(|p| format!(" (at {p})"))
-                        .unwrap_or_default(),
-                    _ => String::new(),
-                };
-                degrade_row(
-                    policy,
-                    kind.layer(),
-                    format!(
-                        "{e}{at}: no root of the granted paths only, so paths outside the grants stay visible (pathname unix sockets can be connected to, stat and inotify probe them)"
-                    ),
-                    layers,
-                )?
-            }
-            Outcome::Failed(e) => degrade_row(policy, kind.layer(), e.to_string(), layers)?,
-        }
-    }
+                    detail,
+                    ..
+                }),
+                Some(r),
+            ) => r.entry_path(detail),
+            _ => None,
+        },
+        ipc: req.ipc.describe(),
+        hostname: req.hostname.clone(),
+    };
+    decide::view_rows(policy.allow_degraded, &facts, layers)?;
     Ok((view, ownership))
 }

@@ -33,6 +33,44 @@ pub fn pidfd_send_signal(pidfd: RawFd, sig: i32) -> Result<(), i32> {
     if rc == 0 { Ok(()) } else { Err(super::errno()) }
 }
 
+/// `kill(pid, sig)`: a negative `pid` is a process group. By number, so only where the number
+/// cannot name another process by now: a leader not yet reaped (and the group it leads), a
+/// member of a frozen cgroup, a child of ours that only we reap. Elsewhere signal through a
+/// pidfd ([`pidfd_send_signal`]). `Err` is the errno (ESRCH once it is gone).
+pub fn kill(pid: libc::pid_t, sig: i32) -> io::Result<()> {
+    // SAFETY: kill with integer arguments.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The calling process's effective uid. These four calls cannot fail and have no
+/// preconditions: one wrapper each, so that no caller writes an `unsafe` block for them.
+pub fn euid() -> libc::uid_t {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The calling process's effective gid.
+pub fn egid() -> libc::gid_t {
+    // SAFETY: getegid has no preconditions and cannot fail.
+    unsafe { libc::getegid() }
+}
+
+/// The calling process's real gid.
+pub fn gid() -> libc::gid_t {
+    // SAFETY: getgid has no preconditions and cannot fail.
+    unsafe { libc::getgid() }
+}
+
+/// The calling process's pid (in its own PID namespace).
+pub fn pid() -> libc::pid_t {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() }
+}
+
 /// The calling process's supplementary groups, as `getgroups` lists them (empty when it
 /// cannot say).
 pub fn groups() -> Vec<libc::gid_t> {

@@ -15,8 +15,11 @@
 //! `selftest` plants each thing the checker must see in a small tree and shows it is caught.
 
 mod graph;
+mod libc_calls;
 mod rules;
+mod scan;
 mod selftest;
+mod statics;
 
 use std::path::Path;
 use std::sync::OnceLock;

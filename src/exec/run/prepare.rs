@@ -162,8 +162,7 @@ pub(super) fn prepare(
     log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
     let mut policy = loaded.policy;
     tl.stamp("policy");
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = crate::sys::process::euid() == 0;
     let (lease, explicit_lease) = leases(args, loaded.file_sets_identity, &mut policy, root)?;
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
@@ -187,8 +186,7 @@ pub(super) fn prepare(
     // Who the child runs as: the switched identity when we are root, else our own.
     let (uid, gid) = match policy.identity {
         Some(id) if root => (id.uid, id.gid),
-        // SAFETY: geteuid and getegid have no preconditions.
-        _ => unsafe { (libc::geteuid(), libc::getegid()) },
+        _ => (crate::sys::process::euid(), crate::sys::process::egid()),
     };
     tl.stamp("uid-scratch-env");
     // One run, one exec: its streams are made first, its init makes the view (exec/one.rs),

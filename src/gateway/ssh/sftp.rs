@@ -25,6 +25,8 @@ use russh_sftp::protocol::{
 };
 use russh_sftp::server::StatusReply;
 
+use crate::exit::Exit;
+
 /// The subsystem name clients ask for.
 pub const SUBSYSTEM: &str = "sftp";
 /// argv[1] of the hidden mode.
@@ -90,14 +92,14 @@ pub fn serve_stdio() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("openshell-sandbox sftp-server: starting the runtime: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(Exit::Failed.code());
         }
     };
     rt.block_on(async {
         let stdio = (dup(0), dup(1));
         let (Ok(rx), Ok(tx)) = stdio else {
             eprintln!("openshell-sandbox sftp-server: stdin and stdout must be open");
-            return ExitCode::from(1);
+            return ExitCode::from(Exit::Failed.code());
         };
         let pipes = (
             tokio::net::unix::pipe::Receiver::from_owned_fd(rx),
@@ -105,7 +107,7 @@ pub fn serve_stdio() -> ExitCode {
         );
         let (Ok(rx), Ok(tx)) = pipes else {
             eprintln!("openshell-sandbox sftp-server: stdin and stdout must be pipes");
-            return ExitCode::from(1);
+            return ExitCode::from(Exit::Failed.code());
         };
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));

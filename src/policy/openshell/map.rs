@@ -133,8 +133,7 @@ pub struct Host {
 
 impl Host {
     pub fn current() -> Host {
-        // SAFETY: geteuid and getegid have no preconditions.
-        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (euid, egid) = (crate::sys::process::euid(), crate::sys::process::egid());
         let sandbox_user = std::fs::read_to_string("/etc/passwd")
             .ok()
             .and_then(|t| passwd_lookup(&t, "sandbox"));

@@ -108,8 +108,7 @@ impl Group {
                 // A frozen task cannot exit, so each pid is still the member we read. On v1 a
                 // frozen task also does not die of SIGKILL until the group is thawed.
                 for &pid in &m {
-                    // SAFETY: kill with integer arguments.
-                    unsafe { libc::kill(pid, sig) };
+                    let _ = crate::sys::process::kill(pid, sig);
                 }
                 Ok(m.len())
             }
@@ -117,8 +116,7 @@ impl Group {
                 let m = self.members()?;
                 pause();
                 for &pid in &m {
-                    // SAFETY: kill with integer arguments.
-                    unsafe { libc::kill(pid, sig) };
+                    let _ = crate::sys::process::kill(pid, sig);
                 }
                 Ok(m.len())
             }
