@@ -51,13 +51,20 @@ impl Resolve for SandboxResolver {
                 return Ok(vec![ip]);
             }
             if let Some(path) = &self.hosts {
-                let path = path.clone();
-                let name = host.to_string();
-                let found = tokio::task::spawn_blocking(move || {
-                    read_hosts(&path).map(|t| hosts_lookup(&t, &name))
-                })
-                .await
-                .map_err(|e| ResolveError::Lookup(std::io::Error::other(e)))?;
+                let found = match open_hosts(path) {
+                    Ok((f, len)) if len <= INLINE_HOSTS_BYTES => {
+                        read_open(f).map(|t| hosts_lookup(&t, host))
+                    }
+                    Ok((f, _)) => {
+                        let name = host.to_string();
+                        tokio::task::spawn_blocking(move || {
+                            read_open(f).map(|t| hosts_lookup(&t, &name))
+                        })
+                        .await
+                        .map_err(|e| ResolveError::Lookup(std::io::Error::other(e)))?
+                    }
+                    Err(e) => Err(e),
+                };
                 // An unreadable hosts file is skipped, as a missing one is.
                 if let Ok(found) = found
                     && !found.is_empty()
@@ -85,15 +92,33 @@ impl Resolve for SandboxResolver {
     }
 }
 
+/// Hosts files up to this size are read on the async worker, where a read of a few KiB
+/// costs microseconds and the hop to a blocking thread and back costs tens (BENCHMARKS.md,
+/// the egress proxy); a larger one (the sandbox's to grow, up to [`MAX_HOSTS_BYTES`]) is read
+/// on a blocking thread.
+const INLINE_HOSTS_BYTES: u64 = 64 << 10;
+
 /// Read a hosts file the sandbox may control (see the module doc).
 pub fn read_hosts(path: &std::path::Path) -> std::io::Result<String> {
+    read_open(open_hosts(path)?.0)
+}
+
+/// Open a hosts file the sandbox may control: no final symlink followed, non-blocking (a
+/// FIFO planted there must not hang the proxy), a regular file; with its size.
+fn open_hosts(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
-    if !f.metadata()?.is_file() {
+    let m = f.metadata()?;
+    if !m.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
+    Ok((f, m.len()))
+}
+
+/// At most [`MAX_HOSTS_BYTES`] of an opened hosts file.
+fn read_open(f: std::fs::File) -> std::io::Result<String> {
     let mut buf = Vec::new();
     f.take(MAX_HOSTS_BYTES).read_to_end(&mut buf)?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
@@ -133,6 +158,32 @@ mod tests {
         assert_eq!(hosts_lookup(t, "localhost"), [ip("::1")]);
         assert!(hosts_lookup(t, "nx.wild.test").is_empty());
         assert!(hosts_lookup(t, "line").is_empty());
+    }
+
+    /// A small file is read on the worker, a large one on a blocking thread: both find the
+    /// name, the large one at its end.
+    #[tokio::test]
+    async fn small_and_large_hosts_files_resolve() {
+        let d = tempfile::tempdir().unwrap();
+        let small = d.path().join("small");
+        std::fs::write(&small, "192.88.99.10 up.test\n").unwrap();
+        let large = d.path().join("large");
+        let mut t = "# filler\n".repeat((INLINE_HOSTS_BYTES as usize) / 9 + 1);
+        t.push_str("192.88.99.11 up.test\n");
+        assert!(t.len() as u64 > INLINE_HOSTS_BYTES);
+        std::fs::write(&large, t).unwrap();
+        for (path, want) in [(small, "192.88.99.10"), (large, "192.88.99.11")] {
+            let r = SandboxResolver {
+                hosts: Some(path),
+                system: false,
+            };
+            let got = r.resolve("up.test", 80).await.unwrap();
+            assert_eq!(got, [want.parse::<IpAddr>().unwrap()]);
+            assert!(matches!(
+                r.resolve("nx.test", 80).await,
+                Err(ResolveError::NoAddress(_))
+            ));
+        }
     }
 
     #[test]
