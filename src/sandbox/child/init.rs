@@ -42,6 +42,7 @@ use crate::sys::errno;
 
 use super::signals::{COMMAND, forward};
 pub use super::signals::{FORWARDED, forward_to_job};
+use super::timeline::{Mark, mark};
 
 /// How long the supervisor waits for the command's account of a failed execve (the
 /// examination in `diagnose.rs`, a handful of lookups) before it kills the exec and reports the
@@ -340,6 +341,7 @@ fn clone_exec(
         Vec::new()
     };
     let mut pidfd: libc::c_int = -1;
+    mark(Mark::Pipes);
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork (x86_64 order:
     // flags, stack, parent_tid, child_tid, tls; CLONE_PIDFD returns the pidfd in parent_tid).
     // The child runs only `init_main` / `command_main`, which never return.
@@ -357,6 +359,7 @@ fn clone_exec(
         return Err(SpawnError::Clone(io::Error::last_os_error()));
     }
     if pid == 0 {
+        mark(Mark::InitStart);
         let err = err_w.as_raw_fd();
         // SAFETY: we are the forked, single-threaded child.
         unsafe {
@@ -454,6 +457,7 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
             return Err(ChildError::last(step));
         }
     }
+    mark(Mark::InitSetns);
     // setns put us at the namespace's root; where the view's root could only be entered with
     // chroot (view_root.rs), that is the old root under it: enter the view's.
     if v.mnt >= 0 && v.root >= 0 {
@@ -471,6 +475,7 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
         if mount_proc(v.proc) != 0 {
             return Err(ChildError::last(Step::MountProc));
         }
+        mark(Mark::InitProc);
     }
     Ok(())
 }
@@ -497,6 +502,7 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
         init_prologue(cg, supervisor_pidfd, err_w);
+        mark(Mark::InitPrologue);
         if let Err(e) = join_view(view, true) {
             fail(e, err_w);
         }
@@ -573,6 +579,7 @@ pub(super) unsafe fn serve_exec(
                 fail(ChildError::last(Step::InitSignals), err_w);
             }
         }
+        mark(Mark::InitSignals);
         // The command shares our memory until it execs (CLONE_VM|CLONE_VFORK, as posix_spawn
         // does): copying the page tables of a second copy of the supervisor was the largest
         // single cost of the spawn. It runs on its own stack, prepared before the first fork;
@@ -593,10 +600,12 @@ pub(super) unsafe fn serve_exec(
         if cmd < 0 {
             fail(ChildError::last(Step::ForkCommand), err_w);
         }
+        mark(Mark::InitResumed);
         COMMAND.store(cmd, std::sync::atomic::Ordering::Relaxed);
         // The command has exec'd (or exited): our copy of the supervisor's heaps and other
         // threads' stacks is of no more use, and may hold its secrets (forget.rs).
         super::forget::forget_supervisor_memory(std::ptr::addr_of!(COMMAND) as usize);
+        mark(Mark::InitForgot);
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
         libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);
@@ -635,6 +644,7 @@ extern "C" fn command_entry(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` points at the init's CommandArgs, alive while the init is suspended in
     // vfork; we are the single-threaded command child.
     unsafe {
+        mark(Mark::CommandStart);
         let a = &*(arg as *const CommandArgs<'_>);
         let workdir = a.check_workdir.then_some(a.plan.workdir.as_c_str());
         command_main(a.p, a.plan, None, None, 1, a.err_w, workdir)
@@ -676,6 +686,7 @@ unsafe fn command_main(
         if libc::chdir(plan.cwd.as_ptr()) != 0 {
             fail(ChildError::last(Step::Chdir), err_w);
         }
+        mark(Mark::CommandStdio);
         // Without an init (no PID namespace), the command itself is its exec's child
         // subreaper: the attribute survives execve, and is not inherited by its children. A
         // double-forked daemon of this exec is then re-parented to the command while it runs,

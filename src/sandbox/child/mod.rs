@@ -48,11 +48,13 @@ mod forget;
 pub mod init;
 pub mod process;
 mod signals;
+pub mod timeline;
 pub mod view_init;
 
 use super::prepared::Prepared;
 use super::step::{ChildError, Step};
 use super::{cgroup, identity, namespaces, rlimits, seccomp};
+use timeline::{Mark, mark};
 
 /// Apply every layer to the calling command process, steps 2 to 10 of the module's list, in
 /// that order. `parent`: the pid `getppid()` must return once the parent-death signal is armed
@@ -73,16 +75,20 @@ pub unsafe fn enforce_in_child(
     workdir: Option<&std::ffi::CStr>,
 ) -> Result<(), ChildError> {
     process::enforce_session(controlling_tty)?;
+    mark(Mark::CommandSession);
     if let Some(cg) = join {
         cg.join()
             .map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
     }
     rlimits::apply(&p.rlimits)?;
+    mark(Mark::CommandRlimits);
     identity::enforce(&p.identity)?;
     if let Some(dir) = workdir {
         process::check_workdir(dir)?;
     }
+    mark(Mark::CommandIdentity);
     process::enforce_parent_death(parent)?;
+    mark(Mark::CommandParentDeath);
     if let Some(ll) = &p.landlock {
         if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
             ll.add_fresh_proc_rule()
@@ -95,10 +101,13 @@ pub unsafe fn enforce_in_child(
         ll.enforce()
             .map_err(|e| ChildError::new(Step::Landlock, e))?;
     }
+    mark(Mark::CommandLandlock);
     process::enforce_fds()?;
     process::reset_signals()?;
+    mark(Mark::CommandFds);
     if let Some(prog) = &p.seccomp {
         seccomp::install(prog).map_err(|e| ChildError::new(Step::Seccomp, e))?;
     }
+    mark(Mark::CommandSeccomp);
     Ok(())
 }
