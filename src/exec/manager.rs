@@ -482,6 +482,16 @@ fn spawn_one(
         None => None,
     };
     timeline::mark(Mark::Cgroup);
+    // The exec's own Landlock ruleset, to which its command adds the rule for its fresh /proc
+    // (landlock.rs `copy`): in the shared one those rules would pile up, one per exec.
+    let plan = match &prepared.landlock {
+        Some(ll) => plan.with_ruleset(ll.copy().map_err(|source| ManagerError::Io {
+            what: "copying the sandbox's Landlock ruleset for the exec",
+            source,
+        })?),
+        None => plan,
+    };
+    timeline::mark(Mark::Ruleset);
     let s = fork_exec(prepared, &plan, cgroup.as_deref(), sup);
     timeline::mark(Mark::ExecSeen);
     timeline::finish();

@@ -74,6 +74,8 @@ pub struct ExecPlan {
     /// The workdir, for the command's own check that it may write there (`run`, see
     /// `process::check_workdir`); empty when never asked.
     workdir: CString,
+    /// The exec's own copy of the sandbox's Landlock ruleset ([`ExecPlan::with_ruleset`]).
+    landlock: Option<crate::sandbox::landlock::PreparedRuleset>,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same struct, which are never
@@ -128,7 +130,15 @@ impl ExecPlan {
             controlling_tty,
             program_fd,
             workdir: CString::default(),
+            landlock: None,
         })
+    }
+
+    /// The command enforces `r`, a copy of the sandbox's ruleset made for this exec
+    /// (`PreparedRuleset::copy`), and adds its own rules there, not to the shared one.
+    pub fn with_ruleset(mut self, r: crate::sandbox::landlock::PreparedRuleset) -> ExecPlan {
+        self.landlock = Some(r);
+        self
     }
 
     /// The workdir that `run`'s command may be asked to check it can write (see
@@ -705,7 +715,9 @@ unsafe fn command_main(
         if view.is_some() && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             fail(ChildError::last(Step::Subreaper), err_w);
         }
-        if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent, workdir) {
+        let own = plan.landlock.as_ref();
+        if let Err(e) = super::enforce_in_child(p, own, join, plan.controlling_tty, parent, workdir)
+        {
             fail(e, err_w);
         }
         match &plan.program_fd {

@@ -57,7 +57,8 @@ use super::{cgroup, identity, namespaces, rlimits, seccomp};
 use timeline::{Mark, mark};
 
 /// Apply every layer to the calling command process, steps 2 to 10 of the module's list, in
-/// that order. `parent`: the pid `getppid()` must return once the parent-death signal is armed
+/// that order. `own`: the exec's own copy of the Landlock ruleset, enforced in place of the
+/// shared one (`ExecPlan::with_ruleset`). `parent`: the pid `getppid()` must return once the parent-death signal is armed
 /// (1 inside the exec's PID namespace, where our init is the parent; the supervisor's pid
 /// otherwise). `join`: the cgroup to join here (only when there is no init, which joins it for
 /// the whole namespace).
@@ -69,6 +70,7 @@ use timeline::{Mark, mark};
 /// (raw syscalls on the data in `p`, no allocation).
 pub unsafe fn enforce_in_child(
     p: &Prepared,
+    own: Option<&super::landlock::PreparedRuleset>,
     join: Option<&cgroup::ExecCgroup>,
     controlling_tty: bool,
     parent: libc::pid_t,
@@ -89,7 +91,7 @@ pub unsafe fn enforce_in_child(
     mark(Mark::CommandIdentity);
     process::enforce_parent_death(parent)?;
     mark(Mark::CommandParentDeath);
-    if let Some(ll) = &p.landlock {
+    if let Some(ll) = own.or(p.landlock.as_ref()) {
         if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
             ll.add_fresh_proc_rule()
                 .map_err(|e| ChildError::new(Step::LandlockProcRule, e))?;

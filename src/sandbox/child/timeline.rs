@@ -19,6 +19,8 @@ pub enum Mark {
     Job,
     /// The exec's cgroup was taken (made ahead, or made now).
     Cgroup,
+    /// The exec's own copy of the Landlock ruleset was made.
+    Ruleset,
     /// The pipes and the command's stack were made: the clone follows.
     Pipes,
     /// The init's first instruction after the clone (the fork of the supervisor).
@@ -58,9 +60,10 @@ pub enum Mark {
 }
 
 impl Mark {
-    pub const ALL: [Mark; 20] = [
+    pub const ALL: [Mark; 21] = [
         Mark::Job,
         Mark::Cgroup,
+        Mark::Ruleset,
         Mark::Pipes,
         Mark::InitStart,
         Mark::InitPrologue,
@@ -85,6 +88,7 @@ impl Mark {
         match self {
             Mark::Job => "job",
             Mark::Cgroup => "cgroup",
+            Mark::Ruleset => "ruleset",
             Mark::Pipes => "pipes",
             Mark::InitStart => "init-start",
             Mark::InitPrologue => "init-prologue",
