@@ -620,8 +620,8 @@ pub(super) unsafe fn serve_exec(
         // below (a walk of our whole mapping list).
         libc::close(err_w);
         // Our copy of the supervisor's heaps and other threads' stacks is of no more use, and
-        // may hold its secrets (forget.rs).
-        super::forget::forget_supervisor_memory(std::ptr::addr_of!(COMMAND) as usize);
+        // may hold its secrets (sys/forget.rs).
+        crate::sys::forget::forget_supervisor_memory(None, std::ptr::addr_of!(COMMAND) as usize);
         mark(Mark::InitForgot);
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
