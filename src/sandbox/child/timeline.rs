@@ -113,6 +113,9 @@ impl Mark {
 
 const SLOTS: usize = Mark::ALL.len();
 
+/// One spawn's stages: each with when it ended, in ns after the job was taken.
+pub type Stages = Vec<(Mark, u64)>;
+
 /// The shared page, or null when the timeline is off.
 static PAGE: AtomicPtr<AtomicU64> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -194,7 +197,7 @@ pub fn mark(m: Mark) {
 /// The stamps of the spawn just finished, cleared for the next: when each stage ended, in ns
 /// after [`Mark::Job`] (the children run beside the supervisor, so two stages can end in
 /// either order); stages that did not happen are left out.
-pub fn take() -> Option<Vec<(Mark, u64)>> {
+pub fn take() -> Option<Stages> {
     let p = PAGE.load(Ordering::Acquire);
     if p.is_null() {
         return None;
@@ -223,7 +226,7 @@ pub fn line(stages: &[(Mark, u64)]) -> String {
 }
 
 /// Where finished spawns' stages go: stderr, unless a bench asked to keep them.
-static KEPT: std::sync::Mutex<Option<Vec<Vec<(Mark, u64)>>>> = std::sync::Mutex::new(None);
+static KEPT: std::sync::Mutex<Option<Vec<Stages>>> = std::sync::Mutex::new(None);
 
 /// Keep each spawn's stages for [`kept`] instead of printing them (the spawn bench).
 pub fn keep() {
@@ -233,7 +236,7 @@ pub fn keep() {
 }
 
 /// The stages kept since the last call.
-pub fn kept() -> Vec<Vec<(Mark, u64)>> {
+pub fn kept() -> Vec<Stages> {
     let mut k = KEPT.lock().unwrap_or_else(|p| p.into_inner());
     k.as_mut().map(std::mem::take).unwrap_or_default()
 }
