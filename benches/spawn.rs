@@ -98,6 +98,47 @@ fn p90(v: &mut [Duration]) -> Duration {
     v[v.len() * 9 / 10]
 }
 
+/// Where the time of a spawn joining the view goes: `OSB_SPAWN_TIMELINE`'s stamps
+/// (sandbox/child/timeline.rs), in rounds of their own after the measured ones, so that the
+/// stamps cost nothing above.
+async fn stages(full: &Sandbox) {
+    use openshell_sandbox::sandbox::child::timeline::{self, Mark};
+    timeline::keep();
+    let mut total = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        total.push(sandboxed(full).await);
+    }
+    let kept = timeline::kept();
+    println!(
+        "stages of the spawn joining the view ({} rounds with OSB_SPAWN_TIMELINE): median end after the job (p90), and the step from the stage before",
+        kept.len()
+    );
+    let mut prev = 0.0;
+    for m in Mark::ALL {
+        let mut v: Vec<u64> = kept
+            .iter()
+            .filter_map(|r| r.iter().find(|(k, _)| *k == m).map(|(_, ns)| *ns))
+            .collect();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_unstable();
+        let med = v[v.len() / 2] as f64 / 1e3;
+        println!(
+            "  {:<16} {:>8.1}us ({:>8.1}us) {:>+8.1}us",
+            m.name(),
+            med,
+            v[v.len() * 9 / 10] as f64 / 1e3,
+            med - prev
+        );
+        prev = med;
+    }
+    println!(
+        "  spawn-to-exit median in these rounds {:.0}us",
+        median(&mut total).as_secs_f64() * 1e6
+    );
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -194,5 +235,6 @@ fn main() {
         for l in full.layers() {
             println!("  layer {:<15} {:?}: {}", l.layer, l.status, l.detail);
         }
+        stages(&full).await;
     });
 }

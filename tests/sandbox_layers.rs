@@ -89,31 +89,55 @@ for p in ["{dir}/client/tls.key", "{dir}/client", "{dir}"]:
 
 #[test]
 fn default_secret_dir_under_etc_is_unreadable() {
-    if !require_root() {
+    if !require_root() || !require(which("unshare"), "unshare (util-linux)") {
         return;
     }
-    // The real path OpenShell mounts the client key at; denied by default, no flag needed.
-    let created = !std::path::Path::new("/etc/openshell-tls").exists();
-    std::fs::create_dir_all("/etc/openshell-tls/client").unwrap();
+    // The real path OpenShell mounts the client key at; denied by default, no flag needed. It
+    // is made in a mount namespace of this run's own, in an overlay of /etc: on the host it
+    // would change every later run there (the default deny path splits the /etc grant).
+    let layer = tempfile::tempdir().unwrap();
     let key = "/etc/openshell-tls/client/osb-test.key";
-    std::fs::write(key, "PRIVATE KEY").unwrap();
-    let r = probe(
-        &[],
-        &format!(
-            r#"
+    let script = format!(
+        "set -e\n\
+         mount -t tmpfs tmpfs '{l}'\n\
+         mkdir '{l}/up' '{l}/work'\n\
+         mount -t overlay -o lowerdir=/etc,upperdir='{l}/up',workdir='{l}/work' overlay /etc\n\
+         mkdir -p /etc/openshell-tls/client\n\
+         printf 'PRIVATE KEY' > {key}\n\
+         exec \"$@\"\n",
+        l = layer.path().display()
+    );
+    let wd = Workdir::new();
+    let body = format!(
+        r#"{PY_SYSCALL}
 import errno
 try:
     open("{key}").read(); print("READ")
 except OSError as e:
     print("key", errno.errorcode[e.errno])
 "#
-        ),
     );
-    let _ = std::fs::remove_file(key);
-    if created {
-        let _ = std::fs::remove_dir_all("/etc/openshell-tls");
-    }
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(&script)
+        .arg("sh")
+        .arg(BIN)
+        .arg("run")
+        .arg("--workdir")
+        .arg(wd.path())
+        .args(["--", "python3", "-c", &body])
+        .current_dir(wd.path())
+        .output()
+        .expect("unshare");
+    let r = Run {
+        out,
+        report: serde_json::Value::Null,
+    };
     expect_line(&r, "key EACCES");
+    assert!(
+        !std::path::Path::new(key).exists(),
+        "the key was made on the host"
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 
 use super::reaper::{Reaped, Registry};
 use crate::sandbox::cgroup::ExecCgroup;
+use crate::sandbox::child::timeline::{self, Mark};
 use crate::sandbox::child::view_init::ViewInit;
 use crate::sandbox::init::{ExecPlan, SpawnError, Spawned, fork_exec};
 
@@ -147,6 +148,7 @@ pub fn running() -> bool {
 /// The process-wide manager, started on first use.
 pub fn get() -> &'static Manager {
     MANAGER.get_or_init(|| {
+        timeline::init_from_env();
         let (tx, rx) = mpsc::channel();
         // SAFETY: eventfd with flags; the fd is ours.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -470,6 +472,7 @@ fn spawn_one(
     // A test holds the manager thread here: the async side must go on
     // serving the running execs meanwhile, because no fork, wait or sweep happens on it.
     crate::pause::point("manager-spawn");
+    timeline::begin();
     let prepared = &sandbox.prepared;
     let cgroup = match &prepared.cgroups {
         Some(root) => Some(Arc::new(
@@ -478,7 +481,21 @@ fn spawn_one(
         )),
         None => None,
     };
-    let s = fork_exec(prepared, &plan, cgroup.as_deref(), sup)?;
+    timeline::mark(Mark::Cgroup);
+    // The exec's own Landlock ruleset, to which its command adds the rule for its fresh /proc
+    // (landlock.rs `copy`): in the shared one those rules would pile up, one per exec.
+    let plan = match &prepared.landlock {
+        Some(ll) => plan.with_ruleset(ll.copy().map_err(|source| ManagerError::Io {
+            what: "copying the sandbox's Landlock ruleset for the exec",
+            source,
+        })?),
+        None => plan,
+    };
+    timeline::mark(Mark::Ruleset);
+    let s = fork_exec(prepared, &plan, cgroup.as_deref(), sup);
+    timeline::mark(Mark::ExecSeen);
+    timeline::finish();
+    let s = s?;
     // The child-side stdio ends close here, in the parent.
     drop(plan);
     register(prepared, s, cgroup, entries, registry)

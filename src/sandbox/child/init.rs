@@ -42,6 +42,7 @@ use crate::sys::errno;
 
 use super::signals::{COMMAND, forward};
 pub use super::signals::{FORWARDED, forward_to_job};
+use super::timeline::{Mark, mark};
 
 /// How long the supervisor waits for the command's account of a failed execve (the
 /// examination in `diagnose.rs`, a handful of lookups) before it kills the exec and reports the
@@ -73,6 +74,8 @@ pub struct ExecPlan {
     /// The workdir, for the command's own check that it may write there (`run`, see
     /// `process::check_workdir`); empty when never asked.
     workdir: CString,
+    /// The exec's own copy of the sandbox's Landlock ruleset ([`ExecPlan::with_ruleset`]).
+    landlock: Option<crate::sandbox::landlock::PreparedRuleset>,
 }
 
 // SAFETY: the raw pointers point into the CStrings owned by the same struct, which are never
@@ -127,7 +130,15 @@ impl ExecPlan {
             controlling_tty,
             program_fd,
             workdir: CString::default(),
+            landlock: None,
         })
+    }
+
+    /// The command enforces `r`, a copy of the sandbox's ruleset made for this exec
+    /// (`PreparedRuleset::copy`), and adds its own rules there, not to the shared one.
+    pub fn with_ruleset(mut self, r: crate::sandbox::landlock::PreparedRuleset) -> ExecPlan {
+        self.landlock = Some(r);
+        self
     }
 
     /// The workdir that `run`'s command may be asked to check it can write (see
@@ -332,14 +343,9 @@ fn clone_exec(
         flags |= libc::CLONE_NEWPID as libc::c_ulong;
     }
     let area = args_area();
-    // The command's stack when an init clones it (see init_main). Allocated here, before any
-    // fork; the init's copy of it is the one used.
-    let stack = if init {
-        vec![0u8; 256 << 10]
-    } else {
-        Vec::new()
-    };
+    let stack: &[u8] = if init { command_stack() } else { &[] };
     let mut pidfd: libc::c_int = -1;
+    mark(Mark::Pipes);
     // SAFETY: a raw clone without CLONE_VM and without a new stack is a fork (x86_64 order:
     // flags, stack, parent_tid, child_tid, tls; CLONE_PIDFD returns the pidfd in parent_tid).
     // The child runs only `init_main` / `command_main`, which never return.
@@ -357,6 +363,7 @@ fn clone_exec(
         return Err(SpawnError::Clone(io::Error::last_os_error()));
     }
     if pid == 0 {
+        mark(Mark::InitStart);
         let err = err_w.as_raw_fd();
         // SAFETY: we are the forked, single-threaded child.
         unsafe {
@@ -368,7 +375,7 @@ fn clone_exec(
                         err_w: err,
                         status_w: st.as_raw_fd(),
                         supervisor_pidfd,
-                        stack: &stack,
+                        stack,
                     };
                     init_main(p, plan, cg, a)
                 }
@@ -387,6 +394,15 @@ fn clone_exec(
         status: st_r,
         init,
     })
+}
+
+/// The command's stack when an init clones it (see `serve_exec`): one region for every spawn,
+/// mapped once, before the first fork. The supervisor never writes it; each init is a fork, so
+/// the command writes only the init's private copy, and the next spawn can name the same
+/// region at once. A zeroed 256 KiB allocated for each spawn cost a tenth of the spawn's time.
+fn command_stack() -> &'static [u8] {
+    static STACK: std::sync::OnceLock<Box<[u8]>> = std::sync::OnceLock::new();
+    STACK.get_or_init(|| vec![0u8; 256 << 10].into_boxed_slice())
 }
 
 /// The supervisor's argv and environment areas (arg_start, arg_end, env_start, env_end of
@@ -454,6 +470,7 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
             return Err(ChildError::last(step));
         }
     }
+    mark(Mark::InitSetns);
     // setns put us at the namespace's root; where the view's root could only be entered with
     // chroot (view_root.rs), that is the old root under it: enter the view's.
     if v.mnt >= 0 && v.root >= 0 {
@@ -471,6 +488,7 @@ fn join_view(v: &ExecView, proc: bool) -> Result<(), ChildError> {
         if mount_proc(v.proc) != 0 {
             return Err(ChildError::last(Step::MountProc));
         }
+        mark(Mark::InitProc);
     }
     Ok(())
 }
@@ -497,6 +515,7 @@ unsafe fn init_main(p: &Prepared, plan: &ExecPlan, cg: Option<&ExecCgroup>, a: I
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
         init_prologue(cg, supervisor_pidfd, err_w);
+        mark(Mark::InitPrologue);
         if let Err(e) = join_view(view, true) {
             fail(e, err_w);
         }
@@ -573,6 +592,7 @@ pub(super) unsafe fn serve_exec(
                 fail(ChildError::last(Step::InitSignals), err_w);
             }
         }
+        mark(Mark::InitSignals);
         // The command shares our memory until it execs (CLONE_VM|CLONE_VFORK, as posix_spawn
         // does): copying the page tables of a second copy of the supervisor was the largest
         // single cost of the spawn. It runs on its own stack, prepared before the first fork;
@@ -593,10 +613,16 @@ pub(super) unsafe fn serve_exec(
         if cmd < 0 {
             fail(ChildError::last(Step::ForkCommand), err_w);
         }
+        mark(Mark::InitResumed);
         COMMAND.store(cmd, std::sync::atomic::Ordering::Relaxed);
-        // The command has exec'd (or exited): our copy of the supervisor's heaps and other
-        // threads' stacks is of no more use, and may hold its secrets (sys/forget.rs).
+        // The command has exec'd (or exited, its account of why written): our end of the error
+        // pipe goes first, so that the supervisor learns it at once, not after the forgetting
+        // below (a walk of our whole mapping list).
+        libc::close(err_w);
+        // Our copy of the supervisor's heaps and other threads' stacks is of no more use, and
+        // may hold its secrets (sys/forget.rs).
         crate::sys::forget::forget_supervisor_memory(None, std::ptr::addr_of!(COMMAND) as usize);
+        mark(Mark::InitForgot);
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
         libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);
@@ -635,6 +661,7 @@ extern "C" fn command_entry(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` points at the init's CommandArgs, alive while the init is suspended in
     // vfork; we are the single-threaded command child.
     unsafe {
+        mark(Mark::CommandStart);
         let a = &*(arg as *const CommandArgs<'_>);
         let workdir = a.check_workdir.then_some(a.plan.workdir.as_c_str());
         command_main(a.p, a.plan, None, None, 1, a.err_w, workdir)
@@ -676,6 +703,7 @@ unsafe fn command_main(
         if libc::chdir(plan.cwd.as_ptr()) != 0 {
             fail(ChildError::last(Step::Chdir), err_w);
         }
+        mark(Mark::CommandStdio);
         // Without an init (no PID namespace), the command itself is its exec's child
         // subreaper: the attribute survives execve, and is not inherited by its children. A
         // double-forked daemon of this exec is then re-parented to the command while it runs,
@@ -687,7 +715,9 @@ unsafe fn command_main(
         if view.is_some() && libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
             fail(ChildError::last(Step::Subreaper), err_w);
         }
-        if let Err(e) = super::enforce_in_child(p, join, plan.controlling_tty, parent, workdir) {
+        let own = plan.landlock.as_ref();
+        if let Err(e) = super::enforce_in_child(p, own, join, plan.controlling_tty, parent, workdir)
+        {
             fail(e, err_w);
         }
         match &plan.program_fd {

@@ -47,14 +47,17 @@
 pub mod init;
 pub mod process;
 mod signals;
+pub mod timeline;
 pub mod view_init;
 
 use super::prepared::Prepared;
 use super::step::{ChildError, Step};
 use super::{cgroup, identity, namespaces, rlimits, seccomp};
+use timeline::{Mark, mark};
 
 /// Apply every layer to the calling command process, steps 2 to 10 of the module's list, in
-/// that order. `parent`: the pid `getppid()` must return once the parent-death signal is armed
+/// that order. `own`: the exec's own copy of the Landlock ruleset, enforced in place of the
+/// shared one (`ExecPlan::with_ruleset`). `parent`: the pid `getppid()` must return once the parent-death signal is armed
 /// (1 inside the exec's PID namespace, where our init is the parent; the supervisor's pid
 /// otherwise). `join`: the cgroup to join here (only when there is no init, which joins it for
 /// the whole namespace).
@@ -66,23 +69,28 @@ use super::{cgroup, identity, namespaces, rlimits, seccomp};
 /// (raw syscalls on the data in `p`, no allocation).
 pub unsafe fn enforce_in_child(
     p: &Prepared,
+    own: Option<&super::landlock::PreparedRuleset>,
     join: Option<&cgroup::ExecCgroup>,
     controlling_tty: bool,
     parent: libc::pid_t,
     workdir: Option<&std::ffi::CStr>,
 ) -> Result<(), ChildError> {
     process::enforce_session(controlling_tty)?;
+    mark(Mark::CommandSession);
     if let Some(cg) = join {
         cg.join()
             .map_err(|e| ChildError::new(Step::JoinCgroup, e))?;
     }
     rlimits::apply(&p.rlimits)?;
+    mark(Mark::CommandRlimits);
     identity::enforce(&p.identity)?;
     if let Some(dir) = workdir {
         process::check_workdir(dir)?;
     }
+    mark(Mark::CommandIdentity);
     process::enforce_parent_death(parent)?;
-    if let Some(ll) = &p.landlock {
+    mark(Mark::CommandParentDeath);
+    if let Some(ll) = own.or(p.landlock.as_ref()) {
         if p.view.pid && p.view.proc != namespaces::ProcMount::None && p.proc_rule {
             ll.add_fresh_proc_rule()
                 .map_err(|e| ChildError::new(Step::LandlockProcRule, e))?;
@@ -94,10 +102,13 @@ pub unsafe fn enforce_in_child(
         ll.enforce()
             .map_err(|e| ChildError::new(Step::Landlock, e))?;
     }
+    mark(Mark::CommandLandlock);
     process::enforce_fds()?;
     process::reset_signals()?;
+    mark(Mark::CommandFds);
     if let Some(prog) = &p.seccomp {
         seccomp::install(prog).map_err(|e| ChildError::new(Step::Seccomp, e))?;
     }
+    mark(Mark::CommandSeccomp);
     Ok(())
 }
