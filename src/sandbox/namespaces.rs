@@ -328,6 +328,8 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
         finish(hold_w);
         return Err(ViewError::HelperDied);
     };
+    // Tests hold the supervisor here, while the helper has reported and waits to go.
+    crate::pause::point("view-reported");
     let net = net_thread.map(|t| {
         t.join()
             .unwrap_or_else(|_| Err(ChildError::new(Step::UnshareNet, libc::EIO)))
@@ -343,81 +345,92 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
         Some(Err(e)) => outcomes[Kind::Net.index()] = Outcome::Failed(e),
         None => {}
     }
-    let result = (|| {
-        let mut view = View::default();
-        let ns = |name: &'static str| open(name, format!("/proc/{pid}/ns/{name}"), libc::O_RDONLY);
-        let made = |k: Kind| outcomes[k.index()] == Outcome::Made;
-        if rep.mnt_usable != 0 {
-            view.mnt = Some(ns("mnt")?);
-            for (i, t) in plan.tmpfs.iter().enumerate() {
-                if rep.tmpfs_made & (1 << i) != 0 {
-                    let root = open(
-                        "a private tmpfs root",
-                        format!("/proc/{pid}/root{}", t.target.display()),
-                        libc::O_PATH | libc::O_DIRECTORY,
-                    )?;
-                    view.tmpfs.push((t.target.clone(), Some(root)));
-                }
-            }
-        }
-        if let Some(dir) = plan.root.as_ref().and_then(RootPlan::files_dir)
-            && rep.tmpfs_made & crate::sandbox::view_root::FILES_MADE != 0
-            && rep.root != 0
-        {
-            let fd = open(
-                "the view's own files",
-                format!("/proc/{pid}/root{dir}"),
-                libc::O_PATH | libc::O_DIRECTORY,
-            )?;
-            view.files = Some((PathBuf::from(dir), Some(fd)));
-        }
-        if let Some(dir) = plan.root.as_ref().and_then(RootPlan::overlay_dir)
-            && rep.tmpfs_made & crate::sandbox::view_root::OVERLAY_MADE != 0
-            && rep.root != 0
-        {
-            let fd = open(
-                "the overlay of the view's files' parent",
-                format!("/proc/{pid}/root{dir}"),
-                libc::O_PATH | libc::O_DIRECTORY,
-            )?;
-            view.overlay = Some((PathBuf::from(dir), Some(fd)));
-        }
-        if made(Kind::Ipc) {
-            view.ipc = Some(ns("ipc")?);
-        }
-        if made(Kind::Uts) {
-            view.uts = Some(ns("uts")?);
-        }
-        if net_fd.is_some() {
-            view.net = net_fd;
-        } else if made(Kind::Net) {
-            view.net = Some(ns("net")?);
-        }
-        view.pid = rep.kinds[Kind::Pid.index()][0] == 0
-            || rep.kinds[Kind::Pid.index()][0] == i32::from(Step::MountProc as u8);
-        view.root = rep.root != 0;
-        if rep.root == 2 {
-            view.chroot = Some(open(
-                "the view's root",
-                format!("/proc/{pid}/root"),
-                libc::O_PATH | libc::O_DIRECTORY,
-            )?);
-        }
-        view.proc = match rep.proc {
-            1 => ProcMount::Full,
-            2 => ProcMount::SubsetPid,
-            _ => ProcMount::None,
-        };
-        let slots = plan.root.as_ref().map_or(0, RootPlan::idmap_slots);
-        view.idmap = rep.idmap[..slots].to_vec();
-        Ok(view)
-    })();
+    let result = take_view(plan, pid, &rep, &outcomes, net_fd);
     finish(hold_w);
     Ok(ViewMade {
         outcomes,
         view: result?,
         ipc_limits,
     })
+}
+
+/// The view the helper `pid` reported made, opened by descriptor through its /proc entries
+/// while it holds them (its namespaces, the private tmpfs roots, the view's own files and
+/// overlay, the chroot); the network namespace made on our own thread, if any, is `net_fd`.
+fn take_view(
+    plan: &ViewPlan,
+    pid: libc::pid_t,
+    rep: &HelperReport,
+    outcomes: &[Outcome],
+    net_fd: Option<OwnedFd>,
+) -> Result<View, ViewError> {
+    let mut view = View::default();
+    let ns = |name: &'static str| open(name, format!("/proc/{pid}/ns/{name}"), libc::O_RDONLY);
+    let made = |k: Kind| outcomes[k.index()] == Outcome::Made;
+    if rep.mnt_usable != 0 {
+        view.mnt = Some(ns("mnt")?);
+        for (i, t) in plan.tmpfs.iter().enumerate() {
+            if rep.tmpfs_made & (1 << i) != 0 {
+                let root = open(
+                    "a private tmpfs root",
+                    format!("/proc/{pid}/root{}", t.target.display()),
+                    libc::O_PATH | libc::O_DIRECTORY,
+                )?;
+                view.tmpfs.push((t.target.clone(), Some(root)));
+            }
+        }
+    }
+    if let Some(dir) = plan.root.as_ref().and_then(RootPlan::files_dir)
+        && rep.tmpfs_made & crate::sandbox::view_root::FILES_MADE != 0
+        && rep.root != 0
+    {
+        let fd = open(
+            "the view's own files",
+            format!("/proc/{pid}/root{dir}"),
+            libc::O_PATH | libc::O_DIRECTORY,
+        )?;
+        view.files = Some((PathBuf::from(dir), Some(fd)));
+    }
+    if let Some(dir) = plan.root.as_ref().and_then(RootPlan::overlay_dir)
+        && rep.tmpfs_made & crate::sandbox::view_root::OVERLAY_MADE != 0
+        && rep.root != 0
+    {
+        let fd = open(
+            "the overlay of the view's files' parent",
+            format!("/proc/{pid}/root{dir}"),
+            libc::O_PATH | libc::O_DIRECTORY,
+        )?;
+        view.overlay = Some((PathBuf::from(dir), Some(fd)));
+    }
+    if made(Kind::Ipc) {
+        view.ipc = Some(ns("ipc")?);
+    }
+    if made(Kind::Uts) {
+        view.uts = Some(ns("uts")?);
+    }
+    if net_fd.is_some() {
+        view.net = net_fd;
+    } else if made(Kind::Net) {
+        view.net = Some(ns("net")?);
+    }
+    view.pid = rep.kinds[Kind::Pid.index()][0] == 0
+        || rep.kinds[Kind::Pid.index()][0] == i32::from(Step::MountProc as u8);
+    view.root = rep.root != 0;
+    if rep.root == 2 {
+        view.chroot = Some(open(
+            "the view's root",
+            format!("/proc/{pid}/root"),
+            libc::O_PATH | libc::O_DIRECTORY,
+        )?);
+    }
+    view.proc = match rep.proc {
+        1 => ProcMount::Full,
+        2 => ProcMount::SubsetPid,
+        _ => ProcMount::None,
+    };
+    let slots = plan.root.as_ref().map_or(0, RootPlan::idmap_slots);
+    view.idmap = rep.idmap[..slots].to_vec();
+    Ok(view)
 }
 
 /// Open `path` (under the builder's /proc/PID) with `flags`, close-on-exec.
