@@ -28,7 +28,7 @@ pub(super) fn name_in_view(policy: &Policy) -> String {
         .chain(&fs.read_only)
         .chain(&fs.devices)
         .chain(&fs.system)
-        .flat_map(|p| [Some(p.clone()), std::fs::canonicalize(p).ok()])
+        .flat_map(|p| [Some(p.clone()), crate::sys::walk::canonical(p).ok()])
         .flatten()
         .collect();
     name_clear_of(&grants)

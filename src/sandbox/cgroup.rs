@@ -139,9 +139,9 @@ pub fn detect_in(sys: &System, want: Want) -> Option<Root> {
     let cpuacct_parent = sys.v1_parent("cpuacct");
     // Co-mounted (cpu,cpuacct): one directory serves both.
     let cpu_parent = sys.v1_parent("cpu").filter(|c| {
-        cpuacct_parent
-            .as_ref()
-            .is_none_or(|a| fs::canonicalize(a).ok() != fs::canonicalize(c).ok())
+        cpuacct_parent.as_ref().is_none_or(|a| {
+            crate::sys::walk::canonical(a).ok() != crate::sys::walk::canonical(c).ok()
+        })
     });
     if let Some(f) = &freezer_parent {
         sweep_stale(f, true);

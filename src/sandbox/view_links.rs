@@ -58,7 +58,7 @@ pub(super) fn reproduced(
         let Ok(d) = walker.resolve(dir) else {
             continue;
         };
-        let Ok(names) = walk::list_dir(d.fd.as_fd(), &d.path) else {
+        let Ok(names) = walk::list_links(d.fd.as_fd(), &d.path) else {
             continue;
         };
         for name in names {

@@ -172,6 +172,22 @@ pub fn read_link(e: &Resolved) -> Result<PathBuf, WalkError> {
 
 /// The names in a directory, sorted, without `.` and `..`.
 pub fn list_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>, WalkError> {
+    list_where(dir, path, |_| true)
+}
+
+/// The names in a directory that may be symlinks, sorted: those readdir reports as links, and
+/// those whose type it does not know (a filesystem without `d_type`). A hint only, to skip
+/// opening every other entry: the caller still decides from [`open_entry`]'s fstat.
+pub fn list_links(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>, WalkError> {
+    list_where(dir, path, |t| t == libc::DT_LNK || t == libc::DT_UNKNOWN)
+}
+
+/// The names in a directory whose readdir type `keep` accepts, sorted, without `.` and `..`.
+fn list_where(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    keep: impl Fn(u8) -> bool,
+) -> Result<Vec<OsString>, WalkError> {
     let err = |source| WalkError::List {
         path: path.to_path_buf(),
         source,
@@ -207,7 +223,9 @@ pub fn list_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<OsString>, WalkE
         }
         // SAFETY: d_name is a NUL-terminated name inside the entry readdir returned.
         let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
-        if name != b"." && name != b".." {
+        // SAFETY: as above, a field of the entry readdir returned.
+        let kind = unsafe { (*ent).d_type };
+        if name != b"." && name != b".." && keep(kind) {
             names.push(OsStr::from_bytes(name).to_owned());
         }
     };
@@ -609,6 +627,26 @@ mod tests {
             }
             other => panic!("{other}"),
         }
+    }
+
+    /// `list_links` keeps the links (and what readdir cannot type) and only those; `list_dir`
+    /// keeps everything.
+    #[test]
+    fn list_links_names_the_links_of_a_directory() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("dir")).unwrap();
+        std::fs::write(root.join("file"), b"").unwrap();
+        std::os::unix::fs::symlink("dir", root.join("to-dir")).unwrap();
+        std::os::unix::fs::symlink("gone", root.join("dangling")).unwrap();
+        let d = Walker::new(0, 0).resolve(&root).unwrap();
+        let links = list_links(d.fd.as_fd(), &d.path).unwrap();
+        assert_eq!(links, ["dangling", "to-dir"].map(OsString::from));
+        let all = list_dir(d.fd.as_fd(), &d.path).unwrap();
+        assert_eq!(
+            all,
+            ["dangling", "dir", "file", "to-dir"].map(OsString::from)
+        );
     }
 
     #[test]

@@ -71,23 +71,95 @@ impl Resolved {
     }
 }
 
-/// `std::fs::canonicalize`, answered once per path within a [`Memo`].
+/// `std::fs::canonicalize`, answered once per path within a [`Memo`]. Within one, every
+/// prefix's answer is kept too, so that a path costs one `readlink` for each component no
+/// earlier path shared with it (realpath asks again for every component of every path:
+/// `/run` twenty times a run, `/etc` ten). Errors are not kept (see [`MemoTable`]).
 pub fn canonical(path: &Path) -> io::Result<PathBuf> {
-    let hit = MEMO.with(|m| {
+    let in_memo = MEMO.with(|m| m.borrow().is_some());
+    if !in_memo || !path.is_absolute() {
+        return path.canonicalize();
+    }
+    let mut links = 0;
+    let c = resolve_canonical(path, &mut links)?;
+    // As realpath: a trailing slash asks for a directory.
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") && !c.is_dir() {
+        return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+    }
+    Ok(c)
+}
+
+/// What realpath(3) does, one component at a time from `/`, each real prefix asked once per
+/// [`Memo`]. `links` counts the links followed for the caller's path (the kernel's limit).
+fn resolve_canonical(path: &Path, links: &mut usize) -> io::Result<PathBuf> {
+    use std::path::Component;
+    if let Some(c) = kept_canonical(path) {
+        return Ok(c);
+    }
+    let mut cur = PathBuf::from("/");
+    for comp in path.components() {
+        match comp {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            // `cur` holds no link, so its `..` is its parent (as the kernel's lookup finds it).
+            Component::ParentDir => {
+                cur.pop();
+            }
+            Component::Normal(name) => {
+                let next = cur.join(name);
+                cur = match kept_canonical(&next) {
+                    Some(c) => c,
+                    None => {
+                        let c = real_entry(&next, links)?;
+                        keep_canonical(&next, &c);
+                        c
+                    }
+                };
+            }
+        }
+    }
+    keep_canonical(path, &cur);
+    Ok(cur)
+}
+
+/// The real path of `p`, whose parent is real already: `p` itself unless it is a link.
+fn real_entry(p: &Path, links: &mut usize) -> io::Result<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: a NUL-terminated path and a buffer valid for its length.
+    let n = unsafe { libc::readlink(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        // EINVAL: the entry exists and is not a link.
+        return match e.raw_os_error() {
+            Some(libc::EINVAL) => Ok(p.to_path_buf()),
+            _ => Err(e),
+        };
+    }
+    *links += 1;
+    if *links > super::MAX_LINKS {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    let target = Path::new(std::ffi::OsStr::from_bytes(&buf[..n as usize]));
+    let parent = p.parent().unwrap_or(Path::new("/"));
+    resolve_canonical(&parent.join(target), links)
+}
+
+fn kept_canonical(path: &Path) -> Option<PathBuf> {
+    MEMO.with(|m| {
         m.borrow()
             .as_ref()
             .and_then(|t| t.canonical.get(path).cloned())
-    });
-    if let Some(c) = hit {
-        return Ok(c);
-    }
-    let c = path.canonicalize()?;
+    })
+}
+
+fn keep_canonical(path: &Path, c: &Path) {
     MEMO.with(|m| {
         if let Some(t) = m.borrow_mut().as_mut() {
-            t.canonical.insert(path.to_path_buf(), c.clone());
+            t.canonical.insert(path.to_path_buf(), c.to_path_buf());
         }
     });
-    Ok(c)
 }
 
 /// The kept answer for `path` as `uid`/`gid` resolve it, with a descriptor of its own.
@@ -123,4 +195,61 @@ pub(super) fn overflow_uid(ask: fn() -> Option<u32>) -> Option<u32> {
         }
     });
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Within a memo, the answers (and the errors) are realpath's, for links relative and
+    /// absolute, chains, `..` after a link, missing entries, loops and files used as
+    /// directories; and a second ask gets the same answer.
+    #[test]
+    fn canonical_in_a_memo_answers_as_realpath() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let d = root.join("d");
+        std::fs::create_dir_all(d.join("sub/deep")).unwrap();
+        std::fs::write(d.join("file"), b"").unwrap();
+        let link =
+            |target: &str, at: &str| std::os::unix::fs::symlink(target, root.join(at)).unwrap();
+        link("d/sub", "rel");
+        link(d.join("sub").to_str().unwrap(), "abs");
+        link("rel", "chain");
+        link("d/sub/..", "dotdot");
+        link("missing", "dangling");
+        link("loop2", "loop1");
+        link("loop1", "loop2");
+        let asks = [
+            "d",
+            "d/",
+            "d/sub/deep",
+            "rel",
+            "rel/deep",
+            "rel/..",
+            "rel/../file",
+            "abs/deep",
+            "chain/deep",
+            "dotdot",
+            "dotdot/sub",
+            "dangling",
+            "loop1",
+            "missing",
+            "missing/x",
+            "d/file",
+            "d/file/",
+            "d/file/x",
+            "d/./sub/../file",
+            "rel/deep/../../sub",
+        ];
+        let _memo = Memo::begin();
+        for round in 0..2 {
+            for a in asks {
+                let p = root.join(a);
+                let want = p.canonicalize().map_err(|e| e.raw_os_error());
+                let got = canonical(&p).map_err(|e| e.raw_os_error());
+                assert_eq!(got, want, "{a} (round {round})");
+            }
+        }
+    }
 }
