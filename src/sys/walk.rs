@@ -28,11 +28,9 @@ pub const SYSTEM_DIRS: &[&str] = &[
 
 mod file;
 mod memo;
+use file::MAX_LINKS;
 pub use file::{Meta, Resolved, fstat};
 pub use memo::{Memo, canonical};
-
-/// As many links as the kernel follows in one lookup (MAXSYMLINKS).
-const MAX_LINKS: usize = 40;
 
 /// `struct open_how` of openat2(2).
 #[repr(C)]

@@ -6,6 +6,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
+/// As many links as the kernel follows in one lookup (MAXSYMLINKS).
+pub(super) const MAX_LINKS: usize = 40;
+
 /// What `fstat` said about a descriptor.
 #[derive(Debug, Clone, Copy)]
 pub struct Meta {

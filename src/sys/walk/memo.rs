@@ -138,7 +138,7 @@ fn real_entry(p: &Path, links: &mut usize) -> io::Result<PathBuf> {
         };
     }
     *links += 1;
-    if *links > super::MAX_LINKS {
+    if *links > super::file::MAX_LINKS {
         return Err(io::Error::from_raw_os_error(libc::ELOOP));
     }
     let target = Path::new(std::ffi::OsStr::from_bytes(&buf[..n as usize]));
