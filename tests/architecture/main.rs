@@ -229,7 +229,6 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[];
 /// Functions in `src/` longer than `lengths::MAX_FN_LINES`, not split into named steps yet
 /// (`file::Type::name`, see `lengths::FnName`). A new long function is split, not listed here.
 const KNOWN_LONG: &[&str] = &[
-    "egress/l7/handle.rs::handle",
     "egress/proxy.rs::Conn::run",
     "exec/run.rs::run",
     "gateway/main_process.rs::start",
