@@ -232,7 +232,6 @@ const KNOWN_LONG: &[&str] = &[
     "egress/proxy.rs::Conn::run",
     "exec/run.rs::run",
     "gateway/main_process.rs::start",
-    "gateway/mod.rs::supervise",
     "sandbox/decide.rs::limits",
     "sandbox/namespaces.rs::make_view",
     "sandbox/view_root/build.rs::fill",
