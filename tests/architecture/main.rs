@@ -235,7 +235,6 @@ const KNOWN_LONG: &[&str] = &[
     "sandbox/decide.rs::limits",
     "sandbox/namespaces.rs::make_view",
     "sandbox/view_root/build.rs::fill",
-    "sandbox/view_root/plan.rs::RootPlan::new",
 ];
 
 const KNOWN: Known = Known {
