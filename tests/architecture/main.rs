@@ -234,7 +234,6 @@ const KNOWN_LONG: &[&str] = &[
     "gateway/main_process.rs::start",
     "sandbox/decide.rs::limits",
     "sandbox/namespaces.rs::make_view",
-    "sandbox/view_root/build.rs::fill",
 ];
 
 const KNOWN: Known = Known {
