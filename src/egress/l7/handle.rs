@@ -149,6 +149,9 @@ struct Admitted {
     redacted: String,
 }
 
+// A step's refusal is the response the client gets, made once per refused request: returned
+// by value rather than boxed.
+#[allow(clippy::result_large_err)]
 impl Req<'_> {
     /// The steps in order: the canonical target, the authority, the rules, the placeholders
     /// (head, then body), then upstream; and the upgrade the upstream agreed to, if any.
