@@ -501,6 +501,89 @@ fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
     });
 }
 
+/// The helper that builds a new revision's view (a root fork of the supervisor, made after
+/// the provider's value went through the proxy) holds no copy of the value while it waits for
+/// the supervisor to take its namespaces: it drops the supervisor's memory once it has
+/// reported. The supervisor is held at `view-reported` so the helper is alive when it is read.
+#[test]
+fn a_new_revisions_view_helper_holds_no_copy_of_the_provider_value() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if !egress_support::require() || !have("curl") || !have("unshare") {
+        return;
+    }
+    egress_support::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        let pause = w.tmp.path().join("pause");
+        std::fs::create_dir(&pause).unwrap();
+        let (reached, go) = (
+            pause.join("view-reported.reached"),
+            pause.join("view-reported.go"),
+        );
+        // Every view made until `hold` is set goes on at once (the first revisions').
+        let hold = Arc::new(AtomicBool::new(false));
+        let releaser = {
+            let (hold, reached, go) = (hold.clone(), reached.clone(), go.clone());
+            std::thread::spawn(move || {
+                while !hold.load(Ordering::SeqCst) {
+                    if reached.exists() {
+                        std::fs::write(&go, "").unwrap();
+                        while reached.exists() {
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        w.rt.block_on(async move {
+            let mut opts = sup_opts(&hosts, &bundle, true, &["sleep", "600"]);
+            opts.env.push(("OSB_PAUSE_AT".into(), "view-reported".into()));
+            opts.env.push(("OSB_PAUSE_DIR".into(), pause.display().to_string()));
+            let (gw, sup) = started(opts).await;
+            let first = gw.state.current_revision().unwrap();
+            wait_loaded(&gw, &sup, first.version).await;
+            let use_it = r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/helper"#;
+            let r = gw.sh(use_it).await;
+            assert_eq!(r.out(), "quiet ok", "{r:?}\n{}", sup.log());
+            let heads = up.heads().concat();
+            assert!(heads.contains(&format!("authorization: Bearer {SECRET}")), "{heads}");
+
+            hold.store(true, Ordering::SeqCst);
+            releaser.join().unwrap();
+            let before = egress_support::memory::descendants(sup.pid());
+            let mut next = first.policy.clone();
+            let tls = next.network_policies.get_mut("tls").unwrap();
+            tls.endpoints.push(endpoint("later.test", 9443));
+            let v2 = gw.state.set_policy(&next).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !reached.exists() {
+                assert!(Instant::now() < deadline, "no view was made for {v2}:\n{}", sup.log());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // The helper: PID 1 of a namespace of its own, new since the revision.
+            let helpers: Vec<u32> = egress_support::memory::descendants(sup.pid())
+                .into_iter()
+                .filter(|p| !before.contains(p))
+                .filter(|p| {
+                    let st = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap_or_default();
+                    st.lines().any(|l| l.starts_with("NSpid:") && l.trim_end().ends_with("\t1"))
+                })
+                .collect();
+            assert_eq!(helpers.len(), 1, "{helpers:?}: {before:?}");
+            let hits = egress_support::memory::memory_holding(helpers[0], SECRET.as_bytes());
+            std::fs::write(&go, "").unwrap();
+            assert!(hits.is_empty(), "the view helper {} holds the value: {hits:?}", helpers[0]);
+            wait_loaded(&gw, &sup, v2).await;
+            let r = gw.sh(use_it).await;
+            assert_eq!(r.out(), "quiet ok", "{r:?}\n{}", sup.log());
+            drop(sup);
+        });
+    });
+}
+
 /// An SSH session of `serve` (OpenSSH through the relay, as `openshell sandbox connect` does)
 /// gets the CA's trust variables and the placeholder, and its curl reaches an HTTPS upstream
 /// through the interception: trusting the sandbox CA by those variables alone, with the value

@@ -328,6 +328,8 @@ pub fn make_view(plan: &ViewPlan) -> Result<ViewMade, ViewError> {
         finish(hold_w);
         return Err(ViewError::HelperDied);
     };
+    // Tests hold the supervisor here, while the helper has reported and waits to go.
+    crate::pause::point("view-reported");
     let net = net_thread.map(|t| {
         t.join()
             .unwrap_or_else(|_| Err(ChildError::new(Step::UnshareNet, libc::EIO)))

@@ -6,9 +6,11 @@
 //!   move_mount), which libc does not carry;
 //! - [`process`]: pidfds (open, signal) and the calling process's groups;
 //! - [`clone`]: a clone child on a stack of its own with every signal blocked;
+//! - [`forget`]: a fork dropping its copy of the supervisor's heaps;
 //! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side.
 
 pub mod clone;
+pub mod forget;
 pub mod mount;
 pub mod process;
 pub mod walk;

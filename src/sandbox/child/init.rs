@@ -595,8 +595,8 @@ pub(super) unsafe fn serve_exec(
         }
         COMMAND.store(cmd, std::sync::atomic::Ordering::Relaxed);
         // The command has exec'd (or exited): our copy of the supervisor's heaps and other
-        // threads' stacks is of no more use, and may hold its secrets (forget.rs).
-        super::forget::forget_supervisor_memory(std::ptr::addr_of!(COMMAND) as usize);
+        // threads' stacks is of no more use, and may hold its secrets (sys/forget.rs).
+        crate::sys::forget::forget_supervisor_memory(None, std::ptr::addr_of!(COMMAND) as usize);
         // Hold nothing of the supervisor's or of the exec's: no pipe may stay open because of
         // us, and the error pipe must reach EOF when the command execs.
         libc::syscall(libc::SYS_close_range, 0u32, (status_w - 1) as u32, 0u32);

@@ -18,7 +18,7 @@
 //!    namespace of its own with a fresh /proc for the new PID namespace;
 //! 4. block the forwarded signals and install their relaying handlers;
 //! 5. clone the command (CLONE_VM|CLONE_VFORK), then hold nothing of the supervisor's (its
-//!    descriptors closed, its heaps and other threads' stacks dropped: forget.rs) and reap
+//!    descriptors closed, its heaps and other threads' stacks dropped: sys/forget.rs) and reap
 //!    until the command exits.
 //!
 //! **The command** (`command_main` in init.rs, then [`enforce_in_child`]):
@@ -44,7 +44,6 @@
 //!     above; execve itself stays allowed;
 //! 11. execve of each candidate of the program in turn (the PATH search, inside the view).
 
-mod forget;
 pub mod init;
 pub mod process;
 mod signals;

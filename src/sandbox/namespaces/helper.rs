@@ -29,6 +29,8 @@ pub(super) unsafe fn helper_main(
     private_net: bool,
 ) -> ! {
     let mut rep = HelperReport::new();
+    // Opened while the supervisor's /proc is still ours: the view's root has none of its own.
+    let maps = crate::sys::forget::open_maps();
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
         libc::prctl(
@@ -158,6 +160,12 @@ pub(super) unsafe fn helper_main(
             })();
             rep.set(Kind::Net, net);
         }
+        // From here on only this stack is read (the report is a plain struct on it): our
+        // copy of the supervisor's heaps may hold its secrets (a provider reply, a rewritten
+        // request), and this helper lives until the supervisor has opened the namespaces
+        // (sys/forget.rs). Forgotten before the report, so the supervisor never takes the
+        // namespaces of a helper that still holds them.
+        crate::sys::forget::forget_supervisor_memory(Some(maps), 0);
         rep.send(report_w);
         // Hold the namespaces until the supervisor has opened them, then go.
         let mut b = 0u8;

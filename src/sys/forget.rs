@@ -1,9 +1,11 @@
-//! The init forgets the supervisor's memory once the command has exec'd: the init is a fork of
-//! the supervisor, and its copy of the supervisor's heaps and thread stacks holds whatever the
-//! supervisor held at the fork, freed or not (in `serve`, the provider environment's reply and
-//! the buffers of requests the proxy rewrote with credential values). From then on the init
-//! only reaps and relays signals, on its own stack, with its statics: every other private
-//! anonymous mapping is dropped with `MADV_DONTNEED` (its pages read as zeroes afterwards).
+//! A fork of the supervisor forgets the supervisor's memory once it no longer needs it: its
+//! copy of the supervisor's heaps and thread stacks holds whatever the supervisor held at the
+//! fork, freed or not (in `serve`, the provider environment's reply and the buffers of
+//! requests the proxy rewrote with credential values). Two such forks live on: the exec's init
+//! (once the command has exec'd it only reaps and relays signals) and the helper that builds a
+//! view (once it has reported it only waits to be let go). Each keeps its own stack, its thread
+//! pointer and its statics: every other private anonymous mapping is dropped with
+//! `MADV_DONTNEED` (its pages read as zeroes afterwards).
 //!
 //! Kept: the mapping holding our stack pointer, the one holding our thread pointer (glibc
 //! keeps a thread's TLS at the top of its stack mapping; checked anyway), named mappings
@@ -80,20 +82,31 @@ fn thread_pointer() -> usize {
 
 /// Drop every mapping [`dropped`] names (see the module's comment).
 ///
+/// `/proc/self/maps`, opened ahead by a child that will not see a `/proc` where it forgets (the
+/// view helper, once inside the view's root). -1 if it cannot be opened.
+pub fn open_maps() -> i32 {
+    // SAFETY: open of a constant C string.
+    unsafe {
+        libc::open(
+            c"/proc/self/maps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    }
+}
+
 /// # Safety
-/// Only in a forked, single-threaded init that from here on touches nothing but its own
+/// Only in a forked, single-threaded child that from here on touches nothing but its own
 /// stack, its thread-local storage and the statics of the loaded objects.
-/// `also` names more addresses whose mappings stay (the statics the signal handlers read).
-pub(super) unsafe fn forget_supervisor_memory(also: usize) {
+/// `maps`: a descriptor of [`open_maps`] made by this process (taken and closed here), or
+/// `None` to open `/proc/self/maps` now. `also` names more addresses whose mappings stay (the
+/// statics the signal handlers read).
+pub unsafe fn forget_supervisor_memory(maps: Option<i32>, also: usize) {
     let here = 0u8;
     let keep = [std::ptr::addr_of!(here) as usize, thread_pointer(), also];
     // SAFETY: open/read/madvise/close on a stack buffer; the mappings dropped are ones this
     // process (a private copy of the supervisor) no longer reads, per the caller's contract.
     unsafe {
-        let fd = libc::open(
-            c"/proc/self/maps".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
+        let fd = maps.unwrap_or_else(open_maps);
         if fd < 0 {
             return;
         }
@@ -172,7 +185,7 @@ mod tests {
         if pid == 0 {
             // SAFETY: we are the forked child; after this it touches only its stack.
             unsafe {
-                forget_supervisor_memory(0);
+                forget_supervisor_memory(None, 0);
                 let first = *(ptr as *const u8);
                 let byte = [first];
                 libc::write(fds[1], byte.as_ptr().cast(), 1);
