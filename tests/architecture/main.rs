@@ -230,10 +230,10 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[];
 /// (`file::Type::name`, see `lengths::FnName`). A new long function is split, not listed here.
 const KNOWN_LONG: &[&str] = &[
     "egress/proxy.rs::Conn::run",
-    "exec/run.rs::run",
     "gateway/main_process.rs::start",
     "sandbox/decide.rs::limits",
     "sandbox/namespaces.rs::make_view",
+    "sandbox/namespaces/helper.rs::helper_main",
 ];
 
 const KNOWN: Known = Known {
