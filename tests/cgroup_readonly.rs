@@ -4,12 +4,12 @@
 //! e2e (tests/e2e.rs); these tests make the same shape on the host with `unshare --mount` and
 //! a read-only bind remount of every cgroup mount, which needs no container runtime.
 
-mod common;
+mod support;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use common::{BIN, Workdir, cgroup_mounts, require, require_root, which};
+use support::{BIN, Workdir, cgroup_mounts, require, require_root, which};
 
 /// Run `script` (then `exec "$@"`) in a private mount namespace where every cgroup mount has
 /// been remounted read-only; `$@` is the supervisor with `args`.

@@ -1,11 +1,11 @@
 //! `check`, the fail-closed refusal, and the parent-death signal, through the real binary.
 
-mod common;
+mod support;
 
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use support::*;
 
 #[test]
 fn check_reports_every_layer_and_full_enforcement_as_root() {

@@ -2,11 +2,11 @@
 //! and seccomp rules the run's commands get (dumped by the run itself, `OSB_DUMP_INSTALLED`),
 //! the layer rows of the run's report, and what the kernel then does to the command's sockets.
 
-mod common;
+mod support;
 
 use std::process::Command;
 
-use common::*;
+use support::*;
 
 const SOCKETS: &str = r#"
 import errno, socket

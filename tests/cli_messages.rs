@@ -3,16 +3,13 @@
 //! execute bit is told so, a memory size without a unit is refused, `man --dir` makes its
 //! directory.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{BIN, Workdir};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::text;
+use support::{BIN, Workdir};
 
 fn bin(cwd: &Path, args: &[&str]) -> Output {
     Command::new(BIN)

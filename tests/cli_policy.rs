@@ -3,17 +3,14 @@
 //! help and typos, `--log-level`/`--log-format`, the JSON report's fields, and the messages for
 //! a program outside the grants and a script whose interpreter is missing.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::*;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::text;
+use support::*;
 
 fn bin() -> Command {
     let mut c = Command::new(BIN);

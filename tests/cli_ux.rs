@@ -3,18 +3,15 @@
 //! are usage errors, `--version`, completions and man pages, NO_COLOR, and policy-file errors
 //! that name the file and line once.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::text;
+use support::*;
 
 /// `openshell-sandbox ARGS` in `wd`, stdin closed.
 fn bin(wd: &Workdir, args: &[&str]) -> Output {

@@ -4,12 +4,11 @@
 //! environment, and the supervisor's (which holds the gateway token). Landlock's scopes and
 //! ptrace rule hold these where the PID namespace is missing.
 
-mod common;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use common::require_pause_points;
+use support::require_pause_points;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,19 +4,16 @@
 //! refused inside it, and (as root) one --allow-net host answering through the egress proxy in
 //! a network namespace the demo makes, while another port and a direct connect are refused.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{BIN, is_root, require, which};
+use support::text;
+use support::{BIN, is_root, require, which};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/demo.sh");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn demo(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new("bash");

@@ -2,13 +2,13 @@
 //! the run has its private mount namespace (src/policy/fs.rs `absent_root_only_denies`;
 //! SECURITY.md "A missing deny path is not split around"). Through the real binary, as root.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{BIN, Workdir, require, require_root, run};
+use support::{BIN, Workdir, require, require_root, run};
 
 /// A directory tree whose every ancestor is root's and writable by nobody else (the build's
 /// own tmp dir under target/, not /tmp, which is world-writable): `ro/` with three entries.

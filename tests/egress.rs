@@ -1,13 +1,14 @@
 //! The egress proxy end to end, L4: real clients inside a sandbox network namespace, the
 //! proxy's listener made there by the production code, upstream servers in a test-made outer
-//! namespace with no route anywhere (tests/egress_support). The sheet's P1 policy.
+//! namespace with no route anywhere (tests/support/egress), under
+//! the policy `P1` below: an endpoint of each form.
 
-mod egress_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use egress_support::*;
 use openshell_sandbox::egress::{Outcome, ProxyConfig, Via};
+use support::egress::*;
 
 const P1: &str = r#"
   pub_http:

@@ -1,15 +1,15 @@
 //! Which addresses a rule reaches, through the real binary: a host glob that also matches
 //! IPv4 literals keeps the public-only plan; `--allow-net` refuses hosts that can only be the
 //! sandbox's own; a name that does not resolve says so to the client. The world is
-//! tests/egress_support's (upstreams in a test-made namespace with no route).
+//! tests/support/egress's (upstreams in a test-made namespace with no route).
 
-mod egress_support;
+mod support;
 
 use std::process::Command;
 use std::time::Duration;
 
-use egress_support::binary::*;
-use egress_support::*;
+use support::egress::binary::*;
+use support::egress::*;
 
 fn have_curl() -> bool {
     have_path("/usr/bin/curl")

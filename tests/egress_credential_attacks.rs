@@ -5,13 +5,13 @@
 //! neither replaced nor refused (percent-encoded in the target, chunked trailers, WebSocket
 //! text). Each attack asserts what the client got and what the upstream received.
 //!
-//! The world is the egress tests' own (tests/egress_support: the supervisor in a test-made
+//! The world is the egress tests' own (tests/support/egress: the supervisor in a test-made
 //! namespace, upstream addresses on its `lo`, no route anywhere). Besides the L7 upstreams of
-//! `egress_support::l7_servers`, this file runs a reflecting plain-HTTP upstream of its own
+//! `support::egress::l7_servers`, this file runs a reflecting plain-HTTP upstream of its own
 //! on 8181 and 443 that sends back, in its headers and a body cut into 7-byte chunks, all
 //! that it received.
 
-mod egress_support;
+mod support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,34 +21,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use egress_support::binary::finish;
-use egress_support::l7_servers::L7Upstream;
-use egress_support::*;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use support::egress::binary::finish;
+use support::egress::l7_servers::L7Upstream;
+use support::egress::*;
+use support::skip::have;
+use support::text;
 
 const SECRET: &str = "rg-REAL-4b7e21c9d0";
 const PLACEHOLDER: &str = "openshell:resolve:env:RG_TOKEN";
-
-fn have(tool: &str) -> bool {
-    let found = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{tool} is required for this test (CI=true turns this skip into a failure)");
-        }
-        eprintln!("SKIPPED: {tool} absent");
-    }
-    found
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Everything the reflecting upstream received: per request, its line, headers, body and
 /// trailers, as text.

@@ -3,40 +3,24 @@
 //! in the child), `protocol: rest` rules allowing what they allow, `--credential` values that
 //! only ever exist in the supervisor, and the 503 when interception is unavailable.
 //!
-//! The supervisor runs in the test-made outer namespace (tests/egress_support: upstream
+//! The supervisor runs in the test-made outer namespace (tests/support/egress: upstream
 //! addresses on its `lo`, no route anywhere, checked before the first packet), in a private
 //! mount namespace where the test's hosts file is `/etc/hosts` and a bundle holding the tests'
 //! upstream CA is the system bundle, which the proxy trusts upstream as it would any.
 
-mod egress_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use egress_support::binary::finish;
-use egress_support::l7_servers::L7Upstream;
-use egress_support::memory::{descendants, memory_holding};
-use egress_support::*;
-
-fn have(tool: &str) -> bool {
-    let found = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{tool} is required for this test (CI=true turns this skip into a failure)");
-        }
-        eprintln!("SKIPPED: {tool} absent");
-    }
-    found
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::egress::binary::finish;
+use support::egress::l7_servers::L7Upstream;
+use support::egress::memory::{descendants, memory_holding};
+use support::egress::*;
+use support::skip::have;
+use support::text;
 
 /// The world of one test: the L7 upstreams, a workdir, and the binds of the supervisor's
 /// mount namespace.

@@ -5,44 +5,29 @@
 //! only into requests to the bound endpoint, and takes a refreshed value at the next
 //! provider revision. The value is never in the sandbox, our log or the gateway's log stream.
 //!
-//! The supervisor and the gateway run in the test-made outer namespace (tests/egress_support);
+//! The supervisor and the gateway run in the test-made outer namespace (tests/support/egress);
 //! the supervisor has a mount namespace of its own whose `/etc/hosts` is the test's hosts file
 //! and whose system bundle holds the tests' upstream CA.
 
-mod egress_support;
 mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use egress_support::l7_servers::L7Upstream;
 use openshell_sandbox::policy::openshell::{
-    CredentialBinding, FilesystemPolicy, LandlockPolicy, NetworkBinary, NetworkEndpoint,
-    NetworkPolicyRule, SandboxPolicy,
+    CredentialBinding, NetworkBinary, NetworkEndpoint, NetworkPolicyRule, SandboxPolicy,
 };
 use openshell_sandbox::proto::v1::{
     PolicyStatus, StaticCredentialBinding, StaticCredentialEndpointBinding,
 };
-use support::plane::SANDBOX_NAME;
+use support::egress::l7_servers::L7Upstream;
+use support::plane::{SANDBOX_NAME, base_policy};
+use support::skip::have;
 use support::{AuthMode, SupOpts, Supervisor, TestGateway, gateway};
 
 const SECRET: &str = "rg-SERVE-REAL-41f0c2";
 const SECRET2: &str = "rg-SERVE-ROTATED-77aa01";
 const SECRET3: &str = "rg-SERVE-THIRD-0c9e55";
-
-fn have(tool: &str) -> bool {
-    let ok = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{tool} is required for this test (CI=true turns this skip into a failure)");
-        }
-        eprintln!("SKIPPED: {tool} absent");
-    }
-    ok
-}
 
 fn endpoint(host: &str, port: u16) -> NetworkEndpoint {
     NetworkEndpoint {
@@ -53,11 +38,6 @@ fn endpoint(host: &str, port: u16) -> NetworkEndpoint {
 }
 
 fn policy() -> SandboxPolicy {
-    let ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
-        .iter()
-        .filter(|p| Path::new(p).exists())
-        .map(|p| p.to_string())
-        .collect();
     let curl = vec![NetworkBinary {
         path: "/usr/bin/curl".into(),
         ..Default::default()
@@ -69,15 +49,6 @@ fn policy() -> SandboxPolicy {
         ..endpoint("secure-api.test", 9443)
     };
     SandboxPolicy {
-        version: 1,
-        filesystem: Some(FilesystemPolicy {
-            include_workdir: true,
-            read_only: ro,
-            read_write: vec!["/dev/null".into()],
-        }),
-        landlock: Some(LandlockPolicy {
-            compatibility: "best_effort".into(),
-        }),
         network_policies: [
             (
                 "api_ro".to_string(),
@@ -98,7 +69,7 @@ fn policy() -> SandboxPolicy {
         ]
         .into_iter()
         .collect(),
-        ..Default::default()
+        ..base_policy(&[])
     }
 }
 
@@ -190,7 +161,7 @@ fn sup_opts(hosts: &Path, bundle: &Path, poll: bool, args: &[&str]) -> SupOpts {
         env,
         wrapper: wrapper(&[
             (hosts, "/etc/hosts"),
-            (bundle, egress_support::SYSTEM_BUNDLE),
+            (bundle, support::egress::SYSTEM_BUNDLE),
         ]),
         args: args.iter().map(|a| a.to_string()).collect(),
         ..Default::default()
@@ -199,13 +170,13 @@ fn sup_opts(hosts: &Path, bundle: &Path, poll: bool, args: &[&str]) -> SupOpts {
 
 #[test]
 fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_proxy() {
-    if !egress_support::require() || !have("curl") || !have("unshare") {
+    if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    egress_support::World::run(|w| {
+    support::egress::World::run(|w| {
         let hosts = w.hosts.clone();
         let up = w.rt.block_on(L7Upstream::start());
-        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
         w.rt.block_on(async move {
             // The main process records the environment it was started with.
             let (gw, sup) = started(sup_opts(&hosts, &bundle, true, &["sh", "-c", "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600"])).await;
@@ -351,13 +322,13 @@ fn policy_binding(mut p: SandboxPolicy, provider: Option<&str>) -> SandboxPolicy
 /// that names its endpoints stays its values' only boundary.
 #[test]
 fn serve_binds_credentials_where_the_policy_revision_says() {
-    if !egress_support::require() || !have("curl") || !have("unshare") {
+    if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    egress_support::World::run(|w| {
+    support::egress::World::run(|w| {
         let hosts = w.hosts.clone();
         let up = w.rt.block_on(L7Upstream::start());
-        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
         w.rt.block_on(async move {
             let gw = TestGateway::start(AuthMode::Jwt).await;
             gw.state
@@ -458,13 +429,13 @@ fn serve_binds_credentials_where_the_policy_revision_says() {
 /// after requests carrying it went through the proxy and a later exec was started.
 #[test]
 fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
-    if !egress_support::require() || !have("curl") || !have("unshare") {
+    if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    egress_support::World::run(|w| {
+    support::egress::World::run(|w| {
         let hosts = w.hosts.clone();
         let up = w.rt.block_on(L7Upstream::start());
-        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
         w.rt.block_on(async move {
             let (gw, sup) = started(sup_opts(&hosts, &bundle, false, &["sleep", "600"])).await;
             let use_it = r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/mem"#;
@@ -484,7 +455,7 @@ fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
             }
             let heads = up.heads().concat();
             assert_eq!(heads.matches(&format!("authorization: Bearer {SECRET}")).count(), 2, "{heads}");
-            let found = egress_support::memory::below_holding(sup.pid(), SECRET.as_bytes());
+            let found = support::egress::memory::below_holding(sup.pid(), SECRET.as_bytes());
             let (mut sandboxed, mut roots) = (0, 0);
             for (pid, uid, hits) in &found {
                 if uid == "0" {
@@ -509,13 +480,13 @@ fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
 fn a_new_revisions_view_helper_holds_no_copy_of_the_provider_value() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    if !egress_support::require() || !have("curl") || !have("unshare") {
+    if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    egress_support::World::run(|w| {
+    support::egress::World::run(|w| {
         let hosts = w.hosts.clone();
         let up = w.rt.block_on(L7Upstream::start());
-        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
         let pause = w.tmp.path().join("pause");
         std::fs::create_dir(&pause).unwrap();
         let (reached, go) = (
@@ -553,7 +524,7 @@ fn a_new_revisions_view_helper_holds_no_copy_of_the_provider_value() {
 
             hold.store(true, Ordering::SeqCst);
             releaser.join().unwrap();
-            let before = egress_support::memory::descendants(sup.pid());
+            let before = support::egress::memory::descendants(sup.pid());
             let mut next = first.policy.clone();
             let tls = next.network_policies.get_mut("tls").unwrap();
             tls.endpoints.push(endpoint("later.test", 9443));
@@ -564,7 +535,7 @@ fn a_new_revisions_view_helper_holds_no_copy_of_the_provider_value() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             // The helper: PID 1 of a namespace of its own, new since the revision.
-            let helpers: Vec<u32> = egress_support::memory::descendants(sup.pid())
+            let helpers: Vec<u32> = support::egress::memory::descendants(sup.pid())
                 .into_iter()
                 .filter(|p| !before.contains(p))
                 .filter(|p| {
@@ -573,7 +544,7 @@ fn a_new_revisions_view_helper_holds_no_copy_of_the_provider_value() {
                 })
                 .collect();
             assert_eq!(helpers.len(), 1, "{helpers:?}: {before:?}");
-            let hits = egress_support::memory::memory_holding(helpers[0], SECRET.as_bytes());
+            let hits = support::egress::memory::memory_holding(helpers[0], SECRET.as_bytes());
             std::fs::write(&go, "").unwrap();
             assert!(hits.is_empty(), "the view helper {} holds the value: {hits:?}", helpers[0]);
             wait_loaded(&gw, &sup, v2).await;
@@ -590,7 +561,7 @@ fn a_new_revisions_view_helper_holds_no_copy_of_the_provider_value() {
 /// put in at the bound endpoint only.
 #[test]
 fn an_ssh_session_trusts_the_sandbox_ca_and_reaches_https_through_the_interception() {
-    if !egress_support::require() || !have("curl") || !have("unshare") {
+    if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
     if !support::ssh_bridge::have_openssh() {
@@ -600,10 +571,10 @@ fn an_ssh_session_trusts_the_sandbox_ca_and_reaches_https_through_the_intercepti
         eprintln!("SKIPPED: OpenSSH client or busybox absent");
         return;
     }
-    egress_support::World::run(|w| {
+    support::egress::World::run(|w| {
         let hosts = w.hosts.clone();
         let up = w.rt.block_on(L7Upstream::start());
-        let bundle = egress_support::bundle_with(w.tmp.path(), &up.ca_pem);
+        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
         w.rt.block_on(async move {
             let (gw, sup) = started(sup_opts(&hosts, &bundle, false, &["sleep", "600"])).await;
             let bridge = support::ssh_bridge::SshBridge::start(gw.state.clone()).await;

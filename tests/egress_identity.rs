@@ -1,15 +1,15 @@
 //! Who is calling, under attack, through the real binary (`run --policy`): hostile children
 //! that try to have the proxy take an allowed binary for the caller. The attacker's own
 //! binary is allowed nowhere; an allowed one (`sleep`) holds an inherited copy of its socket.
-//! The world is tests/egress_support's (upstreams in a test-made namespace with no route).
+//! The world is tests/support/egress's (upstreams in a test-made namespace with no route).
 
-mod egress_support;
+mod support;
 
 use std::time::Duration;
 
-use egress_support::binary::*;
-use egress_support::identity::*;
-use egress_support::*;
+use support::egress::binary::*;
+use support::egress::identity::*;
+use support::egress::*;
 
 #[test]
 fn a_thread_of_an_exited_leader_is_a_holder_of_its_socket() {
@@ -516,7 +516,7 @@ except urllib.error.HTTPError as e:
 /// KNOWN GAP (SECURITY.md, "What a `binaries` rule is"): the evidence of injected code is
 /// read from the process when it connects, and code that ran before can remove it. A
 /// preloaded object that rewrites its `LD_PRELOAD=` in the environment block and unmaps its
-/// own code (tests/egress_support/hide.c) leaves an allowed curl that is admitted. This
+/// own code (tests/support/egress/hide.c) leaves an allowed curl that is admitted. This
 /// asserts what happens today.
 #[test]
 fn known_gap_a_preload_that_hides_before_the_connection_is_not_seen() {

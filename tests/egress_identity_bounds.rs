@@ -1,15 +1,15 @@
 //! Who is calling, against a sandbox that makes the proxy read a lot: long argv chains, large
 //! maps and environments, many processes. What the proxy reads, keeps and reports stays
 //! bounded, and what lies past what it reads counts as evidence. Through the real binary
-//! (`run --policy`), in tests/egress_support's world.
+//! (`run --policy`), in tests/support/egress's world.
 
-mod egress_support;
+mod support;
 
 use std::time::Duration;
 
-use egress_support::binary::*;
-use egress_support::identity::*;
-use egress_support::*;
+use support::egress::binary::*;
+use support::egress::identity::*;
+use support::egress::*;
 
 #[test]
 fn the_argv_of_a_chain_is_bounded_in_what_the_proxy_reads_and_reports() {

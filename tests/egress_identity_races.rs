@@ -1,11 +1,10 @@
 //! Who is calling, when the sandbox changes while the proxy looks: races between the proxy's
 //! reads of `/proc` and a hostile child, through the real binary (`run --policy`), made
 //! certain with the supervisor's pause points (src/pause.rs): the test does the attacker's
-//! part at the worst moment, every time. The world is tests/egress_support's (upstreams in a
+//! part at the worst moment, every time. The world is tests/support/egress's (upstreams in a
 //! test-made namespace with no route).
 
-mod common;
-mod egress_support;
+mod support;
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -13,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{PauseDir, require_pause_points};
-use egress_support::binary::*;
-use egress_support::identity::*;
-use egress_support::*;
+use support::egress::binary::*;
+use support::egress::identity::*;
+use support::egress::*;
+use support::{PauseDir, require_pause_points};
 
 const CURL: &str = "/usr/bin/curl";
 
@@ -291,7 +290,7 @@ fn a_parent_that_exits_while_it_is_read_is_not_taken_for_what_reuses_its_pid() {
                 }
             },
         );
-        common::kill(stray as i32);
+        support::kill(stray as i32);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(hits >= 1, "{stderr}");
@@ -346,7 +345,7 @@ fn an_ancestor_that_exits_while_its_code_is_checked_is_not_vouched_for() {
                 }
             },
         );
-        common::kill(stray as i32);
+        support::kill(stray as i32);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(hits >= 1, "{stderr}");

@@ -1,21 +1,22 @@
 //! L7 inspection end to end: the REST rules over plain HTTP (inside CONNECT tunnels and on
 //! the forward path) and over intercepted TLS, the canonical path that goes upstream, the
 //! authority check, credential placeholders, with real clients (curl, python, git, node)
-//! inside the sandbox namespace (tests/egress_support). The sheet's P2 and P3 policies, on
-//! the hyper upstreams of `egress_support::l7_servers` (plain 8180, TLS 9443).
+//! inside the sandbox namespace (tests/support/egress). The REST rules of
+//! `support::egress::l7::RULES`, on the hyper upstreams of `support::egress::l7_servers`
+//! (plain 8180, TLS 9443).
 
 // The upstream's test CA is trusted through a knob compiled into test builds only.
 #![cfg(feature = "test-pause-points")]
 
-mod egress_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use egress_support::l7::*;
-use egress_support::*;
 use openshell_sandbox::egress::L7Decision;
+use support::egress::l7::*;
+use support::egress::*;
 
 /// One tunnel: a request, three quiet seconds, a second request, then a head that stalls
 /// half-way; prints both status lines and how long the stalled head was held.

@@ -1,17 +1,17 @@
 //! L7 inspection beyond single requests: `protocol: websocket` (the upgrade, each text message
 //! checked, closes with 1008 and 1012) and `request_body_credential_rewrite`, in the world of
-//! `egress_support::l7` (the sandbox namespace, the interceptor, the hyper upstreams).
+//! `support::egress::l7` (the sandbox namespace, the interceptor, the hyper upstreams).
 
 // The upstream's test CA is trusted through a knob compiled into test builds only.
 #![cfg(feature = "test-pause-points")]
 
-mod egress_support;
+mod support;
 
 use std::time::Duration;
 
-use egress_support::l7::*;
-use egress_support::*;
 use openshell_sandbox::egress::L7Decision;
+use support::egress::l7::*;
+use support::egress::*;
 
 /// A WebSocket session through the proxy, raw (no library between the test and the wire):
 /// CONNECT, the upgrade to PATH, then each text message in turn; prints the 101's status

@@ -1,77 +1,17 @@
 //! `run` and `check` with network rules, through the real binary: the supervisor runs in the
-//! test-made outer namespace (tests/egress_support: upstream addresses on its `lo`, no route
+//! test-made outer namespace (tests/support/egress: upstream addresses on its `lo`, no route
 //! anywhere, checked before the first packet) with a mount namespace of its own whose
 //! `/etc/hosts` is the test's hosts file, so that nothing on the machine changes.
 
-mod egress_support;
+mod support;
 
-use std::ffi::CString;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use egress_support::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
-
-/// The binary, started from the calling thread (so in its network namespace, the outer one),
-/// in a private mount namespace where `hosts` is `/etc/hosts`.
-fn osb(hosts: &Path, workdir: &Path) -> Command {
-    let mut c = Command::new(BIN);
-    let src = CString::new(hosts.as_os_str().as_encoded_bytes()).unwrap();
-    let dst = CString::new("/etc/hosts").unwrap();
-    let root = CString::new("/").unwrap();
-    // SAFETY: raw syscalls only, on C strings made before the fork.
-    unsafe {
-        c.pre_exec(move || {
-            if libc::unshare(libc::CLONE_NEWNS) != 0
-                || libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) != 0
-                || libc::mount(
-                    src.as_ptr(),
-                    dst.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    c.current_dir(workdir).stdin(Stdio::null());
-    c
-}
-
-/// Run `c` to its end within `limit`.
-fn finish(mut c: Command, limit: Duration) -> Output {
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = c.spawn().unwrap();
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            // SAFETY: kill of our own child's pid.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("{c:?} did not finish in {limit:?}");
-        }
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::egress::binary::{BIN, finish, osb};
+use support::egress::*;
+use support::skip::have;
+use support::text;
 
 const POLICY: &str = "\
 version: 1
@@ -95,20 +35,6 @@ try:
     s.connect(('192.88.99.10',8080)); print('CONNECTED')
 except OSError as e:
     print(errno.errorcode[e.errno])";
-
-fn have(tool: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{tool} is required for this test (CI=true turns this skip into a failure)");
-        }
-        eprintln!("SKIPPED: {tool} absent");
-    }
-    found
-}
 
 #[test]
 fn run_with_network_policies_reaches_the_allowed_upstream_only() {

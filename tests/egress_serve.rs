@@ -1,40 +1,25 @@
 //! `serve` with network rules from the test gateway, through the real binary: the supervisor
-//! and the gateway run in the test-made outer namespace (tests/egress_support: upstream
+//! and the gateway run in the test-made outer namespace (tests/support/egress: upstream
 //! addresses on its `lo`, no route anywhere, checked before the first packet); the
 //! supervisor has a mount namespace of its own whose `/etc/hosts` is the test's hosts file.
 //! A revision with rules is LOADED, the proxy answers with 403s and reasons, a new revision
 //! closes an open tunnel, an invalid one quarantines.
 
-mod egress_support;
 mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use openshell_sandbox::policy::openshell::{
-    FilesystemPolicy, LandlockPolicy, NetworkBinary, NetworkEndpoint, NetworkPolicyRule,
-    SandboxPolicy,
+    NetworkBinary, NetworkEndpoint, NetworkPolicyRule, SandboxPolicy,
 };
 use openshell_sandbox::proto::v1::PolicyStatus;
-use support::plane::SANDBOX_NAME;
+use support::plane::{SANDBOX_NAME, base_policy};
+use support::skip::have;
 use support::{AuthMode, SupOpts, Supervisor, TestGateway};
 
 fn policy(rules: &[(&str, &str, u16)]) -> SandboxPolicy {
-    let ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
-        .iter()
-        .filter(|p| Path::new(p).exists())
-        .map(|p| p.to_string())
-        .collect();
     SandboxPolicy {
-        version: 1,
-        filesystem: Some(FilesystemPolicy {
-            include_workdir: true,
-            read_only: ro,
-            read_write: vec!["/dev/null".into()],
-        }),
-        landlock: Some(LandlockPolicy {
-            compatibility: "best_effort".into(),
-        }),
         network_policies: rules
             .iter()
             .map(|(key, host, port)| {
@@ -58,7 +43,7 @@ fn policy(rules: &[(&str, &str, u16)]) -> SandboxPolicy {
                 )
             })
             .collect(),
-        ..Default::default()
+        ..base_policy(&[])
     }
 }
 
@@ -140,26 +125,12 @@ async fn wait_status(gw: &TestGateway, version: u32, sup: &Supervisor) -> (i32, 
     }
 }
 
-fn have(tool: &str) -> bool {
-    let ok = std::process::Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{tool} is required for this test (CI=true turns this skip into a failure)");
-        }
-        eprintln!("SKIPPED: {tool} absent");
-    }
-    ok
-}
-
 #[test]
 fn serve_loads_network_rules_publishes_revisions_and_quarantines() {
-    if !egress_support::require() || !have("curl") || !have("python3") || !have("unshare") {
+    if !support::egress::require() || !have("curl") || !have("python3") || !have("unshare") {
         return;
     }
-    egress_support::World::run(|w| {
+    support::egress::World::run(|w| {
         let hosts = w.hosts.clone();
         let upstream = w.upstream.clone();
         w.rt.block_on(async move {
@@ -197,7 +168,7 @@ fn serve_loads_network_rules_publishes_revisions_and_quarantines() {
             let no: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
             assert_eq!(no["error"], "policy_denied");
             assert_eq!(no["reason"], "endpoint other.test:8080 is not allowed by any policy");
-            assert_eq!(upstream.count(egress_support::PRIVATE2), 0);
+            assert_eq!(upstream.count(support::egress::PRIVATE2), 0);
 
             // A new revision closes the open tunnel; a new CONNECT is admitted under it.
             let before = upstream.total();

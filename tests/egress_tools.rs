@@ -1,9 +1,9 @@
 //! The egress proxy with real tools inside the sandbox namespace (curl, pip, git, node), each
 //! allowed by a rule naming its own binary; and the identity and resolution cases that need a
 //! process of their own: the rebinding name, the image pinned on first use, a policy path
-//! that is a symlink, identity without sock_diag (tests/egress_support).
+//! that is a symlink, identity without sock_diag (tests/support/egress).
 
-mod egress_support;
+mod support;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use egress_support::*;
 use openshell_sandbox::egress::{self, ProxyConfig, Resolve, ResolveError, ResolveFuture};
+use support::egress::*;
 
 /// The kernel's path of a program found on PATH (what `/proc/<pid>/exe` will say).
 fn real_path(program: &str) -> Option<PathBuf> {

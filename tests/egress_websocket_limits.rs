@@ -5,20 +5,20 @@
 //! after a raw `101`), and many clients sending the largest frames at once do not grow the
 //! supervisor's memory (frames are streamed through, not held).
 //!
-//! The supervisor runs in the test-made outer namespace (tests/egress_support: upstream
+//! The supervisor runs in the test-made outer namespace (tests/support/egress: upstream
 //! addresses on its `lo`, no route anywhere, checked before the first packet), its
 //! `/etc/hosts` the test's.
 
-mod egress_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
-use egress_support::binary::{finish, support_file};
-use egress_support::l7_servers::L7Upstream;
-use egress_support::*;
+use support::egress::binary::{finish, support_file};
+use support::egress::l7_servers::L7Upstream;
+use support::egress::*;
 
 fn have_python() -> bool {
     let found = std::process::Command::new("python3")

@@ -9,12 +9,12 @@
 //!
 //! Run: `cargo test --test escapes_bombs` as root.
 
-mod probe;
+mod support;
 
 use std::sync::Mutex;
 
-use probe::outside;
-use probe::{Mode, Outcome, Scene};
+use support::probe::outside;
+use support::probe::{Mode, Outcome, Scene};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -30,7 +30,7 @@ struct BombRun {
 }
 
 fn bomb(uid: u32, mode: Mode, name: &str, flags: &[&str], extra: &[&str]) -> Option<BombRun> {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return None;
     }
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
@@ -39,7 +39,7 @@ fn bomb(uid: u32, mode: Mode, name: &str, flags: &[&str], extra: &[&str]) -> Opt
     let mut args = vec![name.to_string(), format!("marker={marker}")];
     args.extend(scene.params());
     args.extend(extra.iter().map(|s| s.to_string()));
-    let out = probe::launch(&scene, mode, flags, &args);
+    let out = support::probe::launch(&scene, mode, flags, &args);
     let left = if uid == 0 {
         let left = outside::named(&marker);
         outside::kill_named(&marker);
@@ -71,7 +71,7 @@ fn assert_clean_end(run: &BombRun, what: &str) {
     assert!(
         !out.hung,
         "{what}: `run` did not return within {:?}; the supervisor had to be killed.\nstdout:\n{}\nstderr:\n{}",
-        probe::HANG,
+        support::probe::HANG,
         out.stdout,
         out.stderr
     );
@@ -290,7 +290,7 @@ fn nonroot_memory_bomb_across_processes_is_bounded_per_process_only() {
     );
     assert!(a.num("total_mib") <= 4 * 80, "{a:?}");
     if a.outcome == "allowed" {
-        probe::loud(&format!(
+        support::probe::loud(&format!(
             "KNOWN GAP [nonroot] membomb_multi: {} (no memory cgroup without root)",
             a.detail
         ));

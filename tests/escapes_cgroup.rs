@@ -4,7 +4,7 @@
 //! binary built with `--features test-pause-points`. Every process a test starts is killed by
 //! the test, whatever the outcome.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{
+use support::{
     BIN, PauseDir, Workdir, kill, read_pid, require, require_pause_points, require_root, run,
     wait_until,
 };

@@ -4,11 +4,11 @@
 //! descriptors (`/proc/1/fd`, the init being a fork of the supervisor), not through a mount of
 //! its own view, and its own group's limit files stay unwritable.
 
-mod common;
+mod support;
 
 use std::process::Command;
 
-use common::{BIN, Workdir, cgroup_mounts, require, require_root, which};
+use support::{BIN, Workdir, cgroup_mounts, require, require_root, which};
 
 const PROBE: &str = r#"
 import errno, os

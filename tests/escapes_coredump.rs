@@ -1,6 +1,6 @@
 //! A sandboxed crash must not hand its memory to the host's core dump handler, through the
 //! real binary: the test points `kernel.core_pattern` at a recorder of its own (a pipe helper,
-//! then a socket), crashes a child that holds a marker in its heap (tests/probe/crasher.c)
+//! then a socket), crashes a child that holds a marker in its heap (tests/support/probe/crasher.c)
 //! with SIGSEGV, and looks at what the recorder got.
 //!
 //! - A pipe helper (`|/path/helper`, as systemd-coredump and apport are installed) is never
@@ -12,9 +12,9 @@
 //!
 //! Each test first crashes the same program outside the sandbox (the control: the recorder
 //! gets it, marker and all), and restores core_pattern when it ends, panics included
-//! (tests/probe/machine.rs). Uids 64290..64299 are this file's.
+//! (tests/support/probe/machine.rs). Uids 64290..64299 are this file's.
 
-mod probe;
+mod support;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use probe::machine::{Exclusive, Sysctl};
-use probe::{Mode, Scene};
+use support::probe::machine::{Exclusive, Sysctl};
+use support::probe::{Mode, Scene};
 
 /// 1 KiB of the crasher's heap pattern: only its anonymous memory holds this much of it.
 fn marker() -> Vec<u8> {
@@ -46,13 +46,13 @@ fn holds_marker(dump: &[u8]) -> bool {
 fn scene_with_crasher(uid: u32) -> (Scene, PathBuf) {
     let scene = Scene::new(uid);
     let crasher = scene.bin.join("osb-crasher");
-    std::fs::copy(&probe::built().crasher, &crasher).unwrap();
+    std::fs::copy(&support::probe::built().crasher, &crasher).unwrap();
     (scene, crasher)
 }
 
 /// Crash the crasher inside `openshell-sandbox run`; asserts it did die of SIGSEGV there.
 fn crash_in_sandbox(scene: &Scene, crasher: &Path, mode: Mode) {
-    let mut cmd = Command::new(probe::BIN);
+    let mut cmd = Command::new(support::probe::BIN);
     cmd.arg("run")
         .arg("--workdir")
         .arg(&scene.wd)
@@ -117,7 +117,7 @@ const AFTER: Duration = Duration::from_secs(2);
 const CONTROL: Duration = Duration::from_secs(20);
 
 fn requirements() -> bool {
-    probe::require_root_and_cc()
+    support::probe::require_root_and_cc()
 }
 
 // ---- a pipe helper ----------------------------------------------------------------------------
@@ -265,7 +265,7 @@ fn socket_gets_no_memory(uid: u32, mode: Mode) {
         &format!("@{}", sock.display()),
     );
     let Ok(_pattern) = pattern else {
-        probe::require(
+        support::probe::require(
             false,
             "a kernel that dumps cores to a socket (core_pattern `@/path`, Linux 6.16)",
         );
@@ -296,7 +296,7 @@ fn socket_gets_no_memory(uid: u32, mode: Mode) {
         !dumps[seen..].iter().any(|d| holds_marker(d)),
         "the sandboxed crash sent its memory to the core pattern socket (dump sizes {sizes:?})"
     );
-    probe::loud(&format!(
+    support::probe::loud(&format!(
         "core dump socket: the sandboxed crash sent {sizes:?} bytes (no memory)"
     ));
 }

@@ -4,7 +4,7 @@
 //!
 //! As root, the sandbox uid is 65534 unless `--uid` says otherwise.
 
-mod common;
+mod support;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -13,7 +13,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, PauseDir, Workdir, require_pause_points, require_root};
+use support::text;
+use support::{BIN, PauseDir, Workdir, require_pause_points, require_root};
 
 /// Exit code of a refused policy (RunError::Policy): ours, as every failure of the sandbox.
 const POLICY_REFUSED: i32 = 125;
@@ -40,10 +41,6 @@ fn sandbox(args: &[&str]) -> Command {
     c
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// Wait for `child` at most `secs`; `None` if it is still running then (it is killed).
 fn wait_bounded(mut child: Child, secs: u64) -> Option<Output> {
     let end = Instant::now() + Duration::from_secs(secs);
@@ -68,7 +65,7 @@ fn symlinked_workdir_left_by_a_run_is_refused_naming_the_link() {
         return;
     }
     let wd = Workdir::new();
-    let r1 = common::run(&wd, &[], &["ln", "-s", "/", "project"]);
+    let r1 = support::run(&wd, &[], &["ln", "-s", "/", "project"]);
     assert_eq!(r1.code(), 0, "run 1: {}", r1.stderr());
     let outside = open_outside_dir();
     let pwned = outside.path().join("pwned");
@@ -184,7 +181,7 @@ fn uid0_symlinked_workdir_in_a_root_owned_tree_is_refused() {
         let m = std::fs::metadata(d).unwrap();
         m.uid() == 0 && m.mode() & 0o022 == 0
     });
-    if !common::require(
+    if !support::require(
         trusted_chain,
         "CARGO_TARGET_TMPDIR below root-owned directories without group or other write",
     ) {

@@ -1,6 +1,6 @@
 //! What a run could leave on the host for after it, through the real binary: the hostile probe
-//! (tests/probe/host.c) makes the attempt inside `openshell-sandbox run`, the test asserts the
-//! exact errno, then looks at the target from the host.
+//! (tests/support/probe/host.c) makes the attempt inside `openshell-sandbox run`, the test
+//! asserts the exact errno, then looks at the target from the host.
 //!
 //! - Set-uid and set-gid files in the workdir, by every call that takes a mode (chmod, fchmod,
 //!   fchmodat, fchmodat2, open, openat, creat with O_CREAT or O_TMPFILE, openat2, mkdir,
@@ -17,23 +17,23 @@
 //! keeps its uid) and with `--uid 0` (root without capabilities, the owner of the device nodes
 //! and the procfs entry). Uids 64280..64289 are this file's.
 
-mod probe;
+mod support;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use libc::{ENOSYS, EPERM, EROFS, EXDEV};
-use probe::expect::{self, Expect};
-use probe::machine::{Exclusive, Nodes, Sysctl};
-use probe::{Mode, Outcome, Scene};
+use support::probe::expect::{self, Expect};
+use support::probe::machine::{Exclusive, Nodes, Sysctl};
+use support::probe::{Mode, Outcome, Scene};
 
 fn run_named(scene: &Scene, mode: Mode, names: &[&str], extra: &[String]) -> Outcome {
     let mut args = vec![names.join(",")];
     args.extend(scene.params());
     args.extend_from_slice(extra);
-    let out = probe::launch(scene, mode, &[], &args);
+    let out = support::probe::launch(scene, mode, &[], &args);
     if scene.uid != 0 {
-        probe::outside::kill_uid(scene, scene.uid);
+        support::probe::outside::kill_uid(scene, scene.uid);
     }
     assert!(!out.hung, "the run did not end; stderr:\n{}", out.stderr);
     assert!(
@@ -147,7 +147,7 @@ fn setid_files(dir: &Path) -> Vec<(PathBuf, u32)> {
 }
 
 fn setid_bits_never_reach_the_host(uid: u32, mode: Mode) {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(uid);
@@ -217,11 +217,11 @@ fn proc_entry() -> Option<&'static Path> {
 }
 
 fn nodes_keep_their_modes_and_times(uid: u32, mode: Mode) {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let Some(entry) = proc_entry() else {
-        probe::require(
+        support::probe::require(
             false,
             "a procfs entry with a kernel-wide mode (/proc/kpageflags)",
         );
@@ -286,7 +286,7 @@ fn uid0_child_cannot_change_procfs_or_device_nodes() {
 // ---- the kernel log ---------------------------------------------------------------------------
 
 fn kernel_log_is_refused(uid: u32, mode: Mode) {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let names = ["syslog_read_all", "syslog_size_buffer"];
@@ -297,7 +297,7 @@ fn kernel_log_is_refused(uid: u32, mode: Mode) {
     let mut args = vec![names.join(",")];
     args.extend(scene.params());
     // The control: without the sandbox, this uid reads the log.
-    let bare = probe::launch_bare(&scene, &args);
+    let bare = support::probe::launch_bare(&scene, &args);
     for n in names {
         assert_eq!(
             expect::check(bare.attempt(n), &Expect::Allowed),
@@ -335,7 +335,7 @@ fn uid0_child_cannot_read_the_kernel_log() {
 /// RLIMIT_CORE is 1, soft and hard: the kernel's "no dump to a pipe helper" value, and the child
 /// cannot raise it (escapes_coredump.rs crashes a child under a recording helper).
 fn core_limit_is_locked_at_one(uid: u32, mode: Mode) {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(uid);

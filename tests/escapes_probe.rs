@@ -1,8 +1,8 @@
-//! Every known escape from inside `openshell-sandbox run`, tried by the probe (tests/probe):
-//! it reports one JSON line per attempt; this file holds the run to the table in
-//! tests/probe/expect.rs, and checks outside the sandbox what the probe cannot see (signals at
-//! the witness, connections at the listeners, processes left behind). Links left in a workdir
-//! for a later run are tried here too, with the probe as the later run.
+//! Every known escape from inside `openshell-sandbox run`, tried by the probe
+//! (tests/support/probe): it reports one JSON line per attempt; this file holds the run to the
+//! table in tests/support/probe/expect.rs, and checks outside the sandbox what the probe cannot
+//! see (signals at the witness, connections at the listeners, processes left behind). Links
+//! left in a workdir for a later run are tried here too, with the probe as the later run.
 //!
 //! The set runs with the supervisor as root (the child becomes a test uid with every capability
 //! dropped), with the supervisor itself non-root (the child keeps the supervisor's uid, so only
@@ -12,11 +12,11 @@
 //! Run: `cargo test --test escapes_probe` as root. The raw results of each run land in
 //! target/tmp/probe-results/LABEL.jsonl; SECURITY.md holds the table.
 
-mod probe;
+mod support;
 
-use probe::expect::{self, Ctx, Expect};
-use probe::outside::{self, Listeners, TlsStandIn, Witness};
-use probe::{Mode, Scene};
+use support::probe::expect::{self, Ctx, Expect};
+use support::probe::outside::{self, Listeners, TlsStandIn, Witness};
+use support::probe::{Mode, Scene};
 
 /// Everything one `probe all` run needs outside the sandbox.
 struct Setup {
@@ -53,7 +53,7 @@ impl Setup {
 }
 
 fn run_all(label: &str, uid: u32, mode: Mode, flags: &[&str], network_all: bool) {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let Setup {
@@ -68,7 +68,7 @@ fn run_all(label: &str, uid: u32, mode: Mode, flags: &[&str], network_all: bool)
     let mut run_flags = vec!["--address-space", "1GiB"];
     run_flags.extend_from_slice(flags);
 
-    let out = probe::launch(&scene, mode, &run_flags, &args);
+    let out = support::probe::launch(&scene, mode, &run_flags, &args);
     let signals = witness.finish();
     let survivors = if uid == 0 {
         Vec::new()
@@ -166,7 +166,7 @@ fn run_all(label: &str, uid: u32, mode: Mode, flags: &[&str], network_all: bool)
     }
 
     for g in &gaps {
-        probe::loud(&format!("KNOWN GAP [{label}] {g}"));
+        support::probe::loud(&format!("KNOWN GAP [{label}] {g}"));
     }
     assert!(
         failures.is_empty(),
@@ -217,12 +217,12 @@ fn uid0_child_without_capabilities_is_still_confined() {
 /// attempts whose success does not depend on a sysctl or kernel option are asserted.
 #[test]
 fn without_the_sandbox_the_same_attempts_get_through() {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let uid = 64213;
     let setup = Setup::new("bare", uid);
-    let out = probe::launch_bare(&setup.scene, &setup.args);
+    let out = support::probe::launch_bare(&setup.scene, &setup.args);
     let signals = setup.witness.finish();
     outside::kill_uid(&setup.scene, uid);
     out.save("bare");
@@ -301,7 +301,7 @@ fn plant_links(scene: &Scene, links: &[(&str, &str)]) {
         .map(|(target, name)| format!("ln -s {target} {} && ", scene.wd.join(name).display()))
         .collect::<String>()
         + "true";
-    let st = std::process::Command::new(probe::BIN)
+    let st = std::process::Command::new(support::probe::BIN)
         .args(["run", "-q", "--uid", &scene.uid.to_string(), "--workdir"])
         .arg(&scene.wd)
         .args(["--", "/bin/sh", "-c", &script])
@@ -312,14 +312,14 @@ fn plant_links(scene: &Scene, links: &[(&str, &str)]) {
 }
 
 /// Run 2: the same workdir with a denied directory below it, so its grant is split.
-fn run_with_private_dir(scene: &Scene, attempt: &str) -> probe::Outcome {
+fn run_with_private_dir(scene: &Scene, attempt: &str) -> support::probe::Outcome {
     let private = scene.wd.join("private");
     std::fs::create_dir(&private).unwrap();
     std::os::unix::fs::chown(&private, Some(scene.uid), Some(scene.uid)).unwrap();
     let deny = private.display().to_string();
     let mut args = vec![attempt.to_string()];
     args.extend(scene.params());
-    probe::launch(scene, Mode::Root, &["--deny", &deny], &args)
+    support::probe::launch(scene, Mode::Root, &["--deny", &deny], &args)
 }
 
 /// When a denied path lies below the workdir, the workdir's grant is split into its entries
@@ -328,7 +328,7 @@ fn run_with_private_dir(scene: &Scene, attempt: &str) -> probe::Outcome {
 /// every top-level directory. See SECURITY.md, "Findings".
 #[test]
 fn symlink_left_in_the_workdir_does_not_widen_a_later_run() {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(64214);
@@ -356,7 +356,7 @@ fn symlink_left_in_the_workdir_does_not_widen_a_later_run() {
 /// nothing.
 #[test]
 fn symlink_loops_left_in_the_workdir_do_not_stall_a_later_run() {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(64215);
@@ -366,7 +366,7 @@ fn symlink_loops_left_in_the_workdir_do_not_stall_a_later_run() {
     assert!(
         !out.hung,
         "preparing the sandbox did not finish within {:?}: the grant expansion follows symlink loops",
-        probe::HANG
+        support::probe::HANG
     );
     assert!(out.status.success(), "{}", out.stderr);
 }

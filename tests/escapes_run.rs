@@ -3,7 +3,6 @@
 //! concurrent run, and what one run leaves for the next in a shared workdir. Every test drives
 //! the real binary. (The caller's terminal and stdin: escapes_terminal.rs.)
 
-mod common;
 mod support;
 
 use std::io::Read;
@@ -12,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use support::*;
 
 /// The default `--uid-range` of `run` (see README).
 const RANGE: std::ops::RangeInclusive<u32> = 1_900_000_000..=1_900_000_999;

@@ -1,5 +1,5 @@
-//! Escapes the seccomp filter stops, through the real binary: the hostile probe (tests/probe) runs
-//! the attack inside `openshell-sandbox run`, and the test checks the exact errno, and from
+//! Escapes the seccomp filter stops, through the real binary: the hostile probe
+//! (tests/support/probe) runs the attack inside `openshell-sandbox run`, and the test checks the exact errno, and from
 //! outside that the target is unchanged.
 //!
 //! - prlimit64 on the supervisor when the child shares its uid (non-root supervisor,
@@ -13,11 +13,11 @@
 //! Each test has a uid of its own (642xx, unused elsewhere), so its attempts on "every process
 //! of the uid" can only reach the test's own processes.
 
-mod probe;
+mod support;
 
-use probe::expect::{self, Expect};
-use probe::outside::{self, Witness};
-use probe::{Mode, Outcome, Scene};
+use support::probe::expect::{self, Expect};
+use support::probe::outside::{self, Witness};
+use support::probe::{Mode, Outcome, Scene};
 
 use libc::{ENOSYS, EOPNOTSUPP, EPERM, SIGSYS};
 
@@ -35,7 +35,7 @@ fn run_named(
     let mut args = vec![names.join(",")];
     args.extend(scene.params());
     args.extend_from_slice(extra);
-    let out = probe::launch(scene, mode, flags, &args);
+    let out = support::probe::launch(scene, mode, flags, &args);
     before_cleanup();
     if scene.uid != 0 {
         outside::kill_uid(scene, scene.uid);
@@ -88,7 +88,7 @@ fn assert_all(out: &Outcome, want: &[(&str, Expect)]) {
 // ---- prlimit64 against the supervisor -----------------------------------------------------------
 
 fn prlimit_on_the_supervisor(uid: u32, mode: Mode) {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(uid);
@@ -184,7 +184,7 @@ fn sched_of(pid: i32) -> Sched {
 /// the same calls on the caller itself (pid or who 0) work.
 #[test]
 fn another_process_of_the_same_uid_cannot_be_reniced_pinned_or_limited() {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let uid = 64261;
@@ -250,7 +250,7 @@ const FOREIGN_FAMILIES: &[&str] = &[
 ];
 
 fn socket_families(uid: u32, network_all: bool) {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(uid);
@@ -324,7 +324,7 @@ fn network_all_allows_only_unix_ip_and_route_netlink() {
 /// (an x32 number is still killed).
 #[test]
 fn syscall_minus_one_is_enosys_and_the_caller_survives() {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(64264);
@@ -351,7 +351,7 @@ fn syscall_minus_one_is_enosys_and_the_caller_survives() {
 /// against a per-uid budget that concurrent runs share.
 #[test]
 fn fanotify_init_is_refused() {
-    if !probe::require_root_and_cc() {
+    if !support::probe::require_root_and_cc() {
         return;
     }
     let scene = Scene::new(64265);

@@ -7,15 +7,14 @@
 //! Both need root and a binary built with `test-pause-points` (the degraded shape is forced
 //! with its `OSB_TEST_DENY_PIDNS` / `OSB_TEST_DENY_CGROUP` knobs, the hold with a pause point).
 
-mod common;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use common::{PauseDir, kill, read_pid, require_pause_points, wait_until};
 use openshell_sandbox::proto::v1::exec_sandbox_event::Payload;
 use support::exec::exec_stream;
 use support::{AuthMode, SupOpts, TestGateway, is_root, require, up};
+use support::{PauseDir, kill, read_pid, require_pause_points, wait_until};
 
 fn pair(k: &str, v: &str) -> (String, String) {
     (k.to_string(), v.to_string())

@@ -3,14 +3,14 @@
 //! cannot change the caller's terminal settings; with `--tty` it gets a fresh pty, and the
 //! caller's terminal is restored however the run ends (exit, timeout, signal).
 
-mod common;
+mod support;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use common::*;
+use support::*;
 
 struct TtyState {
     termios: libc::termios,

@@ -7,7 +7,7 @@
 //! So a FIFO named as the command never blocks the run, a link to a device never opens it, and
 //! a path outside the grants gets the same answer whether or not it exists on the host.
 
-mod common;
+mod support;
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -17,7 +17,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Workdir, require_root};
+use support::text;
+use support::{BIN, Workdir, require_root};
 
 /// `run --workdir W [extra] -- cmd`, killed (and the test failed) if it takes over `limit`.
 fn run_bounded(wd: &Workdir, extra: &[&str], cmd: &[&str], limit: Duration) -> Output {
@@ -60,10 +61,6 @@ fn run_bounded_with(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn mkfifo(p: &Path) {

@@ -3,11 +3,11 @@
 //! command's own code (128 + N for a signal, 127 for a command not found), and its bad input
 //! gets 125 with a message that names the problem.
 
-mod common;
+mod support;
 
 use std::process::Command;
 
-use common::{Workdir, run};
+use support::{Workdir, run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
 

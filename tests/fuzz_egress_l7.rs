@@ -11,7 +11,7 @@
 //! Bounded by case count, or by `OSB_FUZZ_SECONDS` (see tests/fuzz_support). Seeds:
 //! fuzz/corpus/egress_l7_path (`ok-*` must canonicalise, `bad-*` must not).
 
-mod fuzz_support;
+mod support;
 
 use openshell_sandbox::egress::credentials::{Binding, CredentialError, Credentials, MARKER};
 use openshell_sandbox::egress::l7::path::{MAX_PATH, canonicalize};
@@ -60,7 +60,7 @@ fn check_path(input: &str, slash: bool) -> Result<(), TestCaseError> {
 
 #[test]
 fn seeds() {
-    for (name, bytes) in fuzz_support::corpus("egress_l7_path") {
+    for (name, bytes) in support::fuzz::corpus("egress_l7_path") {
         let s = String::from_utf8(bytes).unwrap();
         let r = canonicalize(&s, false);
         if name.starts_with("ok-") {
@@ -83,9 +83,9 @@ fn any_target() {
         "[ -~]{0,80}",
         any::<String>(),
     ];
-    fuzz_support::run(
+    support::fuzz::run(
         "egress_l7/any_target",
-        fuzz_support::config(3000),
+        support::fuzz::config(3000),
         &(target, any::<bool>()),
         |(t, slash)| check_path(&t, slash),
     );
@@ -119,9 +119,9 @@ fn any_header_value() {
     ]);
     let value = prop::collection::vec(piece, 0..6).prop_map(|v| v.concat());
     let store = store();
-    fuzz_support::run(
+    support::fuzz::run(
         "egress_l7/any_header_value",
-        fuzz_support::config(3000),
+        support::fuzz::config(3000),
         &(value, any::<bool>()),
         |(v, bound)| {
             let host = if bound { "bound.test" } else { "other.test" };

@@ -11,7 +11,7 @@
 //! Bounded by case count, or by `OSB_FUZZ_SECONDS` (see tests/fuzz_support). Seeds:
 //! fuzz/corpus/egress_request (`ok-*` must parse, `bad-*` must not).
 
-mod fuzz_support;
+mod support;
 
 use openshell_sandbox::egress::request::{HeadError, MAX_HEAD, Target, head_end, parse_head};
 use proptest::prelude::*;
@@ -57,7 +57,7 @@ fn check_accepted(input: &[u8]) -> Result<(), TestCaseError> {
 
 #[test]
 fn seeds() {
-    for (name, bytes) in fuzz_support::corpus("egress_request") {
+    for (name, bytes) in support::fuzz::corpus("egress_request") {
         let r = parse_head(&bytes);
         if name.starts_with("ok-") {
             assert!(r.is_ok(), "{name}: {r:?}");
@@ -90,9 +90,9 @@ fn any_bytes() {
                 v
             }),
     ];
-    fuzz_support::run(
+    support::fuzz::run(
         "egress_request/any_bytes",
-        fuzz_support::config(2000),
+        support::fuzz::config(2000),
         &bytes,
         |b| {
             if let Some(Ok(n)) = head_end(&b) {
@@ -155,9 +155,9 @@ fn render(p: &Parts) -> String {
 
 #[test]
 fn well_formed_heads_parse_to_their_parts() {
-    fuzz_support::run(
+    support::fuzz::run(
         "egress_request/well_formed",
-        fuzz_support::config(800),
+        support::fuzz::config(800),
         &parts(),
         |p| {
             let text = render(&p);
@@ -190,9 +190,9 @@ fn one_defect_is_always_refused() {
     let defects = prop::sample::select(vec![
         "\n", "\r", "\0", "\x01", "\x7f", " fold", "cl-te", "cl-cl", "te", "fragment", "big",
     ]);
-    fuzz_support::run(
+    support::fuzz::run(
         "egress_request/one_defect",
-        fuzz_support::config(800),
+        support::fuzz::config(800),
         &(parts(), defects, any::<prop::sample::Index>()),
         |(p, d, at)| {
             let mut text = render(&p);

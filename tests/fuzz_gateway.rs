@@ -10,9 +10,8 @@
 //! Seeds: fuzz/corpus/{main_process_spec,exec_command,ssh_relay}. `OSB_FUZZ_CASES=N` scales
 //! every target; `OSB_FUZZ_SECONDS=N` runs each for N seconds instead (tests/fuzz_support).
 
-mod fuzz_support;
-use fuzz_support::runtime;
 mod support;
+use support::fuzz::runtime;
 
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
@@ -135,7 +134,7 @@ fn mutate(s: &str, edits: &[(usize, u8, char)]) -> String {
 
 #[test]
 fn main_process_spec_seeds() {
-    for (name, bytes) in fuzz_support::corpus("main_process_spec") {
+    for (name, bytes) in support::fuzz::corpus("main_process_spec") {
         let s = String::from_utf8_lossy(&bytes);
         let s = s.trim_end_matches('\n');
         if let Err(e) = check_spec(s) {
@@ -152,9 +151,9 @@ fn main_process_spec_seeds() {
 
 #[test]
 fn main_process_spec_arbitrary() {
-    fuzz_support::run(
+    support::fuzz::run(
         "main_process_spec_arbitrary",
-        fuzz_support::config(2000),
+        support::fuzz::config(2000),
         &".{0,200}",
         |s| {
             check_spec(&s)?;
@@ -165,9 +164,9 @@ fn main_process_spec_arbitrary() {
 
 #[test]
 fn main_process_spec_well_formed() {
-    fuzz_support::run(
+    support::fuzz::run(
         "main_process_spec_well_formed",
-        fuzz_support::config(2000),
+        support::fuzz::config(2000),
         &spec_strategy(),
         |(version, argv, tty, form)| {
             let input = render(version, &argv, tty, form);
@@ -192,9 +191,9 @@ fn main_process_spec_well_formed() {
 #[test]
 fn main_process_spec_mutated() {
     let edits = prop::collection::vec((any::<usize>(), any::<u8>(), any::<char>()), 1..6);
-    fuzz_support::run(
+    support::fuzz::run(
         "main_process_spec_mutated",
-        fuzz_support::config(2000),
+        support::fuzz::config(2000),
         &(spec_strategy(), edits),
         |((version, argv, tty, form), edits)| {
             check_spec(&mutate(&render(version, &argv, tty, form), &edits))
@@ -221,9 +220,9 @@ fn main_process_spec_through_the_binary() {
         spec_through_the_binary(dir.path(), input);
     }
     let generated = std::sync::atomic::AtomicUsize::new(0);
-    fuzz_support::run(
+    support::fuzz::run(
         "main_process_spec_through_the_binary",
-        fuzz_support::config(12),
+        support::fuzz::config(12),
         &".{1,64}",
         |s| {
             // Only rejected specs: an accepted one would start a main process.
@@ -327,7 +326,7 @@ fn near_limit() -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn exec_command_seeds() {
-    for (name, bytes) in fuzz_support::corpus("exec_command") {
+    for (name, bytes) in support::fuzz::corpus("exec_command") {
         if let Err(e) = check_command(&bytes) {
             panic!("seed {name}: {e}");
         }
@@ -336,9 +335,9 @@ fn exec_command_seeds() {
 
 #[test]
 fn exec_command_arbitrary() {
-    fuzz_support::run(
+    support::fuzz::run(
         "exec_command_arbitrary",
-        fuzz_support::config(2000),
+        support::fuzz::config(2000),
         &prop::collection::vec(any::<u8>(), 0..512),
         |raw| check_command(&raw),
     );
@@ -346,9 +345,9 @@ fn exec_command_arbitrary() {
 
 #[test]
 fn exec_command_text() {
-    fuzz_support::run(
+    support::fuzz::run(
         "exec_command_text",
-        fuzz_support::config(2000),
+        support::fuzz::config(2000),
         &"[ \t\r\n]{0,3}.{0,64}[ \t\r\n]{0,3}",
         |s| check_command(s.as_bytes()),
     );
@@ -356,9 +355,9 @@ fn exec_command_text() {
 
 #[test]
 fn exec_command_near_the_limit() {
-    fuzz_support::run(
+    support::fuzz::run(
         "exec_command_near_the_limit",
-        fuzz_support::config(64),
+        support::fuzz::config(64),
         &near_limit(),
         |raw| check_command(&raw),
     );
@@ -509,7 +508,7 @@ fn ssh_server_fed_arbitrary_bytes_over_relays() {
 
     let mut fed = 0u32;
     let mut most_back = 0usize;
-    for (name, bytes) in fuzz_support::corpus("ssh_relay") {
+    for (name, bytes) in support::fuzz::corpus("ssh_relay") {
         let n = rt
             .block_on(feed(&gw, &bytes))
             .unwrap_or_else(|e| panic!("seed {name}: {e}"));
@@ -518,7 +517,7 @@ fn ssh_server_fed_arbitrary_bytes_over_relays() {
     }
     let counts = Mutex::new((fed, most_back));
     let strategy = ssh_inputs(transcript);
-    fuzz_support::try_run("ssh_relay", fuzz_support::config(48), &strategy, |input| {
+    support::fuzz::try_run("ssh_relay", support::fuzz::config(48), &strategy, |input| {
         let n = rt
             .block_on(feed(&gw, &input))
             .map_err(TestCaseError::fail)?;
@@ -630,9 +629,9 @@ fn relay_open_sequences_from_a_hostile_gateway() {
 
     let steps = Mutex::new(0u32);
     let strategy = open_strategy(closed_port, held_id.clone());
-    let sequences = fuzz_support::try_run(
+    let sequences = support::fuzz::try_run(
         "relay_open_sequences",
-        fuzz_support::config(64),
+        support::fuzz::config(64),
         &strategy,
         |seq| {
             rt.block_on(async {
@@ -740,7 +739,7 @@ fn claimed_lengths() -> impl Strategy<Value = Vec<u8>> {
 
 #[test]
 fn gateway_frame_seeds() {
-    for (name, bytes) in fuzz_support::corpus("gateway_frames") {
+    for (name, bytes) in support::fuzz::corpus("gateway_frames") {
         if let Err(e) = check_frames(&bytes) {
             panic!("seed {name}: {e}");
         }
@@ -749,9 +748,9 @@ fn gateway_frame_seeds() {
 
 #[test]
 fn gateway_frames_arbitrary() {
-    fuzz_support::run(
+    support::fuzz::run(
         "gateway_frames_arbitrary",
-        fuzz_support::config(4000),
+        support::fuzz::config(4000),
         &prop::collection::vec(any::<u8>(), 0..256),
         |bytes| check_frames(&bytes),
     );
@@ -759,9 +758,9 @@ fn gateway_frames_arbitrary() {
 
 #[test]
 fn gateway_frames_claimed_lengths() {
-    fuzz_support::run(
+    support::fuzz::run(
         "gateway_frames_claimed_lengths",
-        fuzz_support::config(4000),
+        support::fuzz::config(4000),
         &claimed_lengths(),
         |bytes| {
             check_frames(&bytes)?;

@@ -8,7 +8,7 @@
 //! `u32::MAX` bytes, compressed flags, truncated frames, and claimed relays whose responses get
 //! the same treatment), then ends the stream. After every case:
 //! - the supervisor is alive;
-//! - if the model (fuzz_support/gateway_messages.rs) says the input must end the session, the
+//! - if the model (tests/support/fuzz/gateway_messages.rs) says the input must end the session, the
 //!   supervisor comes back with a new hello on its own; if it says the session survives, that
 //!   session still answers a RelayOpen with RelayOpenResult{success} and a RelayStream `init`;
 //! - a relay ends once the gateway ends its response, and a TCP relay delivers exactly the data
@@ -17,15 +17,11 @@
 //!
 //! After the run, the supervisor's peak RSS (VmHWM) is below 64 MiB: declared lengths are never
 //! allocated beyond the 4 MiB decode limit. Seeds: fuzz/corpus/gateway_messages (format in
-//! fuzz_support/gateway_messages.rs). No root needed: without it the supervisor runs with
+//! tests/support/fuzz/gateway_messages.rs). No root needed: without it the supervisor runs with
 //! --allow-degraded, as in the other protocol tests.
 
-mod fuzz_support;
-use fuzz_support::runtime;
-#[path = "fuzz_support/gateway_messages.rs"]
-mod gm;
-#[path = "support/raw_gateway.rs"]
-mod raw_gateway;
+mod support;
+use support::fuzz::runtime;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -35,7 +31,8 @@ use std::time::Duration;
 use gm::{Case, RelayScript, SessionModel, Step, Target, Verdict};
 use openshell_sandbox::proto::v1::*;
 use proptest::test_runner::TestCaseError;
-use raw_gateway::{
+use support::fuzz::gateway_messages as gm;
+use support::raw_gateway::{
     CONNECT_SUPERVISOR, Call, Ending, Head, Outbound, RELAY_STREAM, RawGateway, header,
 };
 use tokio::io::AsyncWriteExt;
@@ -474,7 +471,7 @@ fn gateway_messages_seeds() {
     let rt = runtime();
     let mut h = rt.block_on(Harness::start());
     let before = h.sup.peak_kib();
-    for (name, bytes) in fuzz_support::corpus("gateway_messages") {
+    for (name, bytes) in support::fuzz::corpus("gateway_messages") {
         let text = String::from_utf8(bytes).unwrap();
         let case =
             gm::parse_seed(&text, h.echo, h.closed).unwrap_or_else(|e| panic!("seed {name}: {e}"));
@@ -495,12 +492,12 @@ fn gateway_messages_sequences() {
     let before = h.sup.peak_kib();
     let strategy = gm::case(h.echo, h.closed);
     let h = Mutex::new(h);
-    let mut config = fuzz_support::config(40);
+    let mut config = support::fuzz::config(40);
     // No shrinking: a case's outcome depends on the live supervisor's state after the cases
     // before it, so a "smaller" rerun on a session the failure left behind shows nothing
     // useful. The input printed is the one that failed.
     config.max_shrink_iters = 0;
-    let n = fuzz_support::run("gateway_messages", config, &strategy, |case| {
+    let n = support::fuzz::run("gateway_messages", config, &strategy, |case| {
         let mut h = h.lock().unwrap();
         rt.block_on(h.run(&case))
             .map_err(|e| TestCaseError::fail(format!("{e}\nsupervisor log:\n{}", h.sup.tail())))

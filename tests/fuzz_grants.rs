@@ -15,7 +15,7 @@
 //!
 //! Seeds: fuzz/corpus/expand_grants, one tree per file in the text form of `Tree::parse`.
 
-mod fuzz_support;
+mod support;
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -412,7 +412,7 @@ const HANG: std::time::Duration = std::time::Duration::from_secs(30);
 #[test]
 fn expand_grants_seeds() {
     let mut failures = Vec::new();
-    for (name, bytes) in fuzz_support::corpus("expand_grants") {
+    for (name, bytes) in support::fuzz::corpus("expand_grants") {
         let t = Tree::parse(&String::from_utf8_lossy(&bytes));
         let (tx, rx) = std::sync::mpsc::channel();
         let tree = t.clone();
@@ -434,10 +434,10 @@ fn expand_grants_seeds() {
 #[test]
 fn expand_grants_never_covers_a_denied_path_nor_widens_a_grant() {
     let split = std::sync::atomic::AtomicU32::new(0);
-    let mut config = fuzz_support::config(1_000);
+    let mut config = support::fuzz::config(1_000);
     // Each case builds a tree on disk; keep shrinking short.
     config.max_shrink_iters = 512;
-    let trees = fuzz_support::run("expand_grants", config, &tree(), |t| {
+    let trees = support::fuzz::run("expand_grants", config, &tree(), |t| {
         if check(&t)? > 0 {
             split.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }

@@ -11,7 +11,7 @@
 //! fuzz/corpus/openshell_yaml (`ok-*` must parse, `bad-*` must not), fuzz/corpus/openshell_proto
 //! (`ok-*` must decode, `unknown-*` must report unknown fields).
 
-mod fuzz_support;
+mod support;
 
 use std::collections::BTreeMap;
 
@@ -121,7 +121,7 @@ fn model() -> impl Strategy<Value = SandboxPolicy> {
 
 #[test]
 fn openshell_yaml_seeds() {
-    for (name, bytes) in fuzz_support::corpus("openshell_yaml") {
+    for (name, bytes) in support::fuzz::corpus("openshell_yaml") {
         let text = String::from_utf8(bytes).unwrap();
         let r = from_yaml(&text);
         if name.starts_with("ok-") {
@@ -160,9 +160,9 @@ fn openshell_yaml_any_text_never_panics() {
         )
         .prop_map(|v| v.concat()),
     ];
-    fuzz_support::run(
+    support::fuzz::run(
         "openshell_yaml_text",
-        fuzz_support::config(2_000),
+        support::fuzz::config(2_000),
         &strategy,
         |text| {
             let _ = from_yaml(&text);
@@ -175,9 +175,9 @@ fn openshell_yaml_any_text_never_panics() {
 fn openshell_yaml_round_trips_and_names_every_unknown_key() {
     // Which struct-shaped object of the serialized tree gets the unknown key (see `visit`).
     let strategy = (model(), any::<prop::sample::Index>(), "zz[a-z_]{0,8}");
-    fuzz_support::run(
+    support::fuzz::run(
         "openshell_yaml_structured",
-        fuzz_support::config(600),
+        support::fuzz::config(600),
         &strategy,
         |(m, at, key)| {
             let yaml = to_yaml(&m).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -246,7 +246,7 @@ fn visit(
 
 #[test]
 fn openshell_proto_seeds() {
-    for (name, bytes) in fuzz_support::corpus("openshell_proto") {
+    for (name, bytes) in support::fuzz::corpus("openshell_proto") {
         let r = decode_policy(&bytes);
         if name.starts_with("ok-") {
             r.unwrap_or_else(|e| panic!("seed {name}: {e}"));
@@ -315,9 +315,9 @@ fn openshell_proto_any_bytes_never_panic() {
                 b
             }),
     ];
-    fuzz_support::run(
+    support::fuzz::run(
         "openshell_proto_bytes",
-        fuzz_support::config(3_000),
+        support::fuzz::config(3_000),
         &strategy,
         |bytes| check_any_bytes(&bytes),
     );
@@ -507,9 +507,9 @@ fn openshell_proto_unknown_field_detection_is_exact() {
         prop::collection::vec((any::<prop::sample::Index>(), inject()), 0..4),
         prop::collection::vec(inject(), 0..2),
     );
-    fuzz_support::run(
+    support::fuzz::run(
         "openshell_proto_unknown",
-        fuzz_support::config(800),
+        support::fuzz::config(800),
         &strategy,
         |(m, plan, envelope)| {
             // Without injection both decoders give back the model exactly.

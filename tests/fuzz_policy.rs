@@ -3,7 +3,7 @@
 //! of real flags and hostile values. No input may panic; whatever is accepted must be within
 //! the bounds the sandbox relies on. Seeds: fuzz/corpus/parse_size, fuzz/corpus/run_cli.
 
-mod fuzz_support;
+mod support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -132,7 +132,7 @@ fn size_like() -> impl Strategy<Value = String> {
 
 #[test]
 fn parse_size_seeds() {
-    for (name, bytes) in fuzz_support::corpus("parse_size") {
+    for (name, bytes) in support::fuzz::corpus("parse_size") {
         let text = String::from_utf8_lossy(&bytes);
         for line in text.lines() {
             check_size(line).unwrap_or_else(|e| panic!("seed {name}: {e}"));
@@ -143,9 +143,9 @@ fn parse_size_seeds() {
 #[test]
 fn parse_size_matches_the_reference() {
     let strategy = prop_oneof![size_like(), any::<String>()];
-    fuzz_support::run(
+    support::fuzz::run(
         "parse_size_matches_the_reference",
-        fuzz_support::config(20_000),
+        support::fuzz::config(20_000),
         &strategy,
         |input| check_size(&input),
     );
@@ -154,9 +154,9 @@ fn parse_size_matches_the_reference() {
 #[test]
 fn parse_size_round_trips() {
     let strategy = (1u64.., proptest::sample::select(UNITS));
-    fuzz_support::run(
+    support::fuzz::run(
         "parse_size_round_trips",
-        fuzz_support::config(20_000),
+        support::fuzz::config(20_000),
         &strategy,
         |(n, unit)| {
             let input = format!("{n}{unit}");
@@ -438,7 +438,7 @@ fn check_cli(argv: &[String]) -> Result<(), TestCaseError> {
 
 #[test]
 fn run_cli_seeds() {
-    for (name, bytes) in fuzz_support::corpus("run_cli") {
+    for (name, bytes) in support::fuzz::corpus("run_cli") {
         let argv: Vec<String> = serde_json::from_slice(&bytes)
             .unwrap_or_else(|e| panic!("seed {name} is not a JSON array of strings: {e}"));
         check_cli(&argv).unwrap_or_else(|e| panic!("seed {name}: {e}"));
@@ -451,7 +451,7 @@ fn run_cli_seeds() {
 fn run_cli_never_panics_and_accepts_only_sane_limits() {
     use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     let (parsed, total) = (AtomicU32::new(0), AtomicU32::new(0));
-    fuzz_support::run("run_cli", fuzz_support::config(3_000), &argv(), |argv| {
+    support::fuzz::run("run_cli", support::fuzz::config(3_000), &argv(), |argv| {
         total.fetch_add(1, Relaxed);
         let full = std::iter::once("run").chain(argv.iter().map(String::as_str));
         if RunArgs::try_parse_from(full).is_ok() {

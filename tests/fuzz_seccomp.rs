@@ -15,7 +15,7 @@
 //!
 //! Seeds: fuzz/corpus/seccomp, lines of `mode arch nr arg0 .. arg5` (hex, mode none|all).
 
-mod fuzz_support;
+mod support;
 
 use openshell_sandbox::policy::NetworkMode;
 use openshell_sandbox::sandbox::seccomp;
@@ -691,7 +691,7 @@ fn numbers_outside_every_abi_answer_as_on_a_bare_kernel() {
 
 #[test]
 fn seccomp_seeds() {
-    for (name, bytes) in fuzz_support::corpus("seccomp") {
+    for (name, bytes) in support::fuzz::corpus("seccomp") {
         for line in String::from_utf8_lossy(&bytes).lines() {
             let w: Vec<&str> = line.split('#').next().unwrap().split_whitespace().collect();
             if w.is_empty() {
@@ -831,9 +831,9 @@ fn data() -> impl Strategy<Value = Data> {
 
 #[test]
 fn filter_matches_the_reference_policy() {
-    fuzz_support::run(
+    support::fuzz::run(
         "filter_matches_the_reference_policy",
-        fuzz_support::config(50_000),
+        support::fuzz::config(50_000),
         &(data(), any::<bool>()),
         |(d, all)| {
             let mode = if all {

@@ -5,16 +5,15 @@
 //! services in a host test) is no business of the sandbox's. Two ways reached it anyway: a
 //! gateway `RelayOpen` with a TCP target, and `direct-tcpip` while the sandbox was quarantined.
 
-mod common;
 mod support;
 
 use std::time::Duration;
 
-use common::require_pause_points;
 use openshell_sandbox::policy::openshell::{FilesystemPolicy, LandlockPolicy, SandboxPolicy};
 use openshell_sandbox::proto::v1::*;
 use support::exec::ssh_connect;
 use support::gateway::bridge;
+use support::require_pause_points;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

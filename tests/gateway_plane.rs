@@ -10,34 +10,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use openshell_sandbox::policy::openshell::{
-    FilesystemPolicy, LandlockPolicy, NetworkEndpoint, NetworkPolicyRule, SandboxPolicy,
-};
-use openshell_sandbox::proto::v1::{PolicyStatus, ReportPolicyStatusRequest, SandboxLogLine};
-use support::plane::{SANDBOX_NAME, log_calls, refuse_logs};
+use openshell_sandbox::policy::openshell::{NetworkEndpoint, NetworkPolicyRule};
+use openshell_sandbox::proto::v1::{PolicyStatus, SandboxLogLine};
+use support::plane::{SANDBOX_NAME, base_policy, log_calls, refuse_logs, wait_report};
 use support::*;
-
-/// A policy without /tmp (the test directories live there), so a grant is visible.
-fn base_policy(extra_ro: &[&Path]) -> SandboxPolicy {
-    let mut ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
-        .iter()
-        .filter(|p| Path::new(p).exists())
-        .map(|p| p.to_string())
-        .collect();
-    ro.extend(extra_ro.iter().map(|p| p.display().to_string()));
-    SandboxPolicy {
-        version: 1,
-        filesystem: Some(FilesystemPolicy {
-            include_workdir: true,
-            read_only: ro,
-            read_write: vec!["/dev/null".into()],
-        }),
-        landlock: Some(LandlockPolicy {
-            compatibility: "best_effort".into(),
-        }),
-        ..Default::default()
-    }
-}
 
 /// A directory outside every grant, holding `secret.txt`.
 fn grant_dir(gw: &TestGateway, name: &str) -> PathBuf {
@@ -77,33 +53,6 @@ fn need_root() -> bool {
         is_root(),
         "root: the policy's grants are enforced by Landlock as uid 65534",
     )
-}
-
-/// Wait for a report of `version` and return it.
-async fn wait_report(
-    gw: &TestGateway,
-    version: u32,
-    sup: &Supervisor,
-) -> ReportPolicyStatusRequest {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(r) = gw
-            .state
-            .policy_reports()
-            .into_iter()
-            .rev()
-            .find(|r| r.version == version)
-        {
-            return r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no ReportPolicyStatus for version {version}; reports {:?}; log:\n{}",
-            gw.state.policy_reports(),
-            sup.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn cat(gw: &TestGateway, f: &Path) -> ExecResult {

@@ -6,62 +6,12 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use openshell_sandbox::policy::openshell::{
-    FilesystemPolicy, LandlockPolicy, ProcessPolicy, SandboxPolicy, to_yaml,
-};
-use openshell_sandbox::proto::v1::{PolicyStatus, ReportPolicyStatusRequest};
+use openshell_sandbox::policy::openshell::{ProcessPolicy, to_yaml};
+use openshell_sandbox::proto::v1::PolicyStatus;
+use support::plane::{base_policy, wait_report};
 use support::*;
-
-/// The system directories an exec needs and `extra`, read-only, and the workdir.
-fn base_policy(extra: &Path) -> SandboxPolicy {
-    let mut ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
-        .iter()
-        .filter(|p| Path::new(p).exists())
-        .map(|p| p.to_string())
-        .collect();
-    ro.push(path_str(extra));
-    SandboxPolicy {
-        version: 1,
-        filesystem: Some(FilesystemPolicy {
-            include_workdir: true,
-            read_only: ro,
-            read_write: vec!["/dev/null".into()],
-        }),
-        landlock: Some(LandlockPolicy {
-            compatibility: "best_effort".into(),
-        }),
-        ..Default::default()
-    }
-}
-
-async fn wait_report(
-    gw: &TestGateway,
-    version: u32,
-    sup: &Supervisor,
-) -> ReportPolicyStatusRequest {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(r) = gw
-            .state
-            .policy_reports()
-            .into_iter()
-            .rev()
-            .find(|r| r.version == version)
-        {
-            return r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no ReportPolicyStatus for version {version}; reports {:?}; log:\n{}",
-            gw.state.policy_reports(),
-            sup.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// The sandbox starts on its local policy file because the gateway has none, and the sync
 /// back (UpdateConfig) fails: a gateway may refuse it (here: the name is not the one it
@@ -87,7 +37,7 @@ async fn a_first_revision_after_the_local_policy_cannot_switch_the_identity() {
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
     std::os::unix::fs::chown(&private, Some(1000), Some(1000)).unwrap();
     let file = gw.dir.path().join("policy.yaml");
-    std::fs::write(&file, to_yaml(&base_policy(&granted)).unwrap()).unwrap();
+    std::fs::write(&file, to_yaml(&base_policy(&[&granted])).unwrap()).unwrap();
     let opts = SupOpts {
         env: vec![
             ("OPENSHELL_SANDBOX".into(), "not-the-gateways-name".into()),
@@ -106,7 +56,7 @@ async fn a_first_revision_after_the_local_policy_cannot_switch_the_identity() {
     assert_eq!(r.exit, Some(1), "{r:?}");
     assert!(r.err().contains("Permission denied"), "{r:?}");
 
-    let mut other = base_policy(&granted);
+    let mut other = base_policy(&[&granted]);
     other.process = Some(ProcessPolicy {
         run_as_user: "1000".into(),
         run_as_group: "1000".into(),
@@ -147,7 +97,7 @@ async fn a_revision_the_gateway_did_not_check_is_refused_by_the_supervisor() {
     let granted = gw.dir.path().join("granted");
     std::fs::create_dir(&granted).unwrap();
     std::fs::set_permissions(&granted, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let v1 = gw.state.set_policy(&base_policy(&granted)).unwrap();
+    let v1 = gw.state.set_policy(&base_policy(&[&granted])).unwrap();
     let opts = SupOpts {
         env: vec![("OPENSHELL_POLICY_POLL_INTERVAL_SECS".into(), "1".into())],
         ..Default::default()
@@ -159,7 +109,7 @@ async fn a_revision_the_gateway_did_not_check_is_refused_by_the_supervisor() {
     let r = gw.sh("id -u").await;
     assert_eq!(r.out(), "65534\n", "{r:?}");
 
-    let mut hostile = base_policy(&granted);
+    let mut hostile = base_policy(&[&granted]);
     hostile.process = Some(ProcessPolicy {
         run_as_user: "1000".into(),
         run_as_group: "1000".into(),

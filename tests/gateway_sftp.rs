@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 
 use support::ssh_bridge::{SshBridge, have_openssh};
+use support::text;
 use support::*;
 
 /// Run `sftp -b batch sandbox`.
@@ -28,10 +29,6 @@ async fn sftp_batch(bridge: SshBridge, batch: String) -> (Output, SshBridge) {
     })
     .await
     .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn pseudo_random(n: usize, seed: u32) -> Vec<u8> {

@@ -3,6 +3,8 @@
 //! exist, names are unique, kubernetes.io/tls needs tls.crt and tls.key). Then the generated
 //! set is used for a real mTLS handshake.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -18,6 +20,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use serde_json::{Value, json};
+use support::{assert_fails_with, assert_ok, text};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
@@ -294,34 +297,6 @@ impl FakeApi {
             .filter(|l| l.starts_with("POST"))
             .count()
     }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-#[track_caller]
-fn assert_ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-}
-
-#[track_caller]
-fn assert_fails_with(out: &Output, needle: &str) {
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "stdout: {}\nstderr: {}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let err = text(&out.stderr);
-    assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
 }
 
 /// A real mTLS handshake: server cert and client-CA from the release namespace, client cert

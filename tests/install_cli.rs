@@ -2,9 +2,10 @@
 //! binary. Tests that need root (mount namespaces, dropping to another user) skip loudly when
 //! not root, and fail instead under CI=true.
 
-mod common;
+mod support;
 
-use common::require;
+use support::require;
+use support::{assert_fails_with, assert_ok, text};
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -32,40 +33,12 @@ fn run(bin: &str, args: &[&str]) -> Output {
     Command::new(bin).args(args).output().expect("spawn binary")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn sha_hex(path: &Path) -> String {
     hex::encode(Sha256::digest(fs::read(path).unwrap()))
 }
 
 fn install(dest: &Path) -> Output {
     run(BIN, &["install", "--dest", dest.to_str().unwrap()])
-}
-
-#[track_caller]
-fn assert_ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-}
-
-#[track_caller]
-fn assert_fails_with(out: &Output, needle: &str) {
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "expected exit 1; stdout: {} stderr: {}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let err = text(&out.stderr);
-    assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
 }
 
 /// Entries of `dir` whose name starts with our temp prefix.

@@ -2,9 +2,10 @@
 //! refuses what a FROM-scratch image could not run. A static test program stands in for a
 //! static build of ours (the test profile builds a dynamic binary).
 
-mod common;
+mod support;
 
-use common::require;
+use support::require;
+use support::text;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -21,10 +22,6 @@ fn script(out: &Path, bin: &Path) -> Output {
         .arg(bin)
         .output()
         .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// A statically linked executable built with the C compiler, or None when that cannot be done.

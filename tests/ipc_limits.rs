@@ -4,15 +4,15 @@
 //! (root and non-root) and in `serve`, where what one exec leaves stays for the next and is
 //! charged to the sandbox's memory cgroup.
 
-mod common;
 mod support;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{BIN, Workdir, require, require_root};
+use support::text;
 use support::{AuthMode, SupOpts, up};
+use support::{BIN, Workdir, require, require_root};
 
 /// Python helpers for SysV IPC through libc: each call prints its result or `E<errno name>`.
 const PY_IPC: &str = r#"
@@ -37,10 +37,6 @@ def msgq():
 def sysctl(name):
     return open("/proc/sys/kernel/" + name).read().split()
 "#;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -115,7 +111,7 @@ fn the_report_names_the_ipc_limits() {
     if !require_root() {
         return;
     }
-    let r = common::run(&Workdir::new(), &["--shm-size", "8MiB"], &["true"]);
+    let r = support::run(&Workdir::new(), &["--shm-size", "8MiB"], &["true"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     let ipc = r.report["layers"]
         .as_array()

@@ -4,12 +4,12 @@
 //! limit says, nothing of an exec outliving it, and a non-root supervisor without a cgroup
 //! saying so.
 
-mod common;
+mod support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Workdir, py, require, require_root, run};
+use support::{BIN, Workdir, py, require, require_root, run};
 
 fn have(cmd: &str) -> bool {
     Command::new("sh")

@@ -15,7 +15,6 @@
 //!
 //! Root tests skip loudly without root (a failure under CI=true), as the other layer tests do.
 
-mod common;
 mod support;
 
 use std::io::{BufRead, BufReader};
@@ -24,7 +23,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Run, Workdir, require_root};
+use support::{BIN, Run, Workdir, require_root};
 
 const MIB: u64 = 1 << 20;
 
@@ -104,7 +103,7 @@ fn supervisors() -> Vec<Option<u32>> {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0);
     let mut v = vec![None];
-    if common::require(
+    if support::require(
         max > 0,
         "user namespaces (user.max_user_namespaces > 0) for the non-root supervisor",
     ) {

@@ -10,16 +10,15 @@
 //! start because its interpreter is outside the grants, `run`, `serve` and `check` name the
 //! interpreter and the grant that would add it.
 
-mod common;
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{BIN, Run, Workdir, require, require_root};
 use openshell_sandbox::policy::openshell::{FilesystemPolicy, LandlockPolicy, SandboxPolicy};
 use support::{AuthMode, ExecResult, SupOpts, Supervisor, TestGateway};
+use support::{BIN, Run, Workdir, require, require_root};
 
 const OPENSHELL_RO: &[&str] = &[
     "/usr",
@@ -60,7 +59,7 @@ fn policy_file(dir: &Path, read_only: &[&str], read_write: &[&str]) -> PathBuf {
 }
 
 fn run_policy(wd: &Workdir, policy: &Path, cmd: &[&str]) -> Run {
-    common::run(wd, &["--policy", policy.to_str().unwrap()], cmd)
+    support::run(wd, &["--policy", policy.to_str().unwrap()], cmd)
 }
 
 fn expect(r: &Run, what: &str, want: &str) {
@@ -197,7 +196,7 @@ fn links_on_the_way_to_a_grant_are_reproduced_only_when_trusted_and_granted() {
             "import os\nfor l in ('good', 'owned', 'w/bad'):\n    p = os.path.join({:?}, l)\n    print(l, os.readlink(p) if os.path.lexists(p) else 'absent')",
             b.display().to_string()
         );
-        let r = common::run(
+        let r = support::run(
             &wd,
             &[
                 "--uid",

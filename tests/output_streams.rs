@@ -3,14 +3,14 @@
 //! both stdout and stderr keeping their order, `--merge-output`, and a writer that fails
 //! without going away, which does not stop the command.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Workdir, run};
+use support::{BIN, Workdir, run};
 
 /// Wait for `child` at most `secs`; kill it and fail otherwise.
 fn wait_within(child: &mut std::process::Child, secs: u64, what: &str) -> std::process::ExitStatus {

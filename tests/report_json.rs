@@ -6,14 +6,15 @@
 //!
 //! As root, the sandbox runs as a per-run uid of `--uid-range`.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Workdir, require, require_root};
+use support::text;
+use support::{BIN, Workdir, require, require_root};
 
 /// Exit code of input the run refuses before it starts (RunError::ReportJson, ::Policy).
 const REFUSED: i32 = 125;
@@ -29,10 +30,6 @@ fn sandbox(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.arg("run").args(args).stdin(Stdio::null());
     c
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// `run --workdir wd --report-json report -- cmd...`.
@@ -375,7 +372,7 @@ mv out out.old && mkdir out && printf '{"forged":true}' > out/report.json"#;
 /// nothing at the path passes for the report.
 #[test]
 fn a_report_that_cannot_be_written_leaves_nothing_of_the_child_at_the_path() {
-    if !require_root() || !require(common::which("unshare"), "unshare(1) (util-linux)") {
+    if !require_root() || !require(support::which("unshare"), "unshare(1) (util-linux)") {
         return;
     }
     let base = tempfile::Builder::new()
@@ -425,10 +422,10 @@ if [ -e "$1/report.json" ] || [ -L "$1/report.json" ]; then echo LEFT; else echo
 /// would say `cpu 0+0 ms` and the init's own few KiB of RSS.
 #[test]
 fn a_killed_run_reports_the_commands_cpu_and_memory() {
-    if !common::require(common::which("python3"), "python3") {
+    if !support::require(support::which("python3"), "python3") {
         return;
     }
-    let wd = common::Workdir::new();
+    let wd = support::Workdir::new();
     // 64 MiB touched, a good 0.2 s of CPU, then a flood past the cap.
     let burn = "import sys, time\n\
                 b = bytearray(64 << 20)\n\
@@ -451,7 +448,7 @@ fn a_killed_run_reports_the_commands_cpu_and_memory() {
             "timeout",
         ),
     ] {
-        let r = common::py(&wd, extra, code);
+        let r = support::py(&wd, extra, code);
         assert_eq!(r.reason(), reason, "{}", r.stderr());
         let cpu =
             r.report["user_cpu_ms"].as_u64().unwrap() + r.report["sys_cpu_ms"].as_u64().unwrap();

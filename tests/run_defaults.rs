@@ -3,16 +3,13 @@
 //! private one, gone after the run) and TMPDIR; and that ordinary work (Python, a pipeline, a
 //! failing command, `--scratch`) runs as it would outside. Through the real binary.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::{BIN, Workdir, is_root, require_root, run};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::text;
+use support::{BIN, Workdir, is_root, require_root, run};
 
 /// `openshell-sandbox run ARGS` in `cwd`, with `HOME` as given.
 fn run_in(cwd: &Path, home: &Path, args: &[&str]) -> Output {
@@ -73,7 +70,7 @@ fn the_child_gets_a_private_home_gone_after_the_run() {
     let wd = Workdir::new();
     let project = wd.path().join("project");
     std::fs::create_dir(&project).unwrap();
-    if common::is_root() {
+    if support::is_root() {
         std::os::unix::fs::chown(&project, Some(65534), Some(65534)).unwrap();
     }
     let script = "echo \"home=$HOME tmp=$TMPDIR\"; \

@@ -1,9 +1,9 @@
 //! Every isolation layer, proven by a hostile child run through the real binary.
 //! Each test asserts the exact errno or outcome, never just "non-zero".
 
-mod common;
+mod support;
 
-use common::*;
+use support::*;
 
 /// Run `body` (python, after the syscall prelude) and return its stdout.
 fn probe(extra: &[&str], body: &str) -> Run {

@@ -2,16 +2,13 @@
 //! changes nothing: it exits 125 and suggests `openshell-sandbox run` with the same arguments,
 //! the mistake of someone who forgot the word `run`. Through the real binary.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::BIN;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::BIN;
+use support::text;
 
 /// The binary with `args` and `env` only (no gateway variables), in `cwd`.
 fn bare(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {

@@ -1,12 +1,12 @@
 //! The release binary is fully static: no ELF interpreter, and it runs `check` (and a
 //! sandboxed `run`) inside a root filesystem that holds nothing but itself.
 
-mod common;
+mod support;
 
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::*;
+use support::*;
 
 /// The static build (`make static` exports its path as OSB_STATIC_BIN).
 /// Enter ROOT as a container runtime would: a mount namespace of its own, ROOT a mount point

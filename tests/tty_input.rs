@@ -2,13 +2,14 @@
 //! discipline's EOF character, as `script` sends it) once our stdin ends, and what was piped
 //! in arrives whole first, a last line without a newline included. Through the real binary.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, Workdir, require, which};
+use support::text;
+use support::{BIN, Workdir, require, which};
 
 /// `run --tty -q --workdir WD -- CMD` with `input` on its stdin (`None`: /dev/null), killed
 /// after 60 s: a child that never sees EOF would otherwise hang the test.
@@ -51,10 +52,6 @@ fn tty_run(wd: &Workdir, input: Option<&[u8]>, cmd: &[&str]) -> Output {
     let out = child.wait_with_output().unwrap();
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     out
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The child's last line of output (the pty echoes the input before it).

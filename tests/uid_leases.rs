@@ -7,17 +7,14 @@
 //! Every test names a single-uid `--uid-range` of its own, so that concurrent tests (and other
 //! runs on the machine) never contend for the same uid.
 
-mod common;
+mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-use common::{BIN, Workdir, require, require_root, wait_until};
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::text;
+use support::{BIN, Workdir, require, require_root, wait_until};
 
 /// A uid for this test alone, far from the default range and from other tests' uids.
 fn test_uid(n: u32) -> u32 {
@@ -190,7 +187,7 @@ fn explicit_runs_share_their_uid() {
 /// exist, and the second run got the same uid.
 #[test]
 fn runs_in_two_pods_share_leases_through_the_lease_dir() {
-    if !require_root() || !require(common::which("unshare"), "unshare(1) (util-linux)") {
+    if !require_root() || !require(support::which("unshare"), "unshare(1) (util-linux)") {
         return;
     }
     let u = test_uid(3);

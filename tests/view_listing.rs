@@ -3,9 +3,9 @@
 //! refused with the errno it had (EROFS: the root is remounted read-only), and a denied path
 //! inside a grant still cannot be listed. Through the real binary.
 
-mod common;
+mod support;
 
-use common::{Workdir, py, require, which};
+use support::{Workdir, py, require, which};
 
 const LIST_ROOT: &str = r#"
 import errno, os
@@ -51,7 +51,7 @@ fn the_view_root_lists_and_stays_read_only() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     check_listing(&r.stdout());
     // `ls /` as a user types it.
-    let r = common::run(&wd, &[], &["ls", "/"]);
+    let r = support::run(&wd, &[], &["ls", "/"]);
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(r.stdout().lines().any(|l| l == "usr"), "{}", r.stdout());
 }

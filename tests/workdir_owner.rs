@@ -7,14 +7,13 @@
 //! descendants of the tree. And a workdir of /tmp or /dev/shm, where the view has its private
 //! tmpfs, is refused with the reason. Every test drives the real binary as root.
 
-mod common;
 mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use common::*;
+use support::*;
 
 /// The default `--uid-range` of `run` (see README).
 const RANGE: std::ops::RangeInclusive<u32> = 1_900_000_000..=1_900_000_999;

@@ -7,14 +7,14 @@
 //! the directory is emptied and its input files written afresh in between. Every workload also
 //! states what its bare run must print, so that two runs failing alike can never pass.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use common::*;
+use support::*;
 
 const UID: u32 = 65534;
 /// The environment `run` gives the child (src/exec/run.rs, `child_env`); the workdir is HOME.

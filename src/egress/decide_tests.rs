@@ -1,4 +1,4 @@
-//! The decision table: the sheet's P1 policy against hosts, ports and callers.
+//! The decision table: a policy of every endpoint form against hosts, ports and callers.
 
 use std::sync::Arc;
 

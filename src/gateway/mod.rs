@@ -52,13 +52,13 @@ pub mod ssh;
 pub mod doctor;
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
 use self::config::{Config, ServeArgs};
@@ -204,6 +204,9 @@ enum Stop {
     MainExited(Ended),
 }
 
+/// Tasks that run until the supervisor stops, aborted then.
+type Background = Vec<tokio::task::JoinHandle<()>>;
+
 #[allow(clippy::result_large_err)]
 async fn supervise(
     args: ServeArgs,
@@ -216,7 +219,7 @@ async fn supervise(
         .gateway
         .as_ref()
         .map(|g| tokens::TokenStore::new(g.token.clone()));
-    let mut background = Vec::new();
+    let mut background = Background::new();
     // With a gateway: TLS interception and provider credentials for every sandbox (the CA is
     // made here, before the first view that shows it).
     let serve_egress = cfg
@@ -224,107 +227,34 @@ async fn supervise(
         .as_ref()
         .map(|_| Arc::new(egress::ServeEgress::prepare()));
     // With a gateway the policy comes from it; without one, from the flags.
-    let (workdir, sandbox, plane) = match (&cfg.gateway, &tokens, &serve_egress) {
+    let (workdir, sandbox) = match (&cfg.gateway, &tokens, &serve_egress) {
         (Some(g), Some(tokens), Some(serve_egress)) => {
             background.extend(logpush::start(g.clone(), tokens.clone(), stop_rx.clone()));
-            let mut flags = crate::policy::PolicyFlags::from(&args.policy);
-            if !network_explicit {
-                flags.network = None;
-            }
-            let workdir = std::path::absolute(
-                args.policy
-                    .workdir
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_WORKDIR.into()),
-            )
-            .map_err(ServeError::Workdir)?;
-            let plane = policy_plane::Plane::start(policy_plane::PlaneConfig {
-                gateway: g.clone(),
-                tokens: tokens.clone(),
-                sandbox_name: args.sandbox_name.clone(),
-                flags,
-                default_workdir: DEFAULT_WORKDIR.into(),
-                secret_paths: cfg.secret_paths.clone(),
-                interval: policy_plane::PlaneConfig::poll_interval_from_env(),
-                local_paths: policy_plane::local_policy_paths(),
-                egress: serve_egress.clone(),
-            })
-            .await
-            .map_err(ServeError::Plane)?;
-            (workdir, plane.slot(), Some(plane))
+            let from = PlaneFrom {
+                args: &args,
+                cfg: &cfg,
+                tokens,
+                egress: serve_egress,
+                network_explicit,
+            };
+            let (workdir, plane) = from.start(g).await?;
+            background.push(tokio::spawn(plane.clone().poll_loop(stop_rx.clone())));
+            (workdir, plane.slot())
         }
-        _ => {
-            let policy = crate::policy::Policy::from_args(
-                &args.policy,
-                Path::new(DEFAULT_WORKDIR),
-                cfg.secret_paths.clone(),
-            )
-            .map_err(ServeError::Policy)?;
-            crate::exec::workdir::serve_check(&policy);
-            let workdir = policy.fs.workdir.clone();
-            (
-                workdir,
-                policy_plane::PolicySlot::new(Sandbox::new(policy)?),
-                None,
-            )
-        }
+        _ => policy_from_flags(&args, &cfg)?,
     };
-    if let Some(p) = plane {
-        background.push(tokio::spawn(p.poll_loop(stop_rx.clone())));
-    }
     let tracker = Arc::new(Tracker::default());
-    let ctx = Arc::new(ExecContext {
-        sandbox: sandbox.clone(),
-        shell: cfg.shell,
-        user_env: cfg.user_env.clone(),
-        workdir,
-        path: std::env::var("PATH")
-            .ok()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| DEFAULT_PATH.into()),
-        shutdown: stop_rx.clone(),
-        grace: cfg.shutdown_grace,
-        tracker: tracker.clone(),
-        exec_permits: Arc::new(tokio::sync::Semaphore::new(cfg.max_execs)),
-        max_execs: cfg.max_execs,
-        request_timeout: cfg.channel_request_timeout,
-        main: Default::default(),
-        provider_env: Default::default(),
-    });
+    let ctx = exec_context(&cfg, sandbox, workdir, stop_rx.clone(), tracker.clone());
     let ssh = ssh::SshServer::new(ctx.clone())?;
     let relays = relay::Relays::new(cfg.max_execs, ssh);
     // One instance id per main process, the same on every reconnect.
     let instance_id = uuid::Uuid::new_v4().to_string();
-
-    let mut sigterm =
-        signal(SignalKind::terminate()).map_err(|e| ServeError::Signal("SIGTERM", e))?;
-    let mut sigint =
-        signal(SignalKind::interrupt()).map_err(|e| ServeError::Signal("SIGINT", e))?;
-    // SIGHUP and SIGQUIT stop us as SIGTERM does: their default action would kill the
-    // supervisor and leave every exec's tree running (only leaders have a parent-death signal).
-    let mut sighup = signal(SignalKind::hangup()).map_err(|e| ServeError::Signal("SIGHUP", e))?;
-    let mut sigquit = signal(SignalKind::quit()).map_err(|e| ServeError::Signal("SIGQUIT", e))?;
+    let mut signals = Signals::install()?;
 
     // The provider environment before the main process, which gets its placeholders (not
     // for ever: a gateway that does not answer leaves it for the execs after it arrives).
     if let (Some(g), Some(tokens), Some(e)) = (&cfg.gateway, &tokens, &serve_egress) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        background.push(tokio::spawn(provider_env::fetch(
-            g.clone(),
-            tokens.clone(),
-            ctx.clone(),
-            e.clone(),
-            tx,
-        )));
-        if tokio::time::timeout(provider_env::FIRST_FETCH_WAIT, rx)
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "the provider environment has not arrived within {:?}; the main process starts without it",
-                provider_env::FIRST_FETCH_WAIT
-            );
-        }
+        background.push(first_provider_env(g, tokens, &ctx, e).await);
     }
     let mut main_task = match &cfg.main {
         Some(m) => {
@@ -338,35 +268,7 @@ async fn supervise(
     };
 
     if let (Some(g), Some(tokens)) = (&cfg.gateway, &tokens) {
-        if !tokens.has_source() {
-            tracing::info!(
-                "no token source (OPENSHELL_SANDBOX_TOKEN, _TOKEN_FILE, OPENSHELL_K8S_SA_TOKEN_FILE): connecting with the client certificate only, as v0.0.36 gateways expect"
-            );
-        }
-        if g.tls.is_none() && g.loopback_only {
-            tracing::info!(
-                endpoint = %g.endpoint,
-                "plaintext gateway connection over loopback (http://): the bearer token never leaves this network namespace"
-            );
-        } else if g.tls.is_none() {
-            tracing::warn!(
-                endpoint = %g.endpoint,
-                "PLAINTEXT gateway connection (http://): no TLS, no server authentication; whoever can see this traffic can read it{}",
-                if tokens.has_source() { ", the bearer token included (OPENSHELL_ALLOW_PLAINTEXT_TOKEN)" } else { "" }
-            );
-        }
-        let channels = channel::ChannelSlot::new(g.clone());
-        let s = Arc::new(session::Session {
-            cfg: g.clone(),
-            tokens: tokens.clone(),
-            channels: channels.clone(),
-            instance_id: instance_id.clone(),
-            relays: relays.clone(),
-            hello_timeout: cfg.hello_timeout,
-            reconnect: cfg.reconnect,
-        });
-        background.push(tokio::spawn(session::run(s, stop_rx.clone())));
-        background.push(tokio::spawn(auth::refresh_loop(tokens.clone(), channels)));
+        background.extend(connect(g, tokens, &cfg, &instance_id, &relays, &stop_rx));
     } else {
         tracing::info!(
             "--no-gateway: running the main process only, on our stdin, stdout and stderr"
@@ -374,10 +276,7 @@ async fn supervise(
     }
 
     let stop = tokio::select! {
-        _ = sigterm.recv() => Stop::Signal("SIGTERM"),
-        _ = sigint.recv() => Stop::Signal("SIGINT"),
-        _ = sighup.recv() => Stop::Signal("SIGHUP"),
-        _ = sigquit.recv() => Stop::Signal("SIGQUIT"),
+        name = signals.any() => Stop::Signal(name),
         Some(info) = async {
             match main_task.as_mut() {
                 Some(t) => t.await.ok(),
@@ -420,7 +319,7 @@ async fn supervise(
         // operator saying not to wait any longer.
         tokio::select! {
             _ = main_process::report_exit(g, tokens, &instance_id, code) => {}
-            _ = sigterm.recv() => tracing::warn!("SIGTERM while reporting the main process exit; exiting without a confirmed report"),
+            _ = signals.term.recv() => tracing::warn!("SIGTERM while reporting the main process exit; exiting without a confirmed report"),
         }
     }
     // A signal means Kubernetes asked us to stop: exit 0. The main process ending on its own
@@ -429,4 +328,203 @@ async fn supervise(
         Some(info) if !signalled => ExitCode::from(info.code().clamp(0, 255) as u8),
         _ => ExitCode::SUCCESS,
     })
+}
+
+/// What the policy plane is started from, with a gateway.
+struct PlaneFrom<'a> {
+    args: &'a ServeArgs,
+    cfg: &'a Config,
+    tokens: &'a Arc<tokens::TokenStore>,
+    egress: &'a Arc<egress::ServeEgress>,
+    /// `--network` was given: the flag stands beside the gateway's policy.
+    network_explicit: bool,
+}
+
+impl PlaneFrom<'_> {
+    /// The workdir, and the plane with the gateway's first policy.
+    #[allow(clippy::result_large_err)]
+    async fn start(
+        &self,
+        g: &config::GatewayConfig,
+    ) -> Result<(PathBuf, Arc<policy_plane::Plane>), ServeError> {
+        let args = self.args;
+        let mut flags = crate::policy::PolicyFlags::from(&args.policy);
+        if !self.network_explicit {
+            flags.network = None;
+        }
+        let workdir = std::path::absolute(
+            args.policy
+                .workdir
+                .clone()
+                .unwrap_or_else(|| DEFAULT_WORKDIR.into()),
+        )
+        .map_err(ServeError::Workdir)?;
+        let plane = policy_plane::Plane::start(policy_plane::PlaneConfig {
+            gateway: g.clone(),
+            tokens: self.tokens.clone(),
+            sandbox_name: args.sandbox_name.clone(),
+            flags,
+            default_workdir: DEFAULT_WORKDIR.into(),
+            secret_paths: self.cfg.secret_paths.clone(),
+            interval: policy_plane::PlaneConfig::poll_interval_from_env(),
+            local_paths: policy_plane::local_policy_paths(),
+            egress: self.egress.clone(),
+        })
+        .await
+        .map_err(ServeError::Plane)?;
+        Ok((workdir, plane))
+    }
+}
+
+/// Without a gateway: the policy of the flags, checked, for the life of the supervisor.
+#[allow(clippy::result_large_err)]
+fn policy_from_flags(
+    args: &ServeArgs,
+    cfg: &Config,
+) -> Result<(PathBuf, Arc<policy_plane::PolicySlot>), ServeError> {
+    let policy = crate::policy::Policy::from_args(
+        &args.policy,
+        Path::new(DEFAULT_WORKDIR),
+        cfg.secret_paths.clone(),
+    )
+    .map_err(ServeError::Policy)?;
+    crate::exec::workdir::serve_check(&policy);
+    let workdir = policy.fs.workdir.clone();
+    Ok((
+        workdir,
+        policy_plane::PolicySlot::new(Sandbox::new(policy)?),
+    ))
+}
+
+/// What every exec of this supervisor shares.
+fn exec_context(
+    cfg: &Config,
+    sandbox: Arc<policy_plane::PolicySlot>,
+    workdir: PathBuf,
+    shutdown: watch::Receiver<bool>,
+    tracker: Arc<Tracker>,
+) -> Arc<ExecContext> {
+    Arc::new(ExecContext {
+        sandbox,
+        shell: cfg.shell,
+        user_env: cfg.user_env.clone(),
+        workdir,
+        path: std::env::var("PATH")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| DEFAULT_PATH.into()),
+        shutdown,
+        grace: cfg.shutdown_grace,
+        tracker,
+        exec_permits: Arc::new(tokio::sync::Semaphore::new(cfg.max_execs)),
+        max_execs: cfg.max_execs,
+        request_timeout: cfg.channel_request_timeout,
+        main: Default::default(),
+        provider_env: Default::default(),
+    })
+}
+
+/// The signals that stop the supervisor.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+    quit: Signal,
+}
+
+impl Signals {
+    #[allow(clippy::result_large_err)]
+    fn install() -> Result<Signals, ServeError> {
+        let on = |kind: SignalKind, name| signal(kind).map_err(|e| ServeError::Signal(name, e));
+        Ok(Signals {
+            term: on(SignalKind::terminate(), "SIGTERM")?,
+            int: on(SignalKind::interrupt(), "SIGINT")?,
+            // SIGHUP and SIGQUIT stop us as SIGTERM does: their default action would kill the
+            // supervisor and leave every exec's tree running (only leaders have a parent-death
+            // signal).
+            hup: on(SignalKind::hangup(), "SIGHUP")?,
+            quit: on(SignalKind::quit(), "SIGQUIT")?,
+        })
+    }
+
+    /// The name of the first of them to arrive.
+    async fn any(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+            _ = self.hup.recv() => "SIGHUP",
+            _ = self.quit.recv() => "SIGQUIT",
+        }
+    }
+}
+
+/// The task that fetches the provider environment (and keeps it current), once its first
+/// answer has arrived or [`provider_env::FIRST_FETCH_WAIT`] has passed.
+async fn first_provider_env(
+    g: &config::GatewayConfig,
+    tokens: &Arc<tokens::TokenStore>,
+    ctx: &Arc<ExecContext>,
+    e: &Arc<egress::ServeEgress>,
+) -> tokio::task::JoinHandle<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(provider_env::fetch(
+        g.clone(),
+        tokens.clone(),
+        ctx.clone(),
+        e.clone(),
+        tx,
+    ));
+    if tokio::time::timeout(provider_env::FIRST_FETCH_WAIT, rx)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the provider environment has not arrived within {:?}; the main process starts without it",
+            provider_env::FIRST_FETCH_WAIT
+        );
+    }
+    task
+}
+
+/// The session with the gateway and the token's renewal, after saying how the connection is
+/// protected.
+fn connect(
+    g: &config::GatewayConfig,
+    tokens: &Arc<tokens::TokenStore>,
+    cfg: &Config,
+    instance_id: &str,
+    relays: &Arc<relay::Relays>,
+    stop: &watch::Receiver<bool>,
+) -> Background {
+    if !tokens.has_source() {
+        tracing::info!(
+            "no token source (OPENSHELL_SANDBOX_TOKEN, _TOKEN_FILE, OPENSHELL_K8S_SA_TOKEN_FILE): connecting with the client certificate only, as v0.0.36 gateways expect"
+        );
+    }
+    if g.tls.is_none() && g.loopback_only {
+        tracing::info!(
+            endpoint = %g.endpoint,
+            "plaintext gateway connection over loopback (http://): the bearer token never leaves this network namespace"
+        );
+    } else if g.tls.is_none() {
+        tracing::warn!(
+            endpoint = %g.endpoint,
+            "PLAINTEXT gateway connection (http://): no TLS, no server authentication; whoever can see this traffic can read it{}",
+            if tokens.has_source() { ", the bearer token included (OPENSHELL_ALLOW_PLAINTEXT_TOKEN)" } else { "" }
+        );
+    }
+    let channels = channel::ChannelSlot::new(g.clone());
+    let s = Arc::new(session::Session {
+        cfg: g.clone(),
+        tokens: tokens.clone(),
+        channels: channels.clone(),
+        instance_id: instance_id.to_string(),
+        relays: relays.clone(),
+        hello_timeout: cfg.hello_timeout,
+        reconnect: cfg.reconnect,
+    });
+    vec![
+        tokio::spawn(session::run(s, stop.clone())),
+        tokio::spawn(auth::refresh_loop(tokens.clone(), channels)),
+    ]
 }

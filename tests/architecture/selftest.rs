@@ -303,3 +303,31 @@ fn an_unplaced_module_and_an_unreached_file_are_reported() {
         ]
     );
 }
+
+/// Methods, trait defaults and functions inside functions are measured from the `fn` line to
+/// the closing brace, each under its own name; the limit itself is allowed.
+#[test]
+fn function_lengths_name_methods_and_inner_functions() {
+    use crate::lengths::{MAX_FN_LINES, long, measure};
+    let body = |n: usize| "    let _ = 0;\n".repeat(n - 2);
+    let text = format!(
+        "/// doc\n#[inline]\nfn at_limit() {{\n{}}}\nstruct S;\nimpl S {{\n    fn new() {{\n{}}}\n}}\n\
+         trait T {{\n    fn d(&self) {{\n{}}}\n}}\nfn outer() {{\n    fn inner() {{\n{}}}\n}}\n",
+        body(MAX_FN_LINES),
+        body(MAX_FN_LINES + 1),
+        body(MAX_FN_LINES + 2),
+        body(MAX_FN_LINES + 1),
+    );
+    let measured = measure(&tree(&[("x/a.rs", &text)]));
+    assert_eq!(measured["x/a.rs::at_limit"], MAX_FN_LINES);
+    let long: Vec<(String, usize)> = long(&measured).into_iter().collect();
+    assert_eq!(
+        long,
+        [
+            ("x/a.rs::S::new".to_string(), MAX_FN_LINES + 1),
+            ("x/a.rs::T::d".to_string(), MAX_FN_LINES + 2),
+            ("x/a.rs::outer".to_string(), MAX_FN_LINES + 3),
+            ("x/a.rs::outer::inner".to_string(), MAX_FN_LINES + 1),
+        ]
+    );
+}

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use super::common::{BIN, Run, Workdir, require, require_root};
+use super::support::{BIN, Run, Workdir, require, require_root};
 use super::{
     KINDS, NOBODY, PY_ATTEMPT, PY_NET, PY_SHM, RemoveShm, expect_out, finish, host_shm_exists,
     layer, py, run_as, shm_key, unique,

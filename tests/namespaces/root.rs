@@ -9,8 +9,8 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::common::{BIN, PauseDir, Workdir, require_pause_points, require_root};
 use super::support::{self, AuthMode, SupOpts};
+use super::support::{BIN, PauseDir, Workdir, require_pause_points, require_root};
 use super::{Background, PY_ATTEMPT, expect_out, py_as, supervisors, tagged, unique};
 
 /// A directory outside every grant (not below /tmp, which the view replaces anyway), readable

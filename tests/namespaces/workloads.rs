@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::common::{Workdir, require, require_root};
+use super::support::{Workdir, require, require_root};
 use super::{expect_out, py, run};
 
 #[test]

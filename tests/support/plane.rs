@@ -6,15 +6,18 @@
 //!   a change a real gateway refuses; an unchanged policy keeps its version.
 //! - GetSandboxConfig answers raw bytes (served by path, see `gateway.rs`), so a revision can
 //!   carry fields this build does not know, as a newer gateway's would.
-//! - ReportPolicyStatus and UpdateConfig with the sandbox-principal rules of.
-//! - PushSandboxLogs with.3's rules: empty ids skipped, the first id checked, later ids
-//!   must match, only the first 100 lines of a batch kept, a 2000-line tail.
+//! - ReportPolicyStatus and UpdateConfig with the real gateway's sandbox-principal rules.
+//! - PushSandboxLogs with the real gateway's rules: empty ids skipped, the first id checked,
+//!   later ids must match, only the first 100 lines of a batch kept, a 2000-line tail.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use openshell_sandbox::policy::openshell::{SandboxPolicy, check_live_change, encode_policy};
+use openshell_sandbox::policy::openshell::{
+    FilesystemPolicy, LandlockPolicy, SandboxPolicy, check_live_change, encode_policy,
+};
 use openshell_sandbox::proto::sandbox::v1 as pb;
 use openshell_sandbox::proto::v1::*;
 use prost::Message;
@@ -22,6 +25,7 @@ use sha2::{Digest, Sha256};
 use tonic::{Request, Status, Streaming};
 
 use super::gateway::State;
+use super::serve::{Supervisor, TestGateway};
 
 /// The sandbox name the test gateway knows (`OPENSHELL_SANDBOX`).
 pub const SANDBOX_NAME: &str = "plane-test-sandbox";
@@ -307,4 +311,55 @@ pub fn refuse_logs(st: &State, on: bool) {
 /// Count of PushSandboxLogs calls so far.
 pub fn log_calls(st: &State) -> u32 {
     st.logs.lock().unwrap().calls
+}
+
+/// A policy without /tmp (the test directories live there, so a grant is visible): the
+/// system directories the machine has and `extra_ro` read-only, the workdir and /dev/null
+/// writable, Landlock best effort, no network rules.
+pub fn base_policy(extra_ro: &[&Path]) -> SandboxPolicy {
+    let mut ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| p.to_string())
+        .collect();
+    ro.extend(extra_ro.iter().map(|p| p.display().to_string()));
+    SandboxPolicy {
+        version: 1,
+        filesystem: Some(FilesystemPolicy {
+            include_workdir: true,
+            read_only: ro,
+            read_write: vec!["/dev/null".into()],
+        }),
+        landlock: Some(LandlockPolicy {
+            compatibility: "best_effort".into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Wait for the supervisor's report of `version` and return it.
+pub async fn wait_report(
+    gw: &TestGateway,
+    version: u32,
+    sup: &Supervisor,
+) -> ReportPolicyStatusRequest {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(r) = gw
+            .state
+            .policy_reports()
+            .into_iter()
+            .rev()
+            .find(|r| r.version == version)
+        {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ReportPolicyStatus for version {version}; reports {:?}; log:\n{}",
+            gw.state.policy_reports(),
+            sup.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

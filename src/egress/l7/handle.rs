@@ -95,201 +95,397 @@ fn credential_refusal(e: &CredentialError) -> Response<Body> {
     })
 }
 
+/// One request of the tunnel, from its head to the response the client gets (or why the
+/// tunnel closes instead).
 pub(super) async fn handle(
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     t: &Tunnel,
     sender: &Sender,
     stale: &(dyn Fn() -> bool + Send + Sync),
     generation: u64,
     upgrade_slot: &UpgradeSlot,
 ) -> Result<Response<Body>, Closed> {
-    let method = req.method().as_str().to_string();
-    let dest = t.dest.display();
-    let host = t.dest.policy_host();
-    let scope = match &t.compiled {
-        Some(r) => L7Scope::of(r, &host, t.dest.port, &t.caller),
-        None => L7Scope::default(),
+    let r = Req {
+        t,
+        method: req.method().as_str().to_string(),
+        generation,
     };
-    let raw_target = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_default();
-    // Absolute-form inside a tunnel has no single reading: refused like a bad path.
-    let canon = if req.uri().scheme().is_some() || req.uri().authority().is_some() {
-        Err(PathError::NotOriginForm)
-    } else {
-        match path::canonicalize(&raw_target, false) {
-            Err(PathError::EncodedSlash)
-                if scope
-                    .endpoints
-                    .iter()
-                    .any(|(_, e)| e.endpoint.allow_encoded_slash) =>
-            {
-                path::canonicalize(&raw_target, true).and_then(|c| match scope.select(&c.path) {
-                    Some((_, e)) if e.allow_encoded_slash => Ok(c),
-                    _ => Err(PathError::EncodedSlash),
-                })
-            }
-            r => r,
+    match r.forward(req, sender, stale, upgrade_slot).await {
+        Ok(resp) | Err(Stop::Answer(resp)) => Ok(resp),
+        Err(Stop::Close(c)) => Err(c),
+    }
+}
+
+/// Why a request went no further: the tunnel closes, or the client gets this answer (a
+/// refusal, or the upstream's absence).
+enum Stop {
+    Close(Closed),
+    Answer(Response<Body>),
+}
+
+impl From<Closed> for Stop {
+    fn from(c: Closed) -> Stop {
+        Stop::Close(c)
+    }
+}
+
+impl From<Response<Body>> for Stop {
+    fn from(r: Response<Body>) -> Stop {
+        Stop::Answer(r)
+    }
+}
+
+/// What every step of one request reports with: its tunnel, method and generation.
+struct Req<'a> {
+    t: &'a Tunnel,
+    method: String,
+    generation: u64,
+}
+
+/// What the rules admitted: the rule that did (`-` with no L7 rules), and the request's
+/// canonical path with its placeholders masked, as events and the WebSocket relay name it.
+struct Admitted {
+    rule: String,
+    redacted: String,
+}
+
+// A step's refusal is the response the client gets, made once per refused request: returned
+// by value rather than boxed.
+#[allow(clippy::result_large_err)]
+impl Req<'_> {
+    /// The steps in order: the canonical target, the authority, the rules, the placeholders
+    /// (head, then body), then upstream; and the upgrade the upstream agreed to, if any.
+    async fn forward(
+        &self,
+        mut req: Request<Incoming>,
+        sender: &Sender,
+        stale: &(dyn Fn() -> bool + Send + Sync),
+        upgrade_slot: &UpgradeSlot,
+    ) -> Result<Response<Body>, Stop> {
+        let t = self.t;
+        let host = t.dest.policy_host();
+        let scope = match &t.compiled {
+            Some(r) => L7Scope::of(r, &host, t.dest.port, &t.caller),
+            None => L7Scope::default(),
+        };
+        let canon = self.canonical(&req, &scope)?;
+        self.check_host(req.headers(), &canon.path)?;
+        if stale() {
+            return Err(Closed::Stale.into());
         }
-    };
-    let canon = match canon {
-        Ok(c) => c,
-        Err(e) => {
-            let r = Some(e.to_string());
-            t.emit(
-                L7Decision::ParseRejected,
-                &method,
+        let upgrade = req
+            .headers()
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase);
+        let websocket_endpoint = scope.protocol() == Some(Protocol::Websocket);
+        let query = path::query_params(canon.query.as_deref());
+        let admitted = self.admit(&scope, upgrade.as_deref(), &canon.path, &query)?;
+        // Placeholders, only now that the request is admitted, from the store current now.
+        let creds = t.credentials.current();
+        let to = Dest {
+            host: &host,
+            port: t.dest.port,
+            path: Some(&canon.path),
+        };
+        let mut target = canon.target();
+        let mut noted = Injected::default();
+        let injected = self.put_in_head(
+            (&creds, &to),
+            &mut target,
+            req.headers_mut(),
+            &mut noted,
+            &admitted,
+        )?;
+        if scope.is_empty() {
+            self.emit(
+                L7Decision::Passthrough,
                 "-",
-                &raw_target,
-                r,
-                generation,
+                &admitted.redacted,
+                None,
+                injected,
+            );
+        }
+        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+        let (parts, incoming) = req.into_parts();
+        let mut headers = parts.headers;
+        strip_proxy_headers(&mut headers, websocket_endpoint);
+        let head_only = parts.method == http::Method::HEAD;
+        let rewrite_body = scope
+            .select(&canon.path)
+            .is_some_and(|(_, e)| e.request_body_credential_rewrite);
+        let body = if rewrite_body && body::rewritable(&headers) {
+            body::rewrite(incoming, &mut headers, &creds, &to, &mut noted)
+                .await
+                .map_err(|refusal| {
+                    self.denied(&admitted, refusal.reason.clone());
+                    from_raw(&refusal.response)
+                })?
+        } else {
+            ScanBody::new(incoming).boxed()
+        };
+        if !noted.is_empty() {
+            if !injected {
+                self.refuse_exposure(&admitted)?;
+            }
+            // The answer is searched for the values put in: ask for it uncompressed.
+            headers.remove(header::ACCEPT_ENCODING);
+        }
+        let mut out = Request::builder()
+            .method(parts.method)
+            .uri(target.as_str())
+            .body(body)
+            .map_err(|_| Closed::Path(PathError::NotOriginForm))?;
+        *out.headers_mut() = headers;
+        *out.version_mut() = parts.version;
+        let mut resp = send(sender, out, &t.dest.display()).await?;
+        if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
+            && let Some(client) = client_upgrade
+        {
+            let websocket = websocket_endpoint
+                .then(|| self.websocket_context(&host, &admitted, query))
+                .flatten();
+            *upgrade_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Upgrade {
+                client,
+                upstream: hyper::upgrade::on(&mut resp),
+                websocket,
+            });
+        }
+        let (parts, body) = resp.into_parts();
+        let resp = Response::from_parts(
+            parts,
+            body.map_err(|e| Box::new(e) as respond::BoxError).boxed(),
+        );
+        Ok(redact::response(resp, noted, head_only))
+    }
+
+    /// The request's target in canonical form; a target with no single reading closes the
+    /// tunnel, like a bad path.
+    fn canonical(
+        &self,
+        req: &Request<Incoming>,
+        scope: &L7Scope<'_>,
+    ) -> Result<path::Canonical, Closed> {
+        let raw_target = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        // Absolute-form inside a tunnel has no single reading: refused like a bad path.
+        let canon = if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+            Err(PathError::NotOriginForm)
+        } else {
+            match path::canonicalize(&raw_target, false) {
+                Err(PathError::EncodedSlash)
+                    if scope
+                        .endpoints
+                        .iter()
+                        .any(|(_, e)| e.endpoint.allow_encoded_slash) =>
+                {
+                    path::canonicalize(&raw_target, true).and_then(|c| {
+                        match scope.select(&c.path) {
+                            Some((_, e)) if e.allow_encoded_slash => Ok(c),
+                            _ => Err(PathError::EncodedSlash),
+                        }
+                    })
+                }
+                r => r,
+            }
+        };
+        canon.map_err(|e| {
+            let r = Some(e.to_string());
+            self.emit(L7Decision::ParseRejected, "-", &raw_target, r, false);
+            Closed::Path(e)
+        })
+    }
+
+    /// Exactly one Host header, naming the tunnel's destination.
+    fn check_host(&self, headers: &http::HeaderMap, path: &str) -> Result<(), Response<Body>> {
+        // hyper keeps every Host field and the upstream gets them all: a second one would take
+        // the request (and its credential) to another origin behind a shared front end.
+        // HTTP/1.1 answers more than one Host with 400 (RFC 9112, section 3.2).
+        let hosts = headers.get_all(header::HOST).iter().count();
+        if hosts > 1 {
+            let detail =
+                format!("a request must carry exactly one Host header (it carried {hosts})");
+            return Err(self.refuse("-", path, 400, "invalid_host_header", detail));
+        }
+        let host_ok = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(|h| authority_matches(h, &self.t.dest, self.t.tls));
+        if !host_ok {
+            let detail = format!(
+                "request authority does not match the tunnel's {}",
+                self.t.dest.display()
+            );
+            return Err(self.refuse("-", path, 403, "request_authority_mismatch", detail));
+        }
+        Ok(())
+    }
+
+    /// The endpoint's rules on the request (none on an L4 endpoint): h2c is refused, a
+    /// `websocket` endpoint takes only a WebSocket upgrade, then the first rule that decides.
+    fn admit(
+        &self,
+        scope: &L7Scope<'_>,
+        upgrade: Option<&str>,
+        path: &str,
+        query: &[(String, String)],
+    ) -> Result<Admitted, Response<Body>> {
+        let redacted = credentials::redact(path);
+        let method = self.method.as_str();
+        let deny = |rule: &str, reason: String| {
+            self.emit(
+                L7Decision::Deny,
+                rule,
+                &redacted,
+                Some(reason.clone()),
                 false,
             );
-            return Err(Closed::Path(e));
+            respond::l7_deny(&Denied {
+                dest: &self.t.dest,
+                caller: &self.t.caller,
+                protocol: scope.protocol().unwrap_or(Protocol::Rest),
+                rule,
+                method,
+                path: &redacted,
+                reason: &reason,
+            })
+        };
+        if scope.is_empty() {
+            return Ok(Admitted {
+                rule: "-".to_string(),
+                redacted,
+            });
         }
-    };
-    // hyper keeps every Host field and the upstream gets them all: a second one would take
-    // the request (and its credential) to another origin behind a shared front end. HTTP/1.1
-    // answers more than one Host with 400 (RFC 9112, section 3.2).
-    let hosts = req.headers().get_all(header::HOST).iter().count();
-    if hosts > 1 {
-        let detail = format!("a request must carry exactly one Host header (it carried {hosts})");
-        denied(t, &method, "-", &canon.path, generation, detail.clone());
-        return Ok(from_raw(&response::json(
-            400,
-            "invalid_host_header",
-            &detail,
-            None,
-        )));
-    }
-    let host_ok = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|h| authority_matches(h, &t.dest, t.tls));
-    if !host_ok {
-        let detail = format!("request authority does not match the tunnel's {dest}");
-        denied(t, &method, "-", &canon.path, generation, detail.clone());
-        return Ok(from_raw(&response::json(
-            403,
-            "request_authority_mismatch",
-            &detail,
-            None,
-        )));
-    }
-    if stale() {
-        return Err(Closed::Stale);
-    }
-    let upgrade = req
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_ascii_lowercase);
-    let websocket_endpoint = scope.protocol() == Some(Protocol::Websocket);
-    let redacted = credentials::redact(&canon.path);
-    let query = path::query_params(canon.query.as_deref());
-    let deny = |rule: &str, reason: String| {
-        denied(t, &method, rule, &redacted, generation, reason.clone());
-        respond::l7_deny(&Denied {
-            dest: &t.dest,
-            caller: &t.caller,
-            protocol: scope.protocol().unwrap_or(Protocol::Rest),
-            rule,
-            method: &method,
-            path: &redacted,
-            reason: &reason,
-        })
-    };
-    let mut rule = "-".to_string();
-    if !scope.is_empty() {
-        if upgrade.as_deref() == Some("h2c") {
+        if upgrade == Some("h2c") {
             let detail =
                 "HTTP/2 cleartext upgrade (h2c) is not supported for L7-inspected endpoints";
-            denied(t, &method, "-", &canon.path, generation, detail.into());
-            return Ok(from_raw(&response::json(
-                403,
-                "policy_denied",
-                detail,
-                None,
-            )));
+            return Err(self.refuse("-", path, 403, "policy_denied", detail.into()));
         }
-        if websocket_endpoint && (upgrade.as_deref() != Some("websocket") || method != "GET") {
+        if scope.protocol() == Some(Protocol::Websocket)
+            && (upgrade != Some("websocket") || method != "GET")
+        {
             let key = scope.endpoints[0].0;
             let reason = "websocket endpoint requires a valid WebSocket upgrade request";
-            return Ok(deny(key, reason.to_string()));
+            return Err(deny(key, reason.to_string()));
         }
         let view = RequestView {
-            method: &method,
+            method,
             path: &redacted,
-            query: &query,
+            query,
         };
-        match scope.evaluate(&view) {
-            Verdict::Allow { rule: r } => {
-                t.emit(
-                    L7Decision::Allow,
-                    &method,
-                    &r,
-                    &redacted,
-                    None,
-                    generation,
-                    false,
-                );
-                rule = r;
+        let rule = match scope.evaluate(&view) {
+            Verdict::Allow { rule } => {
+                self.emit(L7Decision::Allow, &rule, &redacted, None, false);
+                rule
             }
-            Verdict::Audit { rule: r, reason } => {
-                t.emit(
-                    L7Decision::Audit,
-                    &method,
-                    &r,
-                    &redacted,
-                    Some(reason),
-                    generation,
-                    false,
-                );
-                rule = r;
+            Verdict::Audit { rule, reason } => {
+                self.emit(L7Decision::Audit, &rule, &redacted, Some(reason), false);
+                rule
             }
-            Verdict::Deny { rule: r, reason } => return Ok(deny(&r, reason)),
+            Verdict::Deny { rule, reason } => return Err(deny(&rule, reason)),
+        };
+        Ok(Admitted { rule, redacted })
+    }
+
+    /// The placeholders of the target and the header values replaced; whether any was.
+    fn put_in_head(
+        &self,
+        (creds, to): (&Credentials, &Dest<'_>),
+        target: &mut String,
+        headers: &mut http::HeaderMap,
+        noted: &mut Injected,
+        admitted: &Admitted,
+    ) -> Result<bool, Response<Body>> {
+        match rewrite_head(creds, to, target, headers, noted) {
+            Ok(true) => {
+                self.refuse_exposure(admitted)?;
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => {
+                self.denied(admitted, e.to_string());
+                Err(credential_refusal(&e))
+            }
         }
     }
-    // Placeholders, only now that the request is admitted, from the store current now.
-    let creds = t.credentials.current();
-    let to = Dest {
-        host: &host,
-        port: t.dest.port,
-        path: Some(&canon.path),
-    };
-    let mut target = canon.target();
-    let mut noted = Injected::default();
-    let injected = match rewrite_head(&creds, &to, &mut target, req.headers_mut(), &mut noted) {
-        Ok(true) => {
-            if let Err((error, detail)) = refuse_exposure(&method, t) {
-                denied(t, &method, &rule, &redacted, generation, detail.clone());
-                return Ok(from_raw(&response::json(403, error, &detail, None)));
-            }
-            true
-        }
-        Ok(false) => false,
-        Err(e) => {
-            denied(t, &method, &rule, &redacted, generation, e.to_string());
-            return Ok(credential_refusal(&e));
-        }
-    };
-    if scope.is_empty() {
-        t.emit(
-            L7Decision::Passthrough,
-            &method,
-            "-",
-            &redacted,
-            None,
-            generation,
-            injected,
+
+    /// Refusals that depend on a value having been put in: TRACE and TRACK send the request
+    /// back as the body, and plain HTTP inside a CONNECT to 443 would carry the value in clear
+    /// text where the binding meant TLS (a binding for another port names that port on purpose,
+    /// plain or not).
+    fn refuse_exposure(&self, admitted: &Admitted) -> Result<(), Response<Body>> {
+        refuse_exposure(&self.method, self.t).map_err(|(error, detail)| {
+            self.denied(admitted, detail.clone());
+            from_raw(&response::json(403, error, &detail, None))
+        })
+    }
+
+    /// What a `websocket` endpoint's relay checks each message against (none without rules).
+    fn websocket_context(
+        &self,
+        host: &str,
+        admitted: &Admitted,
+        query: Vec<(String, String)>,
+    ) -> Option<websocket::Context> {
+        let t = self.t;
+        t.compiled.as_ref().map(|rules| websocket::Context {
+            rules: rules.clone(),
+            host: host.to_string(),
+            port: t.dest.port,
+            dest: t.dest.display(),
+            caller: t.caller.clone(),
+            path: admitted.redacted.clone(),
+            query,
+            events: t.events.clone(),
+            generation: self.generation,
+            limits: t.websocket.clone(),
+            idle: t.idle_timeout,
+        })
+    }
+
+    fn emit(
+        &self,
+        decision: L7Decision,
+        rule: &str,
+        path: &str,
+        reason: Option<String>,
+        injected: bool,
+    ) {
+        let (m, g) = (&self.method, self.generation);
+        self.t.emit(decision, m, rule, path, reason, g, injected);
+    }
+
+    /// Log a request refused after the rules admitted it (its event says why).
+    fn denied(&self, admitted: &Admitted, reason: String) {
+        self.emit(
+            L7Decision::Deny,
+            &admitted.rule,
+            &admitted.redacted,
+            Some(reason),
+            false,
         );
     }
-    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
-    let (parts, incoming) = req.into_parts();
-    let mut headers = parts.headers;
+
+    /// Log a request refused before the rules and answer it with `error`.
+    fn refuse(
+        &self,
+        rule: &str,
+        path: &str,
+        status: u16,
+        error: &str,
+        detail: String,
+    ) -> Response<Body> {
+        self.emit(L7Decision::Deny, rule, path, Some(detail.clone()), false);
+        from_raw(&response::json(status, error, &detail, None))
+    }
+}
+
+/// The proxy's own headers go no further; a `websocket` endpoint's upgrade asks for no
+/// compression, so that every text message stays readable by the relay.
+fn strip_proxy_headers(headers: &mut http::HeaderMap, websocket_endpoint: bool) {
     for n in [
         "proxy-connection",
         "proxy-authorization",
@@ -298,110 +494,30 @@ pub(super) async fn handle(
         headers.remove(HeaderName::from_static(n));
     }
     if websocket_endpoint {
-        // No compression: every text message must be readable by the relay.
         headers.remove(header::SEC_WEBSOCKET_EXTENSIONS);
     }
-    let head_only = parts.method == http::Method::HEAD;
-    let rewrite_body = scope
-        .select(&canon.path)
-        .is_some_and(|(_, e)| e.request_body_credential_rewrite);
-    let body = if rewrite_body && body::rewritable(&headers) {
-        match body::rewrite(incoming, &mut headers, &creds, &to, &mut noted).await {
-            Ok(b) => b,
-            Err(refusal) => {
-                denied(
-                    t,
-                    &method,
-                    &rule,
-                    &redacted,
-                    generation,
-                    refusal.reason.clone(),
-                );
-                return Ok(from_raw(&refusal.response));
-            }
-        }
-    } else {
-        ScanBody::new(incoming).boxed()
-    };
-    if !noted.is_empty() {
-        if !injected && let Err((error, detail)) = refuse_exposure(&method, t) {
-            denied(t, &method, &rule, &redacted, generation, detail.clone());
-            return Ok(from_raw(&response::json(403, error, &detail, None)));
-        }
-        // The answer is searched for the values put in: ask for it uncompressed.
-        headers.remove(header::ACCEPT_ENCODING);
-    }
-    let mut out = match Request::builder()
-        .method(parts.method)
-        .uri(target.as_str())
-        .body(body)
-    {
-        Ok(r) => r,
-        Err(_) => return Err(Closed::Path(PathError::NotOriginForm)),
-    };
-    *out.headers_mut() = headers;
-    *out.version_mut() = parts.version;
+}
+
+/// The request sent on the tunnel's upstream connection; an upstream that is gone is answered
+/// 502 to the client.
+async fn send(
+    sender: &Sender,
+    out: Request<Body>,
+    dest: &str,
+) -> Result<Response<Incoming>, Response<Body>> {
     let sent = {
         let mut s = sender.lock().await;
         if s.ready().await.is_err() {
-            return Ok(from_raw(&response::upstream_unreachable(&dest)));
+            return Err(from_raw(&response::upstream_unreachable(dest)));
         }
         s.send_request(out)
     };
-    let mut resp = match sent.await {
-        Ok(r) => r,
-        Err(_) => return Ok(from_raw(&response::upstream_unreachable(&dest))),
-    };
-    if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
-        && let Some(client) = client_upgrade
-    {
-        let websocket = match (&t.compiled, websocket_endpoint) {
-            (Some(rules), true) => Some(websocket::Context {
-                rules: rules.clone(),
-                host: host.clone(),
-                port: t.dest.port,
-                dest: dest.clone(),
-                caller: t.caller.clone(),
-                path: redacted.clone(),
-                query,
-                events: t.events.clone(),
-                generation,
-                limits: t.websocket.clone(),
-                idle: t.idle_timeout,
-            }),
-            _ => None,
-        };
-        *upgrade_slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(Upgrade {
-            client,
-            upstream: hyper::upgrade::on(&mut resp),
-            websocket,
-        });
-    }
-    let (parts, body) = resp.into_parts();
-    let resp = Response::from_parts(
-        parts,
-        body.map_err(|e| Box::new(e) as respond::BoxError).boxed(),
-    );
-    Ok(redact::response(resp, noted, head_only))
+    sent.await
+        .map_err(|_| from_raw(&response::upstream_unreachable(dest)))
 }
 
-/// Refusals that depend on a value having been put in: TRACE and TRACK send the request back
-/// as the body, and plain HTTP inside a CONNECT to 443 would carry the value in clear text
-/// where the binding meant TLS (a binding for another port names that port on purpose, plain
-/// or not).
-/// Log a request refused before it went anywhere (its event says why).
-fn denied(t: &Tunnel, method: &str, rule: &str, path: &str, generation: u64, reason: String) {
-    t.emit(
-        L7Decision::Deny,
-        method,
-        rule,
-        path,
-        Some(reason),
-        generation,
-        false,
-    );
-}
-
+/// Why a value may not be put into this request, if it may not (see
+/// [`Req::refuse_exposure`]).
 fn refuse_exposure(method: &str, t: &Tunnel) -> Result<(), (&'static str, String)> {
     if method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK") {
         return Err((

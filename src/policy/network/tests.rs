@@ -14,7 +14,8 @@ fn refused(rules: &str) -> NetworkPolicyError {
     compile_yaml(rules).expect_err("refused")
 }
 
-/// The sheet's P1 policy (paths shortened).
+/// A policy of every endpoint form: exact, `*.` and `**.` hosts, several ports, private
+/// names, an `allowed_ips` range; binaries by path, by a launcher and by a glob.
 pub(crate) const P1: &str = r#"
   pub_http:
     name: public-http
@@ -86,7 +87,7 @@ fn p1_compiles_in_key_order() {
 }
 
 #[test]
-fn the_sheets_negative_policies_are_refused_naming_the_key() {
+fn contradictory_or_too_broad_endpoints_are_refused_naming_the_key() {
     let cases = [
         (
             "  a:\n    endpoints:\n      - {host: x.test, port: 80, protocol: rest, access: read-only, rules: [{allow: {method: GET, path: /}}]}\n",

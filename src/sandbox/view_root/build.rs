@@ -448,6 +448,88 @@ unsafe fn fill_files(
     }
 }
 
+/// An empty read-only mode-000 tmpfs over a denied directory; nothing when it is gone.
+///
+/// # Safety
+/// In the helper only, `parent` the directory's parent in the new root.
+unsafe fn hide_dir(parent: RawFd, name: &CStr, buf: &mut [u8; 32]) -> Result<(), ChildError> {
+    // SAFETY: raw syscalls on descriptors we own and prepared C strings and buffers.
+    unsafe {
+        let t = match mount_point(parent, name, true, false) {
+            Err(r) if r.errno == libc::ENOENT => return Ok(()),
+            r => r?,
+        };
+        fd_path(buf, t.0);
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            buf.as_ptr().cast(),
+            c"tmpfs".as_ptr(),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"mode=000,size=4k".as_ptr().cast(),
+        ) != 0
+        {
+            return Err(fail(Step::HideDenied));
+        }
+        Ok(())
+    }
+}
+
+/// [`HIDDEN`] bound over a denied file (made on the first one, held in `hidden`); nothing when
+/// the file is gone.
+///
+/// # Safety
+/// In the helper only, `root` the staging root and `parent` the file's parent in it.
+unsafe fn hide_file(
+    root: RawFd,
+    hidden: &mut Fd,
+    parent: RawFd,
+    name: &CStr,
+    [a, b]: [&mut [u8; 32]; 2],
+) -> Result<(), ChildError> {
+    // SAFETY: raw syscalls on descriptors we own and prepared C strings and buffers.
+    unsafe {
+        if hidden.0 < 0 {
+            // An empty root-owned mode-000 file: opening it gives EACCES to a child without
+            // CAP_DAC_OVERRIDE, whatever its uid.
+            let f = libc::openat(
+                root,
+                HIDDEN.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                0,
+            );
+            if f < 0 {
+                return Err(fail(Step::HideDenied));
+            }
+            libc::close(f);
+            *hidden = Fd(libc::openat(
+                root,
+                HIDDEN.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            ));
+            if hidden.0 < 0 {
+                return Err(fail(Step::HideDenied));
+            }
+        }
+        let t = match mount_point(parent, name, false, false) {
+            Err(r) if r.errno == libc::ENOENT => return Ok(()),
+            r => r?,
+        };
+        fd_path(a, hidden.0);
+        fd_path(b, t.0);
+        if libc::mount(
+            a.as_ptr().cast(),
+            b.as_ptr().cast(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(fail(Step::HideDenied));
+        }
+        Ok(())
+    }
+}
+
 /// Make every entry below `root`.
 ///
 /// # Safety
@@ -536,62 +618,9 @@ unsafe fn fill(
                         fill_files(plan, parent.0, name, t.0, &mut a)?;
                         *tmpfs_made |= FILES_MADE;
                     }
-                    What::HideDir => {
-                        let t = match mount_point(parent.0, name, true, false) {
-                            Err(r) if gone(&r) => return Ok(()),
-                            r => r?,
-                        };
-                        fd_path(&mut a, t.0);
-                        if libc::mount(
-                            c"tmpfs".as_ptr(),
-                            a.as_ptr().cast(),
-                            c"tmpfs".as_ptr(),
-                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                            c"mode=000,size=4k".as_ptr().cast(),
-                        ) != 0
-                        {
-                            return Err(fail(Step::HideDenied));
-                        }
-                    }
+                    What::HideDir => hide_dir(parent.0, name, &mut a)?,
                     What::HideFile => {
-                        if hidden.0 < 0 {
-                            // An empty root-owned mode-000 file: opening it gives EACCES to a
-                            // child without CAP_DAC_OVERRIDE, whatever its uid.
-                            let f = libc::openat(
-                                root,
-                                HIDDEN.as_ptr(),
-                                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
-                                0,
-                            );
-                            if f < 0 {
-                                return Err(fail(Step::HideDenied));
-                            }
-                            libc::close(f);
-                            hidden = Fd(libc::openat(
-                                root,
-                                HIDDEN.as_ptr(),
-                                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                            ));
-                            if hidden.0 < 0 {
-                                return Err(fail(Step::HideDenied));
-                            }
-                        }
-                        let t = match mount_point(parent.0, name, false, false) {
-                            Err(r) if gone(&r) => return Ok(()),
-                            r => r?,
-                        };
-                        fd_path(&mut a, hidden.0);
-                        fd_path(&mut b, t.0);
-                        if libc::mount(
-                            a.as_ptr().cast(),
-                            b.as_ptr().cast(),
-                            std::ptr::null(),
-                            libc::MS_BIND,
-                            std::ptr::null(),
-                        ) != 0
-                        {
-                            return Err(fail(Step::HideDenied));
-                        }
+                        hide_file(root, &mut hidden, parent.0, name, [&mut a, &mut b])?
                     }
                 }
                 Ok(())

@@ -6,6 +6,7 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 
+use crate::policy::ViewFiles;
 use crate::sandbox::grant::Grant;
 
 /// More binds than this fail the view with E2BIG (their sources are held open at once).
@@ -125,183 +126,33 @@ impl RootPlan {
         if req.grants.iter().any(|g| g.path == Path::new("/")) {
             return None;
         }
-        // One bind per path; read-write wins where a path is granted both ways (Landlock still
-        // decides what may be written), with the read-write grant's mapping.
-        let mut grants: Vec<Grant> = Vec::new();
-        for g in &req.grants {
-            match grants.iter_mut().find(|x| x.path == g.path) {
-                Some(x) if x.read_only && !g.read_only => *x = g.clone(),
-                Some(_) => {}
-                None => grants.push(g.clone()),
-            }
-        }
-        grants.sort_by_key(|g| g.path.components().count());
-        // A grant below another of the same kind and mapping shows through it already.
-        let swap = |g: &Grant| g.idmap.map(|m| m.swap);
-        let mut kept: Vec<Grant> = Vec::new();
-        for g in grants {
-            let covered = kept
-                .iter()
-                .filter(|k| g.path.starts_with(&k.path))
-                .max_by_key(|k| k.path.components().count())
-                .is_some_and(|k| k.read_only == g.read_only && swap(k) == swap(&g));
-            if !covered {
-                kept.push(g);
-            }
-        }
+        let kept = one_bind_per_tree(&req.grants);
         // (path, is a bound host tree) of every mount in the new root, for `create`.
         let mounts: Vec<(&Path, bool)> = kept
             .iter()
             .map(|g| (g.path.as_path(), true))
             .chain(tmpfs.iter().map(|t| (t.as_path(), false)))
             .collect();
-        let inside_bind = |p: &Path| {
-            mounts
-                .iter()
-                .filter(|(m, _)| p.starts_with(m) && p != *m)
-                .max_by_key(|(m, _)| m.components().count())
-                .is_some_and(|(_, bound)| *bound)
-        };
-        let mut entries: Vec<(PathBuf, What)> = Vec::new();
-        let mut binds = Vec::new();
-        let mut idmap_slots = 0;
-        for g in &kept {
-            let userns = g.idmap.map_or(-1, |m| m.userns);
-            let slot = if userns >= 0 {
-                idmap_slots += 1;
-                idmap_slots - 1
-            } else {
-                0
-            };
-            binds.push(Bind {
-                src: CString::new(g.path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
-                dir: g.dir,
-                read_only: g.read_only,
-                dev: g.dev,
-                ino: g.ino,
-                proc_fallback: false,
-                userns,
-                slot,
-                overlay: None,
-            });
-            entries.push((g.path.clone(), What::Bind(binds.len() - 1)));
-        }
+        let mut d = Draft::default();
+        let idmap_slots = d.bind_grants(&kept);
         for (i, t) in tmpfs.iter().enumerate() {
-            entries.push((t.clone(), What::Tmpfs(i)));
+            d.entries.push((t.clone(), What::Tmpfs(i)));
         }
-        entries.push((PathBuf::from("/proc"), What::Dir));
+        d.entries.push((PathBuf::from("/proc"), What::Dir));
         if let Some(p) = &req.proc {
-            binds.push(Bind {
-                src: CString::new(p.path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
-                dir: true,
-                // procfs keeps a chmod of a kernel-wide entry in the entry itself, for every
-                // later /proc on the machine: read-only, as each exec's own /proc is.
-                read_only: true,
-                dev: p.dev,
-                ino: p.ino,
-                proc_fallback: true,
-                userns: -1,
-                slot: 0,
-                overlay: None,
-            });
-            entries.push((p.path.clone(), What::Bind(binds.len() - 1)));
+            d.bind_proc(p);
         }
-        // The links every program expects in /dev (bash's process substitution opens
-        // /dev/fd/N), once /dev holds anything.
-        let dev = Path::new("/dev");
-        let mut links = req.links.clone();
-        if entries.iter().any(|(p, _)| p.starts_with(dev)) {
-            for (name, target) in [
-                ("fd", "/proc/self/fd"),
-                ("stdin", "/proc/self/fd/0"),
-                ("stdout", "/proc/self/fd/1"),
-                ("stderr", "/proc/self/fd/2"),
-            ] {
-                links.push((dev.join(name), PathBuf::from(target)));
-            }
-        }
-        for (link, target) in &links {
-            let taken = entries.iter().any(|(p, _)| p == link);
-            if !taken && !inside_bind(link) {
-                let t = CString::new(target.as_os_str().as_encoded_bytes()).unwrap_or_default();
-                entries.push((link.clone(), What::Link(t)));
-            }
-        }
-        // The view's own files: where the directory lies in a bound host tree it must exist
-        // there as a mount point, or be given one by an overlay of that bind
-        // ([`overlay_bind`]); otherwise it is made in the root.
-        let mut files = Vec::new();
-        let mut overlay = None;
-        let files_dir = req.files.as_ref().filter(|f| {
-            if kept.iter().any(|g| g.path.starts_with(&f.dir)) {
-                return false;
-            }
-            if !inside_bind(&f.dir) || std::fs::symlink_metadata(&f.dir).is_ok_and(|m| m.is_dir()) {
-                return true;
-            }
-            overlay = overlay_bind(&f.dir, &kept, &mounts, &req.denied, &req.links);
-            overlay.is_some()
-        });
-        if let (Some((i, below)), Some(f)) = (overlay, files_dir) {
-            let name = f.dir.file_name().unwrap_or_default().as_encoded_bytes();
-            binds[i].overlay = Some(CString::new(name).unwrap_or_default());
-            // The host's mounts below the overlaid tree, bound again on the overlay (whose
-            // layer shows what lies under them).
-            let read_only = binds[i].read_only;
-            for (path, dir, dev, ino) in below {
-                binds.push(Bind {
-                    src: CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
-                    dir,
-                    read_only,
-                    dev,
-                    ino,
-                    proc_fallback: false,
-                    userns: -1,
-                    slot: 0,
-                    overlay: None,
-                });
-                entries.push((path, What::Bind(binds.len() - 1)));
-            }
-        }
-        if let Some(f) = files_dir {
-            entries.push((f.dir.clone(), What::Files));
-            files = f
-                .files
-                .iter()
-                .map(|(n, c)| (CString::new(n.as_bytes()).unwrap_or_default(), c.clone()))
-                .collect();
-        }
-        let mut denied: Vec<&PathBuf> = req
-            .denied
-            .iter()
-            // The files' tmpfs covers whatever the host keeps there.
-            .filter(|d| files_dir.is_none_or(|f| !d.starts_with(&f.dir)))
-            .collect();
-        denied.sort_by_key(|d| d.components().count());
-        let mut hidden: Vec<&Path> = Vec::new();
-        for d in denied {
-            // Below another cover there is nothing left to hide (nor a way down to it).
-            if !inside_bind(d) || hidden.iter().any(|h| d.starts_with(h)) {
-                continue;
-            }
-            hidden.push(d);
-            let Ok(m) = std::fs::symlink_metadata(d) else {
-                continue;
-            };
-            let what = if m.is_dir() {
-                What::HideDir
-            } else {
-                What::HideFile
-            };
-            entries.push((d.clone(), what));
-        }
+        d.links(&req.links, &mounts);
+        let (files_dir, files) = d.view_files(req, &kept, &mounts);
+        d.hide(&req.denied, files_dir, &mounts);
+        let Draft { mut entries, binds } = d;
         // Parents before children; at one depth, mounts before what lies beside them.
         entries.sort_by_key(|(p, _)| p.components().count());
         let mut plan = RootPlan {
             entries: entries
                 .into_iter()
                 .map(|(p, what)| Entry {
-                    create: !inside_bind(&p),
+                    create: !inside_bind(&mounts, &p),
                     comps: rel_comps(&p),
                     what,
                 })
@@ -415,6 +266,216 @@ impl RootPlan {
 /// A host mount below an overlaid tree, to bind again on the overlay: (path, is a directory,
 /// device, inode) as the supervisor sees it now.
 type Submount = (PathBuf, bool, u64, u64);
+
+/// The grants that need a bind of their own, shallowest first: one per path (read-write wins
+/// where a path is granted both ways, with the read-write grant's mapping: Landlock still
+/// decides what may be written), and none below another of the same kind and mapping, which
+/// shows it already.
+fn one_bind_per_tree(all: &[Grant]) -> Vec<Grant> {
+    let mut grants: Vec<Grant> = Vec::new();
+    for g in all {
+        match grants.iter_mut().find(|x| x.path == g.path) {
+            Some(x) if x.read_only && !g.read_only => *x = g.clone(),
+            Some(_) => {}
+            None => grants.push(g.clone()),
+        }
+    }
+    grants.sort_by_key(|g| g.path.components().count());
+    let swap = |g: &Grant| g.idmap.map(|m| m.swap);
+    let mut kept: Vec<Grant> = Vec::new();
+    for g in grants {
+        let covered = kept
+            .iter()
+            .filter(|k| g.path.starts_with(&k.path))
+            .max_by_key(|k| k.path.components().count())
+            .is_some_and(|k| k.read_only == g.read_only && swap(k) == swap(&g));
+        if !covered {
+            kept.push(g);
+        }
+    }
+    kept
+}
+
+/// Whether `p` lies strictly inside a bound host tree (its nearest mount above it is a bind,
+/// not one of our tmpfs mounts): nothing may be created there.
+fn inside_bind(mounts: &[(&Path, bool)], p: &Path) -> bool {
+    mounts
+        .iter()
+        .filter(|(m, _)| p.starts_with(m) && p != *m)
+        .max_by_key(|(m, _)| m.components().count())
+        .is_some_and(|(_, bound)| *bound)
+}
+
+fn c_path(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default()
+}
+
+/// The root's entries by absolute path, and its binds, while the plan is drawn.
+#[derive(Default)]
+struct Draft {
+    entries: Vec<(PathBuf, What)>,
+    binds: Vec<Bind>,
+}
+
+impl Draft {
+    fn bind(&mut self, path: PathBuf, b: Bind) {
+        self.binds.push(b);
+        self.entries.push((path, What::Bind(self.binds.len() - 1)));
+    }
+
+    /// One bind per kept grant; how many of them are idmapped (each its slot of the report).
+    fn bind_grants(&mut self, kept: &[Grant]) -> usize {
+        let mut idmap_slots = 0;
+        for g in kept {
+            let userns = g.idmap.map_or(-1, |m| m.userns);
+            let slot = if userns >= 0 {
+                idmap_slots += 1;
+                idmap_slots - 1
+            } else {
+                0
+            };
+            let b = Bind {
+                src: c_path(&g.path),
+                dir: g.dir,
+                read_only: g.read_only,
+                dev: g.dev,
+                ino: g.ino,
+                proc_fallback: false,
+                userns,
+                slot,
+                overlay: None,
+            };
+            self.bind(g.path.clone(), b);
+        }
+        idmap_slots
+    }
+
+    /// The supervisor's /proc, bound only where [`RootPlan::bind_proc`] says.
+    fn bind_proc(&mut self, p: &Grant) {
+        let b = Bind {
+            src: c_path(&p.path),
+            dir: true,
+            // procfs keeps a chmod of a kernel-wide entry in the entry itself, for every
+            // later /proc on the machine: read-only, as each exec's own /proc is.
+            read_only: true,
+            dev: p.dev,
+            ino: p.ino,
+            proc_fallback: true,
+            userns: -1,
+            slot: 0,
+            overlay: None,
+        };
+        self.bind(p.path.clone(), b);
+    }
+
+    /// The host's links the view reproduces, and the links every program expects in /dev
+    /// (bash's process substitution opens /dev/fd/N) once /dev holds anything; none where an
+    /// entry already is or inside a bound tree (which shows the host's own).
+    fn links(&mut self, host: &[(PathBuf, PathBuf)], mounts: &[(&Path, bool)]) {
+        let dev = Path::new("/dev");
+        let mut links = host.to_vec();
+        if self.entries.iter().any(|(p, _)| p.starts_with(dev)) {
+            for (name, target) in [
+                ("fd", "/proc/self/fd"),
+                ("stdin", "/proc/self/fd/0"),
+                ("stdout", "/proc/self/fd/1"),
+                ("stderr", "/proc/self/fd/2"),
+            ] {
+                links.push((dev.join(name), PathBuf::from(target)));
+            }
+        }
+        for (link, target) in &links {
+            let taken = self.entries.iter().any(|(p, _)| p == link);
+            if !taken && !inside_bind(mounts, link) {
+                self.entries
+                    .push((link.clone(), What::Link(c_path(target))));
+            }
+        }
+    }
+
+    /// The view's own files: where the directory lies in a bound host tree it must exist
+    /// there as a mount point, or be given one by an overlay of that bind ([`overlay_bind`]);
+    /// otherwise it is made in the root. Returns the files' request when the root holds them,
+    /// and the files as the helper writes them.
+    fn view_files<'r>(
+        &mut self,
+        req: &'r RootRequest,
+        kept: &[Grant],
+        mounts: &[(&Path, bool)],
+    ) -> (Option<&'r ViewFiles>, Vec<(CString, Vec<u8>)>) {
+        let mut overlay = None;
+        let files_dir = req.files.as_ref().filter(|f| {
+            if kept.iter().any(|g| g.path.starts_with(&f.dir)) {
+                return false;
+            }
+            if !inside_bind(mounts, &f.dir)
+                || std::fs::symlink_metadata(&f.dir).is_ok_and(|m| m.is_dir())
+            {
+                return true;
+            }
+            overlay = overlay_bind(&f.dir, kept, mounts, &req.denied, &req.links);
+            overlay.is_some()
+        });
+        if let (Some((i, below)), Some(f)) = (overlay, files_dir) {
+            let name = f.dir.file_name().unwrap_or_default().as_encoded_bytes();
+            self.binds[i].overlay = Some(CString::new(name).unwrap_or_default());
+            // The host's mounts below the overlaid tree, bound again on the overlay (whose
+            // layer shows what lies under them).
+            let read_only = self.binds[i].read_only;
+            for (path, dir, dev, ino) in below {
+                let b = Bind {
+                    src: c_path(&path),
+                    dir,
+                    read_only,
+                    dev,
+                    ino,
+                    proc_fallback: false,
+                    userns: -1,
+                    slot: 0,
+                    overlay: None,
+                };
+                self.bind(path, b);
+            }
+        }
+        let Some(f) = files_dir else {
+            return (None, Vec::new());
+        };
+        self.entries.push((f.dir.clone(), What::Files));
+        let files = f
+            .files
+            .iter()
+            .map(|(n, c)| (CString::new(n.as_bytes()).unwrap_or_default(), c.clone()))
+            .collect();
+        (Some(f), files)
+    }
+
+    /// A cover over each denied path that a bound tree would show, shallowest first; none
+    /// below another cover (nothing is left to hide there, nor a way down to it), nor under
+    /// the files' tmpfs, which covers whatever the host keeps there.
+    fn hide(&mut self, denied: &[PathBuf], files: Option<&ViewFiles>, mounts: &[(&Path, bool)]) {
+        let mut denied: Vec<&PathBuf> = denied
+            .iter()
+            .filter(|d| files.is_none_or(|f| !d.starts_with(&f.dir)))
+            .collect();
+        denied.sort_by_key(|d| d.components().count());
+        let mut hidden: Vec<&Path> = Vec::new();
+        for d in denied {
+            if !inside_bind(mounts, d) || hidden.iter().any(|h| d.starts_with(h)) {
+                continue;
+            }
+            hidden.push(d);
+            let Ok(m) = std::fs::symlink_metadata(d) else {
+                continue;
+            };
+            let what = if m.is_dir() {
+                What::HideDir
+            } else {
+                What::HideFile
+            };
+            self.entries.push((d.clone(), what));
+        }
+    }
+}
 
 /// The index in `kept` (and in the binds, which follow it) of the bind to overlay so that
 /// `dir`, missing on the host, gets a mount point in the view, with the host's mounts below

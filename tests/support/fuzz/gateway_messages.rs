@@ -15,7 +15,7 @@ use openshell_sandbox::proto::v1::*;
 use proptest::prelude::*;
 use prost::Message;
 
-use super::raw_gateway::{Ending, Head, frame, header};
+use crate::support::raw_gateway::{Ending, Head, frame, header};
 
 /// The supervisor's decode limit (src/gateway/channel.rs, `max_decoding_message_size`).
 pub const LIMIT: usize = 4 << 20;

@@ -11,7 +11,6 @@
 //!   processes that join it before exec.
 //! - Names resolve through a hosts file, as the sandbox's `/etc/hosts`; the supervisor's own
 //!   resolver step is off here, because getaddrinfo may ask a daemon outside the namespace.
-#![allow(dead_code)]
 
 pub mod binary;
 pub mod identity;
@@ -43,7 +42,7 @@ pub const PRIVATE: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
 pub const PRIVATE2: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 10);
 pub const CGNAT: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 10);
 
-/// The sheet's names, plus a few for the tool tests.
+/// The names the egress tests reach, plus a few for the tool tests.
 pub const HOSTS: &str = "\
 192.88.99.10  pub.test a.wild.test b.c.wild.test x.y.deep.test x.deep.test api.test pkgs.test git.test
 192.88.99.10  rules.test audit.test gitlab.test s.test secure.test secure-api.test raw.test cred.test rawcred.test
@@ -69,7 +68,7 @@ pub fn require() -> bool {
             root,
             "root: the egress tests make network namespaces and put addresses on their lo",
         ),
-        (cc, "a C compiler `cc` for tests/egress_support/probe.c"),
+        (cc, "a C compiler `cc` for tests/support/egress/probe.c"),
     ] {
         if !ok {
             if std::env::var("CI").as_deref() == Ok("true") {
@@ -114,7 +113,7 @@ fn probe_binary() -> &'static Path {
         let dir = std::env::temp_dir().join(format!("osb-egress-probe-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("probe");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/egress_support/probe.c");
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/egress/probe.c");
         let st = Command::new("cc")
             .args(["-O1", "-Wall", "-o"])
             .arg(&out)

@@ -1,4 +1,4 @@
-//! The harness around the escape probe (`tests/probe/*.c`): build it, lay out the files it
+//! The harness around the escape probe (`tests/support/probe/*.c`): build it, lay out the files it
 //! attacks, run it inside `openshell-sandbox run` with the supervisor as root or as a non-root
 //! user, and parse its output, one JSON line per attempt.
 //!
@@ -6,7 +6,6 @@
 //! another uid, to create the default secret directory. Each test uses its own uid (see the
 //! callers), so RLIMIT_NPROC, which counts processes per uid system wide, and the search for
 //! survivors after a run never mix two tests, nor anything else on the machine.
-#![allow(dead_code)]
 
 pub mod expect;
 pub mod machine;
@@ -23,27 +22,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
-
-/// True when the test may run; false means "skip". Under CI=true a missing requirement fails
-/// the test instead, so CI can never go green by skipping.
-pub fn require(cond: bool, what: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!(
-            "required for this test but absent: {what} (CI=true turns this skip into a failure)"
-        );
-    }
-    loud(&format!("SKIPPED: {what}"));
-    false
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+pub use crate::support::BIN;
+pub use crate::support::skip::{is_root, require};
 
 /// Root (to run the supervisor as other uids and own files for them) and a C compiler (the
 /// probe is C, for raw syscalls, int 0x80 and x32).
@@ -56,7 +36,7 @@ pub fn require_root_and_cc() -> bool {
             .arg("--version")
             .output()
             .is_ok_and(|o| o.status.success()),
-        "a C compiler `cc` to build tests/probe",
+        "a C compiler `cc` to build tests/support/probe",
     )
 }
 
@@ -64,14 +44,14 @@ pub fn require_root_and_cc() -> bool {
 pub struct Built {
     pub probe: PathBuf,
     pub setuid_helper: PathBuf,
-    /// tests/probe/crasher.c, named so that its comm says what it is.
+    /// tests/support/probe/crasher.c, named so that its comm says what it is.
     pub crasher: PathBuf,
 }
 
 pub fn built() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/probe");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe");
         let exe = std::env::current_exe().unwrap();
         let tag = exe.file_name().unwrap().to_string_lossy().into_owned();
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("probe-{tag}"));

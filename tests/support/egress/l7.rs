@@ -1,6 +1,6 @@
 //! The L7 tests' world (`tests/egress_l7.rs`, `tests/egress_l7_messages.rs`): the interceptor
 //! with a sandbox CA, the test upstreams' CA trusted upstream through the test-only knob, a
-//! credential store, and the sheet's P2 and P3 policies on the hyper upstreams of
+//! credential store, and the REST rules (`RULES`) on the hyper upstreams of
 //! `l7_servers` (plain 8180, TLS 9443).
 #![allow(dead_code)]
 

@@ -1,39 +1,13 @@
-//! Shared helpers for integration tests that drive the real binary.
-#![allow(dead_code)]
+//! The real binary's `run`: a workdir the sandbox uid can write, `run` and its report,
+//! pause points, and waiting for what a run leaves behind.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
-
-/// True when the test may run; false means "skip". Under CI=true a missing requirement fails
-/// the test instead, so CI can never go green by skipping.
-pub fn require(cond: bool, what: &str) -> bool {
-    if cond {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!(
-            "required for this test but absent: {what} (CI=true turns this skip into a failure)"
-        );
-    }
-    eprintln!("SKIPPED: {what}");
-    false
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-pub fn require_root() -> bool {
-    require(
-        is_root(),
-        "this test needs root (to drop to the sandbox uid and create cgroups)",
-    )
-}
+use super::BIN;
+use super::skip::is_root;
 
 /// A workdir the sandbox uid (65534 when we are root) can write.
 pub struct Workdir {
@@ -130,15 +104,6 @@ def sc(nr, *args):
     return r, ctypes.get_errno()
 "#;
 
-/// True when the binary under test was built with the `test-pause-points` feature (the race
-/// tests need it; `make test` enables it). Skips loudly otherwise, and fails under CI=true.
-pub fn require_pause_points() -> bool {
-    require(
-        cfg!(feature = "test-pause-points"),
-        "the race tests need the binary built with --features test-pause-points (make test does)",
-    )
-}
-
 /// A directory for the pause-point protocol of src/pause.rs.
 pub struct PauseDir {
     pub dir: tempfile::TempDir,
@@ -213,12 +178,6 @@ pub fn kill(pid: i32) {
     }
 }
 
-/// Whether `tool` is an executable file in a directory of PATH.
-pub fn which(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
 /// The cgroup and cgroup2 mount points at or below /sys/fs/cgroup, from our own mountinfo.
 pub fn cgroup_mounts() -> Vec<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -257,4 +216,35 @@ pub fn wait_exit(c: &mut Child, secs: u64) -> Option<std::process::ExitStatus> {
     let _ = c.kill();
     let _ = c.wait();
     None
+}
+
+/// Output as text (lossy), for messages and matching.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The command succeeded; its output otherwise.
+#[track_caller]
+pub fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// The command failed (exit 1) saying `needle` on stderr.
+#[track_caller]
+pub fn assert_fails_with(out: &Output, needle: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "expected exit 1; stdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let err = text(&out.stderr);
+    assert!(err.contains(needle), "stderr lacks {needle:?}: {err}");
 }

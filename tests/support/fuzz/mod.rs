@@ -1,4 +1,4 @@
-//! Shared by the fuzz_*.rs property harnesses.
+//! The fuzz_*.rs property harnesses.
 //!
 //! cargo-fuzz needs a nightly toolchain, which these machines do not have; the harnesses are
 //! proptest properties instead. Each target first replays its seed corpus in
@@ -10,7 +10,8 @@
 //! - `OSB_FUZZ_SECONDS=N` makes every target keep generating cases until N seconds have
 //!   passed (for CI's fixed-time runs); with `OSB_FUZZ_CASES` as well, whichever comes first.
 //!   Each target of a binary gets its own N seconds; cargo runs two of them at once here.
-#![allow(dead_code)]
+
+pub mod gateway_messages;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox");
+pub use crate::support::BIN;
 
 /// The binary with `hosts` as `/etc/hosts`, run in `workdir`.
 pub fn osb(hosts: &Path, workdir: &Path) -> Command {
@@ -79,18 +79,8 @@ pub fn cc(src: &Path, out: &Path, flags: &[&str]) {
 /// A file of this directory.
 pub fn support_file(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/egress_support")
+        .join("tests/support/egress")
         .join(name)
 }
 
-/// Whether `path` exists; a skip (failing under CI=true) when it does not.
-pub fn have_path(path: &str) -> bool {
-    if Path::new(path).exists() {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{path} is required for this test (CI=true turns this skip into a failure)");
-    }
-    eprintln!("SKIPPED: {path} absent");
-    false
-}
+pub use crate::support::skip::have_path;
