@@ -231,13 +231,7 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[];
 
 /// Functions in `src/` longer than `lengths::MAX_FN_LINES`, not split into named steps yet
 /// (`file::Type::name`, see `lengths::FnName`). A new long function is split, not listed here.
-const KNOWN_LONG: &[&str] = &[
-    "egress/proxy.rs::Conn::run",
-    "gateway/main_process.rs::start",
-    "sandbox/decide.rs::limits",
-    "sandbox/namespaces.rs::make_view",
-    "sandbox/namespaces/helper.rs::helper_main",
-];
+const KNOWN_LONG: &[&str] = &["egress/proxy.rs::Conn::run"];
 
 const KNOWN: Known = Known {
     upward: KNOWN_UPWARD,

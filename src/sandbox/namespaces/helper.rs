@@ -144,15 +144,7 @@ pub(super) unsafe fn helper_main(
             rep.set(Kind::Pid, pid);
             rep.proc = proc;
         }
-        let uts = (|| {
-            check(libc::unshare(libc::CLONE_NEWUTS), Step::UnshareUts)?;
-            let h = plan.hostname.as_bytes();
-            check(
-                libc::sethostname(h.as_ptr().cast(), h.len()),
-                Step::SetHostname,
-            )
-        })();
-        rep.set(Kind::Uts, uts);
+        rep.set(Kind::Uts, make_uts(plan));
         if private_net {
             let net = (|| {
                 check(libc::unshare(libc::CLONE_NEWNET), Step::UnshareNet)?;
@@ -171,6 +163,22 @@ pub(super) unsafe fn helper_main(
         let mut b = 0u8;
         while libc::read(hold_r, (&mut b as *mut u8).cast(), 1) < 0 && errno() == libc::EINTR {}
         libc::_exit(0)
+    }
+}
+
+/// A UTS namespace of the helper's own, with the view's hostname.
+///
+/// # Safety
+/// Only in the forked helper.
+unsafe fn make_uts(plan: &ViewPlan) -> Result<(), ChildError> {
+    // SAFETY: unshare and sethostname on a prepared byte string.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWUTS), Step::UnshareUts)?;
+        let h = plan.hostname.as_bytes();
+        check(
+            libc::sethostname(h.as_ptr().cast(), h.len()),
+            Step::SetHostname,
+        )
     }
 }
 
