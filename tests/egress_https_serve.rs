@@ -11,7 +11,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use openshell_sandbox::policy::openshell::{
@@ -134,6 +134,21 @@ fn wrapper(binds: &[(&Path, &str)]) -> Vec<String> {
     ]
 }
 
+/// The egress world of these tests with the TLS upstream started: the world, its hosts file,
+/// the upstream, and a system bundle that trusts the upstream's CA.
+fn with_upstream<R: Send + 'static>(
+    f: impl FnOnce(&mut support::egress::World, PathBuf, std::sync::Arc<L7Upstream>, PathBuf) -> R
+    + Send
+    + 'static,
+) -> R {
+    support::egress::World::run(|w| {
+        let hosts = w.hosts.clone();
+        let up = w.rt.block_on(L7Upstream::start());
+        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
+        f(w, hosts, up, bundle)
+    })
+}
+
 /// The test gateway with [`policy`] and the provider's [`SECRET`], and a supervisor started
 /// with `opts` and ready.
 async fn started(opts: SupOpts) -> (TestGateway, Supervisor) {
@@ -173,10 +188,7 @@ fn serve_intercepts_applies_rest_rules_and_keeps_provider_credentials_in_the_pro
     if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    support::egress::World::run(|w| {
-        let hosts = w.hosts.clone();
-        let up = w.rt.block_on(L7Upstream::start());
-        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
+    with_upstream(|w, hosts, up, bundle| {
         w.rt.block_on(async move {
             // The main process records the environment it was started with.
             let (gw, sup) = started(sup_opts(&hosts, &bundle, true, &["sh", "-c", "env > main.env.tmp && mv main.env.tmp main.env; exec sleep 600"])).await;
@@ -325,10 +337,7 @@ fn serve_binds_credentials_where_the_policy_revision_says() {
     if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    support::egress::World::run(|w| {
-        let hosts = w.hosts.clone();
-        let up = w.rt.block_on(L7Upstream::start());
-        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
+    with_upstream(|w, hosts, up, bundle| {
         w.rt.block_on(async move {
             let gw = TestGateway::start(AuthMode::Jwt).await;
             gw.state
@@ -432,10 +441,7 @@ fn serve_provider_credentials_are_in_no_memory_below_the_supervisor() {
     if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    support::egress::World::run(|w| {
-        let hosts = w.hosts.clone();
-        let up = w.rt.block_on(L7Upstream::start());
-        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
+    with_upstream(|w, hosts, up, bundle| {
         w.rt.block_on(async move {
             let (gw, sup) = started(sup_opts(&hosts, &bundle, false, &["sleep", "600"])).await;
             let use_it = r#"curl -sS --max-time 20 -H "Authorization: Bearer $RG_TOKEN" https://cred.test:9443/quiet/mem"#;
@@ -483,10 +489,7 @@ fn a_new_revisions_view_helper_holds_no_copy_of_the_provider_value() {
     if !support::egress::require() || !have("curl") || !have("unshare") {
         return;
     }
-    support::egress::World::run(|w| {
-        let hosts = w.hosts.clone();
-        let up = w.rt.block_on(L7Upstream::start());
-        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
+    with_upstream(|w, hosts, up, bundle| {
         let pause = w.tmp.path().join("pause");
         std::fs::create_dir(&pause).unwrap();
         let (reached, go) = (
@@ -571,10 +574,7 @@ fn an_ssh_session_trusts_the_sandbox_ca_and_reaches_https_through_the_intercepti
         eprintln!("SKIPPED: OpenSSH client or busybox absent");
         return;
     }
-    support::egress::World::run(|w| {
-        let hosts = w.hosts.clone();
-        let up = w.rt.block_on(L7Upstream::start());
-        let bundle = support::egress::bundle_with(w.tmp.path(), &up.ca_pem);
+    with_upstream(|w, hosts, up, bundle| {
         w.rt.block_on(async move {
             let (gw, sup) = started(sup_opts(&hosts, &bundle, false, &["sleep", "600"])).await;
             let bridge = support::ssh_bridge::SshBridge::start(gw.state.clone()).await;

@@ -50,8 +50,8 @@ pub enum StartError {
     },
 }
 
-/// The login shell for the default command on this image (OpenShell
-/// #3147): `/bin/bash` when it is executable, else `$SHELL` (an absolute path) when it is,
+/// The login shell for the default command on this image, picked as OpenShell's own
+/// supervisor picks it: `/bin/bash` when it is executable, else `$SHELL` (an absolute path) when it is,
 /// else `bash` on `path`, else `/bin/sh`. `is_exec` is the check, passed in so the order is
 /// testable without building images.
 pub fn login_shell(
