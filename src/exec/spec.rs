@@ -29,3 +29,24 @@ pub struct SpawnSpec {
     /// binary, which the sandbox may not open by path. argv[0] is then only the name.
     pub program_fd: Option<Arc<OwnedFd>>,
 }
+
+impl SpawnSpec {
+    /// `argv` with `env` on a terminal: the slave's three descriptors as stdin, stdout and
+    /// stderr, the slave its controlling terminal, in the policy's workdir.
+    pub fn on_terminal(
+        argv: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        [stdin, stdout, stderr]: [OwnedFd; 3],
+    ) -> SpawnSpec {
+        SpawnSpec {
+            argv,
+            env,
+            cwd: None,
+            stdin: Stdio::Fd(stdin),
+            stdout: Stdio::Fd(stdout),
+            stderr: Stdio::Fd(stderr),
+            controlling_tty: true,
+            program_fd: None,
+        }
+    }
+}

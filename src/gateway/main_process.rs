@@ -178,16 +178,7 @@ fn spawn_spec(
 ) -> Result<(Option<Arc<pty::Master>>, SpawnSpec), StartError> {
     if tty {
         let (master, slave) = pty::open(PTY_COLS, PTY_ROWS).map_err(StartError::Pty)?;
-        let spec = SpawnSpec {
-            argv,
-            env,
-            cwd: None,
-            stdin: Stdio::Fd(slave.stdin),
-            stdout: Stdio::Fd(slave.stdout),
-            stderr: Stdio::Fd(slave.stderr),
-            controlling_tty: true,
-            program_fd: None,
-        };
+        let spec = SpawnSpec::on_terminal(argv, env, [slave.stdin, slave.stdout, slave.stderr]);
         return Ok((Some(Arc::new(master)), spec));
     }
     let stdin = match local {

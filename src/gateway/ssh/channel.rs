@@ -490,16 +490,7 @@ async fn run_tty(
         Ok(p) => p,
         Err(e) => return Outcome::Refused(format!("cannot allocate a pty: {e}"), REFUSED),
     };
-    let spec = SpawnSpec {
-        argv,
-        env,
-        cwd: None,
-        stdin: Stdio::Fd(slave.stdin),
-        stdout: Stdio::Fd(slave.stdout),
-        stderr: Stdio::Fd(slave.stderr),
-        controlling_tty: true,
-        program_fd: None,
-    };
+    let spec = SpawnSpec::on_terminal(argv, env, [slave.stdin, slave.stdout, slave.stderr]);
     let mut child = match spawn_child(ctx, spec).await {
         Ok(c) => c,
         Err(o) => return o,
