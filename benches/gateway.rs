@@ -16,10 +16,9 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use openshell_sandbox::policy::openshell::{FilesystemPolicy, LandlockPolicy, SandboxPolicy};
 use openshell_sandbox::proto::v1::PolicyStatus;
 use openshell_sandbox::proto::v1::exec_sandbox_event::Payload;
 use support::connect::Attacher;
@@ -185,29 +184,6 @@ async fn attach_latency(n: usize) -> Vec<Duration> {
     v
 }
 
-/// The policy-plane base: the system directories only, so a directory under the gateway's
-/// temporary directory is outside every grant until a revision adds it.
-fn plane_policy(extra_ro: &[&Path]) -> SandboxPolicy {
-    let mut ro: Vec<String> = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc"]
-        .iter()
-        .filter(|p| Path::new(p).exists())
-        .map(|p| p.to_string())
-        .collect();
-    ro.extend(extra_ro.iter().map(|p| p.display().to_string()));
-    SandboxPolicy {
-        version: 1,
-        filesystem: Some(FilesystemPolicy {
-            include_workdir: true,
-            read_only: ro,
-            read_write: vec!["/dev/null".into()],
-        }),
-        landlock: Some(LandlockPolicy {
-            compatibility: "best_effort".into(),
-        }),
-        ..Default::default()
-    }
-}
-
 fn plane_opts(poll_secs: u32, push_level: &str) -> SupOpts {
     SupOpts {
         env: vec![
@@ -257,7 +233,10 @@ async fn policy_to_next_exec(runs: usize) -> Vec<(Duration, Duration)> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let secret = dir.join("secret.txt").display().to_string();
-        let v1 = gw.state.set_policy(&plane_policy(&[])).unwrap();
+        let v1 = gw
+            .state
+            .set_policy(&support::plane::base_policy(&[]))
+            .unwrap();
         let mut sup = Supervisor::start(&gw, plane_opts(1, "INFO"));
         gw.wait_ready(&mut sup).await;
         wait_loaded(&gw, v1, &sup).await;
@@ -266,7 +245,10 @@ async fn policy_to_next_exec(runs: usize) -> Vec<(Duration, Duration)> {
         // Start at a random point of the poll cycle, as a user's `policy set` does.
         tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 1000)).await;
         let t0 = Instant::now();
-        let v2 = gw.state.set_policy(&plane_policy(&[&dir])).unwrap();
+        let v2 = gw
+            .state
+            .set_policy(&support::plane::base_policy(&[&dir]))
+            .unwrap();
         let loaded = async {
             wait_loaded(&gw, v2, &sup).await;
             t0.elapsed()
