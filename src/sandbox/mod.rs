@@ -30,6 +30,7 @@ pub mod idmap;
 pub mod kernel;
 pub mod landlock;
 pub mod layer;
+pub mod mountinfo;
 pub mod namespaces;
 pub mod one;
 pub mod ownership;

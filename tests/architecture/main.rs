@@ -76,7 +76,7 @@ const SANDBOX_LAYERS: &[&[&str]] = &[
     // What every layer names: the child's steps and their error.
     &["step"],
     // One module per isolation layer, and the helpers they share (a granted path, the
-    // diagnosis of a failed exec, /dev/null).
+    // diagnosis of a failed exec, /dev/null, the mount table).
     &[
         "cgroup",
         "cgroup_remount",
@@ -86,6 +86,7 @@ const SANDBOX_LAYERS: &[&[&str]] = &[
         "identity",
         "idmap",
         "landlock",
+        "mountinfo",
         "namespaces",
         "rlimits",
         "seccomp",
