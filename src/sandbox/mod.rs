@@ -36,6 +36,7 @@ pub mod one;
 pub mod ownership;
 pub mod prepare;
 pub mod prepared;
+pub mod run_timeline;
 pub mod rlimits;
 pub mod seccomp;
 pub mod step;

@@ -198,6 +198,7 @@ pub(super) fn prepare(
     let planned_env = plan.as_ref().map(|p| p.child_env()).unwrap_or_default();
     crate::exec::egress::set_child_env(&mut env, &planned_env);
     let (spec, streams) = streams::make(args, env)?;
+    tl.stamp("streams");
     let (sandbox, mut pending) = Sandbox::new_with_exec(policy, spec, home)?;
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match (loaded.network, plan) {
