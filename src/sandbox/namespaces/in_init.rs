@@ -21,8 +21,8 @@
 use super::helper::{PROC_FLAGS, check, mount_proc_flags, mount_tmpfs, write_ipc_limits};
 use super::plan::{Kind, ProcMount, ViewPlan};
 use super::report::HelperReport;
-use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::run_timeline::{InitMark, init_mark};
+use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::view_root::{self, Built};
 
 /// Build the view in the calling process, which is already in the namespaces it needs.
