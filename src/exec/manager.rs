@@ -346,6 +346,10 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
     // have no pidfd to wake us, so poll on a tick from then on.
     let mut orphans_possible = false;
     let sup = supervisor_pidfd();
+    // Every exec's init is cloned here and inherits this thread's credentials: with the
+    // bounding set emptied once, the command's identity step reads it back instead of
+    // dropping each capability (identity.rs).
+    crate::sandbox::identity::drop_bounding_set_ahead();
     loop {
         let mut fds: Vec<libc::pollfd> = std::iter::once(wake)
             .chain(entries.values().map(|e| e.pidfd.as_raw_fd()))
