@@ -377,9 +377,13 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
                         orphans_possible = true;
                     }
                     let _ = reply.send(r);
-                    // The child is running now; make the next exec's group while it does.
+                    // The child is running now; make the next exec's group and Landlock
+                    // ruleset copy while it does.
                     if let Some(root) = &sandbox.prepared.cgroups {
                         root.make_spare(&sandbox.policy.limits);
+                    }
+                    if let Some(ll) = &sandbox.prepared.landlock {
+                        ll.make_spare();
                     }
                 }
                 Job::Go {
@@ -489,7 +493,7 @@ fn spawn_one(
     // The exec's own Landlock ruleset, to which its command adds the rule for its fresh /proc
     // (landlock.rs `copy`): in the shared one those rules would pile up, one per exec.
     let plan = match &prepared.landlock {
-        Some(ll) => plan.with_ruleset(ll.copy().map_err(|source| ManagerError::Io {
+        Some(ll) => plan.with_ruleset(ll.take_copy().map_err(|source| ManagerError::Io {
             what: "copying the sandbox's Landlock ruleset for the exec",
             source,
         })?),
