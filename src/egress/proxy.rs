@@ -27,15 +27,15 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::addr;
-use super::decide::{Decision, Mode, decide};
+use super::decide::{Allow, Decision, Mode, Settings, decide};
 use super::event::{Counters, EventSink, NetEvent, Outcome, Via};
 use super::forward::{self, Forward};
 use super::identity::{Caller, ExecKey, Identify, IdentityError};
-use super::relay::{End, ForwardCheck, Guard, InspectedTunnel, Inspector, tunnel};
+use super::relay::{End, ForwardCheck, Guard, InspectedTunnel, Inspector, Refusal, tunnel};
 use super::request::{HeadError, HostPort, MAX_HEAD, Target, head_end, parse_head};
 use super::resolve::Resolve;
 use super::response;
-use super::revision::PolicyHandle;
+use super::revision::{PolicyHandle, Revision};
 use crate::policy::network::TlsMode;
 
 /// The proxy's limits.
@@ -445,6 +445,35 @@ struct Conn<'a> {
     via: &'a Via,
 }
 
+/// How an allowed connection goes on, decided once against one revision.
+struct Route {
+    allow: Allow,
+    /// CONNECT: `Some(settings)` goes to the inspector (`settings` is `None` for an L4
+    /// endpoint whose TLS is intercepted); `None` is a raw tunnel.
+    inspect: Option<Option<Settings>>,
+    tls_skip: bool,
+    /// A forward's authority and request-target (the inspector's canonical one).
+    fwd: Option<(String, String)>,
+}
+
+/// Why a connection is turned away before it is carried; [`Conn::refuse`] answers each.
+enum Refused {
+    /// 403 `policy_denied`: the decision, or a caller that could not be identified.
+    Policy(String),
+    /// The inspector's own answer, under the rule that allowed the endpoint.
+    Inspector { rule: String, refusal: Refusal },
+    /// 403 `ssrf_denied`: the address checks, or a resolution that failed.
+    Address { kind: String, detail: String },
+    /// 403 `policy_denied`: the connection's generation is no longer current.
+    PolicyChanged,
+    /// No checked address answered: a CONNECT is closed without a response, a forward gets
+    /// 502; no event (the dial's failure is the upstream's, not a decision).
+    Unreachable {
+        addrs: Vec<IpAddr>,
+        error: io::Error,
+    },
+}
+
 impl Conn<'_> {
     fn event(
         &self,
@@ -476,20 +505,53 @@ impl Conn<'_> {
         }
     }
 
-    async fn deny(
+    /// Answer a refusal and record it: every way a connection is turned away, in one place.
+    async fn refuse(
         &self,
         stream: &mut TcpStream,
-        reason: String,
+        why: Refused,
         caller: Option<&Caller>,
         generation: u64,
     ) {
-        let detail = format!("{} not permitted by policy", self.what());
-        let _ = stream
-            .write_all(&response::policy_denied(&detail, &reason))
-            .await;
-        self.event(Outcome::Denied, "-", Some(reason), caller, generation);
+        let (response, outcome, rule, reason) = match why {
+            Refused::Policy(reason) => {
+                let detail = format!("{} not permitted by policy", self.what());
+                let r = response::policy_denied(&detail, &reason);
+                (r, Outcome::Denied, "-".to_string(), reason)
+            }
+            Refused::Inspector { rule, refusal } => {
+                (refusal.response, Outcome::Denied, rule, refusal.reason)
+            }
+            Refused::Address { kind, detail } => {
+                let d = match self.via {
+                    Via::Connect => format!("CONNECT {} blocked: {kind}", self.dest.display()),
+                    Via::Forward { method, .. } => {
+                        format!("{method} {} blocked: {kind}", self.dest.display())
+                    }
+                };
+                let r = response::ssrf_denied(&d);
+                (r, Outcome::AddressDenied, "-".to_string(), detail)
+            }
+            Refused::PolicyChanged => {
+                let detail = format!("{} not permitted because policy changed", self.what());
+                let r = response::json(403, "policy_denied", &detail, None);
+                let reason = "policy changed".to_string();
+                (r, Outcome::Denied, "-".to_string(), reason)
+            }
+            Refused::Unreachable { addrs, error } => {
+                tracing::warn!(target: "egress", "Proxy connection error: {} to {addrs:?}: {error}", self.what());
+                if matches!(self.via, Via::Forward { .. }) {
+                    let r = response::upstream_unreachable(&self.dest.display());
+                    let _ = stream.write_all(&r).await;
+                }
+                return;
+            }
+        };
+        let _ = stream.write_all(&response).await;
+        self.event(outcome, &rule, Some(reason), caller, generation);
     }
 
+    /// The connection from its decision to its end.
     async fn run(
         &self,
         mut stream: TcpStream,
@@ -498,29 +560,50 @@ impl Conn<'_> {
         caller: Result<Caller, String>,
         fwd: Option<(String, String)>,
     ) {
-        let shared = self.shared;
-        let rev = shared.policy.current();
+        let rev = self.shared.policy.current();
+        let generation = rev.generation;
         let caller = match caller {
             Ok(c) => c,
-            Err(reason) => return self.deny(&mut stream, reason, None, rev.generation).await,
+            Err(reason) => {
+                let why = Refused::Policy(reason);
+                return self.refuse(&mut stream, why, None, generation).await;
+            }
         };
-        let host = self.dest.policy_host();
-        let port = self.dest.port;
-        let allow = match decide(&rev.state, &host, port, &caller) {
-            Decision::Deny(d) => {
+        let opened = match self.verdict(&rev, &caller, &head, fwd) {
+            Ok(route) => self.open(&route, generation).await.map(|up| (route, up)),
+            Err(why) => Err(why),
+        };
+        let (route, upstream) = match opened {
+            Ok(o) => o,
+            Err(why) => {
                 return self
-                    .deny(&mut stream, d.reason, Some(&caller), rev.generation)
+                    .refuse(&mut stream, why, Some(&caller), generation)
                     .await;
             }
+        };
+        self.carry(stream, upstream, route, (head, rest), caller, rev)
+            .await;
+    }
+
+    /// The verdict on one connection: the policy's decision, and the inspector's checks of
+    /// what that decision admits.
+    fn verdict(
+        &self,
+        rev: &Arc<Revision>,
+        caller: &Caller,
+        head: &[u8],
+        mut fwd: Option<(String, String)>,
+    ) -> Result<Route, Refused> {
+        let (host, port) = (self.dest.policy_host(), self.dest.port);
+        let allow = match decide(&rev.state, &host, port, caller) {
+            Decision::Deny(d) => return Err(Refused::Policy(d.reason)),
             Decision::Allow(a) => a,
         };
-        let inspector = shared.config.inspector.as_ref();
+        let inspector = self.shared.config.inspector.as_ref();
         let tls_skip = allow
             .settings
             .as_ref()
             .is_some_and(|s| s.tls == TlsMode::Skip);
-        // CONNECT: `Some(settings)` goes to the inspector (`settings` is `None` for an L4
-        // endpoint whose TLS is intercepted); `None` is a raw tunnel.
         let inspect = match (&allow.mode, fwd.is_some()) {
             (_, true) => None,
             (Mode::Inspect(s), false) => Some(Some(s.clone())),
@@ -537,36 +620,31 @@ impl Conn<'_> {
             && inspector.is_none()
             && let Some(s) = &allow.settings
         {
-            let reason = format!(
+            return Err(Refused::Policy(format!(
                 "endpoint {host}:{port} of policy '{}' requires L7 inspection (protocol: {}), which this supervisor does not provide yet",
                 s.rule,
                 s.protocol.as_str()
-            );
-            return self
-                .deny(&mut stream, reason, Some(&caller), rev.generation)
-                .await;
+            )));
         }
-        let mut fwd = fwd;
         if let Some(i) = inspector {
-            let refused = match (&fwd, &inspect) {
+            let refused = match (&mut fwd, &inspect) {
                 (Some((_, pq)), _) => {
                     let method = match self.via {
                         Via::Forward { method, .. } => method.as_str(),
                         Via::Connect => "",
                     };
-                    match i.forward(&ForwardCheck {
+                    let check = ForwardCheck {
                         dest: self.dest,
                         method,
                         path_and_query: pq,
-                        head: &head,
-                        caller: &caller,
+                        head,
+                        caller,
                         settings: allow.settings.as_ref(),
-                        revision: &rev,
-                    }) {
+                        revision: rev,
+                    };
+                    match i.forward(&check) {
                         Ok(target) => {
-                            if let Some((_, pq)) = fwd.as_mut() {
-                                *pq = target;
-                            }
+                            *pq = target;
                             None
                         }
                         Err(r) => Some(r),
@@ -575,18 +653,24 @@ impl Conn<'_> {
                 (None, None) => i.refuse_raw(self.dest),
                 (None, Some(_)) => None,
             };
-            if let Some(r) = refused {
-                let _ = stream.write_all(&r.response).await;
-                return self.event(
-                    Outcome::Denied,
-                    &allow.rule,
-                    Some(r.reason),
-                    Some(&caller),
-                    rev.generation,
-                );
+            if let Some(refusal) = refused {
+                let rule = allow.rule.clone();
+                return Err(Refused::Inspector { rule, refusal });
             }
         }
-        // One resolution; the dial uses exactly the addresses checked here.
+        Ok(Route {
+            allow,
+            inspect,
+            tls_skip,
+            fwd,
+        })
+    }
+
+    /// One resolution, the address checks, and the dial to exactly the addresses checked,
+    /// while the connection's generation is current.
+    async fn open(&self, route: &Route, generation: u64) -> Result<(TcpStream, Guard), Refused> {
+        let shared = self.shared;
+        let port = self.dest.port;
         let resolved = tokio::time::timeout(
             shared.config.connect_timeout,
             shared.resolver.resolve(&self.dest.host, port),
@@ -594,105 +678,65 @@ impl Conn<'_> {
         .await;
         // A failed resolution keeps OpenShell's `ssrf_denied`, but the client is told the
         // real reason rather than an address-check kind that did not apply.
+        let failed = |why: String| {
+            let detail = format!("DNS resolution failed for {}: {why}", self.dest.display());
+            let kind = detail.clone();
+            Refused::Address { kind, detail }
+        };
         let addrs: Vec<IpAddr> = match resolved {
             Ok(Ok(a)) => a,
-            Ok(Err(e)) => {
-                let detail = format!("DNS resolution failed for {}: {e}", self.dest.display());
-                return self
-                    .address_denied(
-                        &mut stream,
-                        &detail.clone(),
-                        detail,
-                        &caller,
-                        rev.generation,
-                    )
-                    .await;
-            }
-            Err(_) => {
-                let detail = format!(
-                    "DNS resolution failed for {}: timed out",
-                    self.dest.display()
-                );
-                return self
-                    .address_denied(
-                        &mut stream,
-                        &detail.clone(),
-                        detail,
-                        &caller,
-                        rev.generation,
-                    )
-                    .await;
-            }
+            Ok(Err(e)) => return Err(failed(e.to_string())),
+            Err(_) => return Err(failed("timed out".to_string())),
         };
-        if let Err(d) = addr::check(&allow.plan, &host, port, &addrs) {
-            return self
-                .address_denied(&mut stream, d.kind, d.detail, &caller, rev.generation)
-                .await;
+        let host = self.dest.policy_host();
+        if let Err(d) = addr::check(&route.allow.plan, &host, port, &addrs) {
+            let (kind, detail) = (d.kind.to_string(), d.detail);
+            return Err(Refused::Address { kind, detail });
         }
         // No CA: a CONNECT is refused rather than tunnelled past the credential rewrite.
-        if fwd.is_none()
-            && let Some(r) = inspector.and_then(|i| i.refuse_connect(self.dest, tls_skip))
+        let inspector = shared.config.inspector.as_ref();
+        if route.fwd.is_none()
+            && let Some(refusal) =
+                inspector.and_then(|i| i.refuse_connect(self.dest, route.tls_skip))
         {
-            let _ = stream.write_all(&r.response).await;
-            return self.event(
-                Outcome::Denied,
-                &allow.rule,
-                Some(r.reason),
-                Some(&caller),
-                rev.generation,
-            );
+            let rule = route.allow.rule.clone();
+            return Err(Refused::Inspector { rule, refusal });
         }
-        let mut guard = Guard::new(
-            shared.policy.subscribe(),
-            rev.generation,
-            shared.cancel.clone(),
-        );
+        let mut guard = Guard::new(shared.policy.subscribe(), generation, shared.cancel.clone());
         if guard.moved().is_some() {
-            let detail = format!("{} not permitted because policy changed", self.what());
-            let _ = stream
-                .write_all(&response::json(403, "policy_denied", &detail, None))
-                .await;
-            return self.event(
-                Outcome::Denied,
-                "-",
-                Some("policy changed".into()),
-                Some(&caller),
-                rev.generation,
-            );
+            return Err(Refused::PolicyChanged);
         }
         let dialed = tokio::select! {
             d = dial(&addrs, port, shared.config.connect_timeout) => d,
-            _ = guard.ended() => {
-                let detail = format!("{} not permitted because policy changed", self.what());
-                let _ = stream.write_all(&response::json(403, "policy_denied", &detail, None)).await;
-                return self.event(Outcome::Denied, "-", Some("policy changed".into()), Some(&caller), rev.generation);
-            }
+            _ = guard.ended() => return Err(Refused::PolicyChanged),
         };
-        let upstream = match dialed {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::warn!(target: "egress", "Proxy connection error: {} to {addrs:?}: {e}", self.what());
-                if fwd.is_some() {
-                    let _ = stream
-                        .write_all(&response::upstream_unreachable(&self.dest.display()))
-                        .await;
-                }
-                return;
-            }
-        };
-        let end = match fwd {
+        match dialed {
+            Ok(upstream) => Ok((upstream, guard)),
+            Err(error) => Err(Refused::Unreachable { addrs, error }),
+        }
+    }
+
+    /// Carry an opened connection: the `200` and the tunnel (raw, or through the inspector),
+    /// or the forwarded request, until either end closes or the generation moves on.
+    async fn carry(
+        &self,
+        mut stream: TcpStream,
+        (upstream, mut guard): (TcpStream, Guard),
+        route: Route,
+        (head, rest): (Vec<u8>, Vec<u8>),
+        caller: Caller,
+        rev: Arc<Revision>,
+    ) {
+        let shared = self.shared;
+        let rule = route.allow.rule;
+        let generation = rev.generation;
+        let end = match route.fwd {
             None => {
                 if stream.write_all(response::CONNECT_OK).await.is_err() {
                     return;
                 }
-                self.event(
-                    Outcome::Allowed,
-                    &allow.rule,
-                    None,
-                    Some(&caller),
-                    rev.generation,
-                );
-                match (inspect, &shared.config.inspector) {
+                self.event(Outcome::Allowed, &rule, None, Some(&caller), generation);
+                match (route.inspect, &shared.config.inspector) {
                     (Some(settings), Some(i)) => {
                         i.run(InspectedTunnel {
                             client: stream,
@@ -707,25 +751,13 @@ impl Conn<'_> {
                         .await
                     }
                     _ => {
-                        tunnel(
-                            stream,
-                            upstream,
-                            &rest,
-                            &mut guard,
-                            shared.config.idle_timeout,
-                        )
-                        .await
+                        let idle = shared.config.idle_timeout;
+                        tunnel(stream, upstream, &rest, &mut guard, idle).await
                     }
                 }
             }
             Some((authority, path_and_query)) => {
-                self.event(
-                    Outcome::Allowed,
-                    &allow.rule,
-                    None,
-                    Some(&caller),
-                    rev.generation,
-                );
+                self.event(Outcome::Allowed, &rule, None, Some(&caller), generation);
                 let mut head = head;
                 head.extend_from_slice(&rest);
                 let f = Forward {
@@ -737,38 +769,10 @@ impl Conn<'_> {
             }
         };
         if let End::Stale(now) = end {
-            self.event(
-                Outcome::ClosedByReload,
-                &allow.rule,
-                Some(format!("current_generation:{now}")),
-                Some(&caller),
-                rev.generation,
-            );
+            let reason = Some(format!("current_generation:{now}"));
+            let outcome = Outcome::ClosedByReload;
+            self.event(outcome, &rule, reason, Some(&caller), generation);
         }
-    }
-
-    async fn address_denied(
-        &self,
-        stream: &mut TcpStream,
-        kind: &str,
-        detail: String,
-        caller: &Caller,
-        generation: u64,
-    ) {
-        let d = match self.via {
-            Via::Connect => format!("CONNECT {} blocked: {kind}", self.dest.display()),
-            Via::Forward { method, .. } => {
-                format!("{method} {} blocked: {kind}", self.dest.display())
-            }
-        };
-        let _ = stream.write_all(&response::ssrf_denied(&d)).await;
-        self.event(
-            Outcome::AddressDenied,
-            "-",
-            Some(detail),
-            Some(caller),
-            generation,
-        );
     }
 }
 

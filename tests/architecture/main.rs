@@ -233,7 +233,7 @@ const KNOWN_CIRCLES: &[&[(&str, &str)]] = &[];
 
 /// Functions in `src/` longer than `lengths::MAX_FN_LINES`, not split into named steps yet
 /// (`file::Type::name`, see `lengths::FnName`). A new long function is split, not listed here.
-const KNOWN_LONG: &[&str] = &["egress/proxy.rs::Conn::run"];
+const KNOWN_LONG: &[&str] = &[];
 
 const KNOWN: Known = Known {
     upward: KNOWN_UPWARD,
