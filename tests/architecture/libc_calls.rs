@@ -19,7 +19,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "exec/manager.rs",
-        "eventfd, poll, read, write, waitid, wait4: the manager thread's wake-up and its reaping loop (subreaper, P_ALL orphans, rusage); a getpid for the supervisor's pidfd",
+        "eventfd, poll, read, write, waitid, wait4: the manager thread's wake-up and its reaping loop (subreaper, P_ALL orphans, rusage)",
     ),
     (
         "exec/plan.rs",

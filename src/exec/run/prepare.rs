@@ -198,7 +198,10 @@ pub(super) fn prepare(
     let planned_env = plan.as_ref().map(|p| p.child_env()).unwrap_or_default();
     crate::exec::egress::set_child_env(&mut env, &planned_env);
     let (spec, streams) = streams::make(args, env)?;
-    let (sandbox, mut pending) = Sandbox::new_with_exec(policy, spec, home)?;
+    // The process's one supervisor context: the exec's init gets its pidfd, and its manager
+    // (started only where needed) reaps the exec.
+    let supervisor = crate::exec::Supervisor::new()?;
+    let (sandbox, mut pending) = Sandbox::new_with_exec(&supervisor, policy, spec, home)?;
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match (loaded.network, plan) {
         (Some(rules), Some(plan)) => {
