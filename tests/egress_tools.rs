@@ -6,14 +6,14 @@
 mod support;
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use openshell_sandbox::egress::{self, ProxyConfig, Resolve, ResolveError, ResolveFuture};
-use support::egress::l7::{need as tool, python, real_path};
+use support::egress::tools::{need as tool, python, real_path};
 use support::egress::*;
 
 fn rule(key: &str, host: &str, port: u16, binary: &Path) -> String {
