@@ -2,10 +2,14 @@
 //! - where an exec has neither its own PID namespace nor a cgroup (degraded), the end of one
 //!   exec must not kill another, still running, exec's double-forked daemon;
 //! - the process manager thread owns fork and wait, so while it is held the async workers keep
-//!   streaming the running execs' output.
+//!   streaming the running execs' output;
+//! - an exec holds no capability in any set, the bounding set included, though it inherits
+//!   the process-manager thread's bounding set emptied ahead, and the supervisor's other
+//!   threads keep theirs.
 //!
-//! Both need root and a binary built with `test-pause-points` (the degraded shape is forced
-//! with its `OSB_TEST_DENY_PIDNS` / `OSB_TEST_DENY_CGROUP` knobs, the hold with a pause point).
+//! The first two need root and a binary built with `test-pause-points` (the degraded shape is
+//! forced with its `OSB_TEST_DENY_PIDNS` / `OSB_TEST_DENY_CGROUP` knobs, the hold with a pause
+//! point); the last needs root.
 
 mod support;
 
@@ -260,4 +264,70 @@ async fn a_held_process_manager_leaves_running_execs_streaming() {
     let e = e.expect("E timed out").unwrap();
     assert_eq!(d.exit, Some(0), "{d:?}");
     assert_eq!(e.exit, Some(0), "{e:?}");
+}
+
+/// The `Cap*` and `NoNewPrivs` lines of a `/proc/.../status` text, as `key value`.
+fn caps(status: &str) -> Vec<String> {
+    status
+        .lines()
+        .filter(|l| l.starts_with("Cap") || l.starts_with("NoNewPrivs"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// Every exec's init is cloned from the process-manager thread, whose bounding set is emptied
+/// once ahead (identity.rs `drop_bounding_set_ahead`), so the command's identity step only
+/// reads each capability back. The command must still end with every set empty and
+/// no_new_privs, and only that thread may have given its bounding set up: the supervisor's
+/// main thread keeps the one it started with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_holds_no_capability_and_only_the_manager_thread_gave_its_bounding_set_up() {
+    if !require(
+        is_root(),
+        "root (the identity switch and the bounding set are root's)",
+    ) {
+        return;
+    }
+    let (gw, sup) = up(AuthMode::Jwt, SupOpts::default()).await;
+    // Twice: the first exec starts the manager thread, the second is cloned from it as it
+    // stands after its first jobs.
+    for _ in 0..2 {
+        let r = gw.sh("grep -E '^(Cap|NoNewPrivs)' /proc/self/status").await;
+        assert_eq!(r.exit, Some(0), "{r:?}");
+        assert_eq!(
+            caps(&r.out()),
+            [
+                "CapInh: 0000000000000000",
+                "CapPrm: 0000000000000000",
+                "CapEff: 0000000000000000",
+                "CapBnd: 0000000000000000",
+                "CapAmb: 0000000000000000",
+                "NoNewPrivs: 1",
+            ],
+            "{r:?}"
+        );
+    }
+    let ours = caps(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let bnd = |c: &[String]| c.iter().find(|l| l.starts_with("CapBnd")).cloned();
+    let main = caps(&std::fs::read_to_string(format!("/proc/{}/status", sup.pid())).unwrap());
+    assert_eq!(
+        bnd(&main),
+        bnd(&ours),
+        "the supervisor's main thread lost its bounding set"
+    );
+    let mut manager = None;
+    for t in std::fs::read_dir(format!("/proc/{}/task", sup.pid())).unwrap() {
+        let t = t.unwrap().path();
+        let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+        if comm.trim() == "process-manager" {
+            manager = Some(caps(&std::fs::read_to_string(t.join("status")).unwrap()));
+        }
+    }
+    let manager = manager.expect("no process-manager thread in the supervisor");
+    assert_eq!(
+        bnd(&manager).as_deref(),
+        Some("CapBnd: 0000000000000000"),
+        "{manager:?}"
+    );
+    drop(sup);
 }

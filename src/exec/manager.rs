@@ -336,6 +336,10 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry, sup: RawFd) {
     // Set once an exec without an init (or a plain child) ran: its orphans come to us, and
     // have no pidfd to wake us, so poll on a tick from then on.
     let mut orphans_possible = false;
+    // Every exec's init is cloned here and inherits this thread's credentials: with the
+    // bounding set emptied once, the command's identity step reads it back instead of
+    // dropping each capability (identity.rs).
+    crate::sandbox::identity::drop_bounding_set_ahead();
     loop {
         let mut fds: Vec<libc::pollfd> = std::iter::once(wake)
             .chain(entries.values().map(|e| e.pidfd.as_raw_fd()))
@@ -363,9 +367,13 @@ fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry, sup: RawFd) {
                         orphans_possible = true;
                     }
                     let _ = reply.send(r);
-                    // The child is running now; make the next exec's group while it does.
+                    // The child is running now; make the next exec's group and Landlock
+                    // ruleset copy while it does.
                     if let Some(root) = &sandbox.prepared.cgroups {
                         root.make_spare(&sandbox.policy.limits);
+                    }
+                    if let Some(ll) = &sandbox.prepared.landlock {
+                        ll.make_spare();
                     }
                 }
                 Job::Go {
@@ -475,7 +483,7 @@ fn spawn_one(
     // The exec's own Landlock ruleset, to which its command adds the rule for its fresh /proc
     // (landlock.rs `copy`): in the shared one those rules would pile up, one per exec.
     let plan = match &prepared.landlock {
-        Some(ll) => plan.with_ruleset(ll.copy().map_err(|source| ManagerError::Io {
+        Some(ll) => plan.with_ruleset(ll.take_copy().map_err(|source| ManagerError::Io {
             what: "copying the sandbox's Landlock ruleset for the exec",
             source,
         })?),

@@ -53,6 +53,7 @@ impl Sandbox {
         // across a fallback, which is there because something changed.
         let memo = crate::sys::walk::Memo::begin();
         policy.validate()?;
+        crate::sandbox::run_timeline::stamp("sn-validate");
         let mut spec = spec;
         let mut parents = None;
         let given_home = spec.env.iter().find(|(k, _)| k == "HOME").cloned();
@@ -74,6 +75,7 @@ impl Sandbox {
                 _ => {}
             }
             let parts = Parts::new(spec, &policy.fs.workdir, one.private_tmp())?;
+            crate::sandbox::run_timeline::stamp("sn-exec-plan");
             match one.start(&policy, &parts.plan, supervisor.pidfd()) {
                 Ok((prepared, init, cgroup)) => {
                     if let (Some(h), Some(name)) = (&home, &in_view) {
@@ -84,11 +86,13 @@ impl Sandbox {
                                 source,
                             })?;
                     }
+                    crate::sandbox::run_timeline::stamp("sn-home");
                     sandbox::process::harden_supervisor().map_err(|source| RunError::Io {
                         what: "becoming a child subreaper",
                         source,
                     })?;
                     let held = workdir::hold(&policy, &prepared).map_err(RunError::Hold)?;
+                    crate::sandbox::run_timeline::stamp("sn-hold");
                     let sb = Sandbox {
                         inner: Arc::new(Inner {
                             policy,
@@ -116,6 +120,8 @@ impl Sandbox {
                 }
             }
         }
+        // Also the answers of an outer memo (`run` holds one from its policy's validation on).
+        memo.forget();
         drop(memo);
         let sb = Sandbox::new(supervisor, policy)?;
         sb.one_exec_only();

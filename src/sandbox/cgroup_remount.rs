@@ -225,7 +225,7 @@ pub fn make_writable() -> &'static Remount {
             if crate::sys::process::euid() != 0 {
                 return none(Remount::NotNeeded);
             }
-            let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            let Ok(info) = super::mountinfo::read() else {
                 return none(Remount::NotNeeded);
             };
             // The last mount at a point is the visible one.

@@ -88,8 +88,18 @@ pub fn enforce(p: &Switch) -> Result<(), ChildError> {
                 Step::Securebits,
             )?;
             // The bounding set can only shrink with CAP_SETPCAP, so this comes before setuid.
+            // Each drop commits a new set of credentials (~2 us); a read commits nothing, and
+            // `serve`'s execs inherit a set emptied ahead ([`drop_bounding_set_ahead`]), so
+            // only what is still held is dropped. Whatever path got us here, every capability
+            // is read back as absent or dropped now.
             for cap in 0..=p.last_cap {
-                if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
+                let held = libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0);
+                if held == 0 {
+                    continue;
+                }
+                if held < 0
+                    || libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0
+                {
                     // EINVAL: past the kernel's last capability (cap_last_cap was unreadable,
                     // e.g. no /proc in a chroot, and we guessed high). Every real one is gone.
                     if crate::sys::errno() == libc::EINVAL && cap > 0 {
@@ -149,6 +159,22 @@ pub fn enforce(p: &Switch) -> Result<(), ChildError> {
         )?;
     }
     Ok(())
+}
+
+/// Empty the bounding set of the calling *thread* (credentials are per thread, and a clone
+/// copies the caller's): every process that thread clones from then on starts with an empty
+/// bounding set, and [`enforce`] in it only reads each capability back instead of dropping it,
+/// one credential commit each. For the process-manager thread, which clones every exec of
+/// `serve` and execs nothing that needs a capability (its effective set stays whole). Best
+/// effort: without CAP_SETPCAP nothing is dropped, and [`enforce`] drops what is left.
+pub fn drop_bounding_set_ahead() {
+    for cap in 0..=63 {
+        // SAFETY: prctl with integer arguments; it changes only this thread's credentials.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            // EINVAL past the kernel's last capability; EPERM without CAP_SETPCAP.
+            return;
+        }
+    }
 }
 
 /// Capabilities the calling process holds right now, by name (for `check`).

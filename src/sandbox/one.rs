@@ -37,6 +37,7 @@ use super::layer::{LayerStatus, PrepareError};
 use super::namespaces::{self, Kind, Outcome, ProcMount, UserNs, View, ViewError, view_of_init};
 use super::prepare::{Cgroups, Layers};
 use super::prepared::Prepared;
+use super::run_timeline::stamp;
 use super::view_layer::{self, ViewRule};
 use crate::policy::{PathAccess, Policy};
 use std::os::unix::ffi::OsStrExt;
@@ -77,9 +78,11 @@ pub fn prepare(policy: &Policy) -> Result<Option<One>, PrepareError> {
         return Ok(None);
     }
     let absent_before = crate::policy::absent_root_only_denies(&policy.fs);
+    stamp("sn-absent-before");
     let mut user_rows = Vec::new();
     view_layer::user_row(k, policy, &mut user_rows)?;
     let planned = view_layer::plan(k, policy);
+    stamp("sn-view-plan");
     // The command's environment goes to this init before the view is made, with the trust
     // variables of the view's own files (the egress proxy's CA) when they are asked for: a
     // view that will not show them is prepared as every sandbox is, whose command gets its
@@ -119,6 +122,7 @@ pub fn prepare(policy: &Policy) -> Result<Option<One>, PrepareError> {
     ) else {
         return Ok(None);
     };
+    stamp("sn-layers");
     if layers
         .rows
         .iter()
@@ -186,6 +190,7 @@ impl One {
             ..View::default()
         };
         let mut p = layers.into_prepared(k, policy, placeholder, Default::default(), Vec::new());
+        stamp("sn-into-prepared");
         let cg = match &p.cgroups {
             Some(root) => {
                 root.one_exec_only();
@@ -196,11 +201,13 @@ impl One {
             }
             None => None,
         };
+        stamp("sn-exec-cgroup");
         // Race tests hold the supervisor here: the walk has decided each grant's inode, the
         // init has not bound them yet.
         crate::pause::point("view-plan");
         let init = clone_view_init(&p, &planned.plan, plan, cg.as_ref(), supervisor_pidfd)
             .map_err(|e| Fallback(format!("cloning the exec's init: {e}")))?;
+        stamp("sn-clone");
         // The network namespace, made here while the init builds the rest on the other core
         // (the init joins it when told to go). Not back in our own: refuse the run.
         let net = if planned.plan.private_net() {
@@ -214,16 +221,19 @@ impl One {
         } else {
             None
         };
+        stamp("sn-netns");
         let rep = init.report().map_err(|e| {
             Fallback(match e {
                 Some(e) => format!("the exec's init: {e}"),
                 None => "the exec's init died before it reported".into(),
             })
         })?;
+        stamp("sn-report");
         let after = crate::policy::absent_root_only_denies(&policy.fs);
         if !absent_before.is_subset(&after) {
             return Err(Fallback("a missing deny path appeared".into()).into());
         }
+        stamp("sn-absent-after");
         let made = view_of_init(&rep, &planned.plan, net);
         let private_net = planned.plan.private_net();
         let short: Vec<Kind> = Kind::ALL
@@ -279,6 +289,7 @@ impl One {
         p.view = view;
         p.ownership = ownership;
         super::prepare::dump_installed(&p);
+        stamp("sn-made");
         Ok((p, init, cg))
     }
 }

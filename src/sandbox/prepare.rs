@@ -113,6 +113,7 @@ impl Layers {
 
         let (landlock, landlock_abi, fs_rules) =
             landlock_layer(k, policy, unsplit, dirs, network, &mut layers)?;
+        super::run_timeline::stamp("sn-landlock");
 
         let seccomp = if k.seccomp_available() {
             Some(seccomp::build(socket_rules)?)
@@ -137,6 +138,7 @@ impl Layers {
             },
         };
         decide::identity_row(allow_degraded, policy.identity, &probe, &mut layers)?;
+        super::run_timeline::stamp("sn-seccomp-identity");
 
         // cgroup (pids, memory, tree kill), memory, cpu, rlimits.
         let (cgroups, cg_facts) = match (euid, cgroup_mode) {
@@ -170,6 +172,7 @@ impl Layers {
             },
         )?;
 
+        super::run_timeline::stamp("sn-cgroups");
         let installed = decide::installed(
             &fs_rules,
             landlock.as_ref().map(|p| (p.network_restricted, p.scoped)),

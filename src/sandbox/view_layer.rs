@@ -190,6 +190,7 @@ pub(super) struct Planned {
 /// The request, its idmap user namespaces and the plan (see [`Planned`]).
 pub(super) fn plan(k: &dyn Kernel, policy: &Policy) -> Planned {
     let mut req = view_request(policy);
+    super::run_timeline::stamp("sn-view-request");
     let sandbox = policy.identity.filter(|_| k.euid() == 0);
     let mut userns: Vec<(IdSwap, std::io::Result<idmap::UserNs>)> = Vec::new();
     if let (Some(sb), crate::policy::WriteAs::Owner { .. }) = (sandbox, &policy.fs.write_as) {

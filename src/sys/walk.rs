@@ -562,6 +562,35 @@ mod tests {
         assert_eq!(r3.meta.ino, std::fs::metadata(&a).unwrap().ino());
     }
 
+    /// A preparation given up inside an outer memo (`run` holds one over its whole
+    /// preparation) asks again after `forget`: a swapped directory is seen as it is now.
+    #[test]
+    fn forget_drops_the_answers_of_an_outer_memo_too() {
+        use std::os::unix::fs::MetadataExt;
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let a = root.join("a");
+        std::fs::create_dir(&a).unwrap();
+        let first_ino = std::fs::metadata(&a).unwrap().ino();
+        let w = walker();
+        let outer = Memo::begin();
+        let inner = Memo::begin();
+        assert_eq!(w.resolve(&a).unwrap().meta.ino, first_ino);
+        std::fs::rename(&a, root.join("old")).unwrap();
+        std::fs::create_dir(&a).unwrap();
+        let now = std::fs::metadata(&a).unwrap().ino();
+        drop(inner);
+        // Ending an inner memo keeps the outer one's answers ...
+        assert_eq!(w.resolve(&a).unwrap().meta.ino, first_ino);
+        // ... forgetting drops them, and the memo keeps answering afresh from there.
+        Memo::begin().forget();
+        assert_eq!(w.resolve(&a).unwrap().meta.ino, now);
+        std::fs::rename(&a, root.join("newer")).unwrap();
+        std::fs::create_dir(&a).unwrap();
+        assert_eq!(w.resolve(&a).unwrap().meta.ino, now);
+        drop(outer);
+    }
+
     /// The one-lookup path and the walk agree on every path without a link, and leave every
     /// path with one to the walk.
     #[test]

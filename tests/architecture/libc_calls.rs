@@ -35,10 +35,6 @@ const LIBC_CALLS: &[(&str, &str)] = &[
         "fstat, stat, poll, read, isatty, tcgetattr/tcsetattr, cfmakeraw, ioctl, fcntl, lseek, kcmp: what `run` inherits as stdio and how it hands it to the command (a terminal in raw mode, the same open file twice)",
     ),
     (
-        "exec/run/timeline.rs",
-        "clock_gettime, getrusage: the start-up timeline's CPU clocks",
-    ),
-    (
         "exec/usage.rs",
         "sysconf(_SC_CLK_TCK): the tick length of /proc's CPU times",
     ),
@@ -148,6 +144,10 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     (
         "sandbox/rlimits.rs",
         "getrlimit, setrlimit, signal: rlimits set in the child (async-signal-safe) and read by the supervisor",
+    ),
+    (
+        "sandbox/run_timeline.rs",
+        "mmap, clock_gettime, getrusage: `run`'s timeline (OSB_RUN_TIMELINE), its CPU clocks and the page the exec's init stamps into after the fork",
     ),
     (
         "sandbox/seccomp.rs",

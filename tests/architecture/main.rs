@@ -73,10 +73,11 @@ const POLICY_LAYERS: &[&[&str]] = &[
 
 /// `src/sandbox/`'s own layers, lowest first; `""` is its `mod.rs`.
 const SANDBOX_LAYERS: &[&[&str]] = &[
-    // What every layer names: the child's steps and their error.
-    &["step"],
+    // What every layer names: the child's steps and their error; the stamps of `run`'s
+    // steps, which every layer of its path takes.
+    &["run_timeline", "step"],
     // One module per isolation layer, and the helpers they share (a granted path, the
-    // diagnosis of a failed exec, /dev/null).
+    // diagnosis of a failed exec, /dev/null, the mount table).
     &[
         "cgroup",
         "cgroup_remount",
@@ -86,6 +87,7 @@ const SANDBOX_LAYERS: &[&[&str]] = &[
         "identity",
         "idmap",
         "landlock",
+        "mountinfo",
         "namespaces",
         "rlimits",
         "seccomp",

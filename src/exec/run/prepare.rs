@@ -153,6 +153,10 @@ pub(super) fn prepare(
     cwd: &Path,
     tl: &mut Timeline,
 ) -> Result<(Prepared, Launch), RunError> {
+    // The policy is validated where it is loaded and again, with the run's identity and its
+    // scratch grant, when the sandbox is made: one memo over both asks each path's canonical
+    // form once (sys::walk::Memo; the sandbox forgets it where it falls back).
+    let memo = crate::sys::walk::Memo::begin();
     let loaded = load_policy(
         &args.flags,
         args.policy_file.as_deref(),
@@ -198,10 +202,12 @@ pub(super) fn prepare(
     let planned_env = plan.as_ref().map(|p| p.child_env()).unwrap_or_default();
     crate::exec::egress::set_child_env(&mut env, &planned_env);
     let (spec, streams) = streams::make(args, env)?;
+    tl.stamp("streams");
     // The process's one supervisor context: the exec's init gets its pidfd, and its manager
     // (started only where needed) reaps the exec.
     let supervisor = crate::exec::Supervisor::new()?;
     let (sandbox, mut pending) = Sandbox::new_with_exec(&supervisor, policy, spec, home)?;
+    drop(memo);
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match (loaded.network, plan) {
         (Some(rules), Some(plan)) => {

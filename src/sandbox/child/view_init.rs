@@ -32,6 +32,7 @@ use super::init::{
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::namespaces::{HelperReport, ViewPlan, in_init};
 use crate::sandbox::prepared::Prepared;
+use crate::sandbox::run_timeline::{InitMark, init_mark};
 use crate::sandbox::step::{ChildError, Step};
 use crate::sys::errno;
 
@@ -327,7 +328,9 @@ unsafe fn view_init_main(
 ) -> ! {
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
+        init_mark(InitMark::Start);
         init_prologue(cg, fds.supervisor_pidfd, fds.err_w);
+        init_mark(InitMark::Prologue);
         // The network namespace is the supervisor's to make meanwhile (one.rs): joined below.
         let rep = in_init::build(view);
         if let Some(ll) = &p.landlock {
@@ -352,8 +355,10 @@ unsafe fn view_init_main(
                 }
             }
         }
+        init_mark(InitMark::Rules);
         rep.send(fds.report_w);
         libc::close(fds.report_w);
+        init_mark(InitMark::Reported);
         let Some((b, net)) = receive_go(fds.go_r) else {
             libc::_exit(0);
         };
@@ -367,6 +372,7 @@ unsafe fn view_init_main(
             }
             libc::close(net);
         }
+        init_mark(InitMark::Go);
         serve_exec(p, plan, fds.err_w, fds.status_w, stack, b == GO_CHECK)
     }
 }

@@ -21,6 +21,7 @@
 use super::helper::{PROC_FLAGS, check, mount_proc_flags, mount_tmpfs, write_ipc_limits};
 use super::plan::{Kind, ProcMount, ViewPlan};
 use super::report::HelperReport;
+use crate::sandbox::run_timeline::{InitMark, init_mark};
 use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::view_root::{self, Built};
 
@@ -50,6 +51,7 @@ pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan) -> HelperReport {
             return rep;
         }
         rep.mnt_usable = 1;
+        init_mark(InitMark::Private);
         let mount = match &plan.root {
             Some(root) => {
                 let mut targets: [(&std::ffi::CStr, &std::ffi::CStr); 2] = [(c"", c""); 2];
@@ -82,6 +84,7 @@ pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan) -> HelperReport {
         // On to the other kinds even when the root failed, as the helper does, so that the
         // report says of each what it says there (the supervisor refuses from it).
         rep.set(Kind::Mount, mount);
+        init_mark(InitMark::Root);
         // The exec's /proc, mounted writable while the IPC limits go in.
         if mount_proc_flags(ProcMount::Full, 0) != 0 {
             rep.set(Kind::Pid, Err(ChildError::last(Step::MountProc)));
@@ -111,6 +114,7 @@ pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan) -> HelperReport {
                 Step::SetHostname,
             ),
         );
+        init_mark(InitMark::ProcUts);
     }
     rep
 }

@@ -532,7 +532,7 @@ fn overlay_bind(
 /// The mount points of the supervisor's mount namespace (mountinfo's fifth field, its octal
 /// escapes decoded), or `None` when the table cannot be read.
 fn host_mounts() -> Option<Vec<PathBuf>> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let table = crate::sandbox::mountinfo::read().ok()?;
     let mut out = Vec::new();
     for l in table.lines() {
         let field = l.split(' ').nth(4)?.as_bytes();

@@ -44,6 +44,19 @@ impl Memo {
     }
 }
 
+impl Memo {
+    /// Drop every answer kept so far on this thread, keeping the memo on: a preparation given
+    /// up because something changed prepares again from fresh answers, also inside an outer
+    /// memo.
+    pub fn forget(&self) {
+        MEMO.with(|m| {
+            if let Some(t) = m.borrow_mut().as_mut() {
+                *t = MemoTable::default();
+            }
+        });
+    }
+}
+
 impl Drop for Memo {
     fn drop(&mut self) {
         if self.outermost {
