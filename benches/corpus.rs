@@ -444,7 +444,7 @@ fn components(dir: &Path) {
     row(
         "Sandbox::new as a whole (validate, prepare every layer, drop)",
         time_us(n, || {
-            drop(openshell_sandbox::exec::Sandbox::new(policy.clone()).unwrap());
+            drop(openshell_sandbox::exec::Sandbox::new(supervisor(), policy.clone()).unwrap());
         }),
     );
 }
@@ -474,10 +474,13 @@ fn per_layer(dir: &Path, files: &[PathBuf]) {
     let variant = |f: &dyn Fn(&mut sandbox::Prepared)| {
         let mut p = sandbox::prepare(&pol).expect("prepare");
         f(&mut p);
-        Sandbox::from_prepared(pol.clone(), p)
+        Sandbox::from_prepared(supervisor(), pol.clone(), p)
     };
     let variants: Vec<(&str, Sandbox)> = vec![
-        ("all layers", Sandbox::new(pol.clone()).unwrap()),
+        (
+            "all layers",
+            Sandbox::new(supervisor(), pol.clone()).unwrap(),
+        ),
         ("- landlock", variant(&|p| p.landlock = None)),
         ("- seccomp", variant(&|p| p.seccomp = None)),
         ("- cgroup", variant(&|p| p.cgroups = None)),
@@ -583,6 +586,14 @@ fn timeline(dir: &Path, files: &[PathBuf]) {
     components(dir);
     println!();
     per_layer(dir, files);
+}
+
+/// The bench process's one supervisor context, which every sandbox here spawns through.
+fn supervisor() -> &'static openshell_sandbox::exec::Supervisor {
+    static SUPERVISOR: std::sync::OnceLock<openshell_sandbox::exec::Supervisor> =
+        std::sync::OnceLock::new();
+    SUPERVISOR
+        .get_or_init(|| openshell_sandbox::exec::Supervisor::new().expect("the supervisor context"))
 }
 
 fn main() {

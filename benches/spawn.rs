@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio, manager};
+use openshell_sandbox::exec::{Sandbox, SpawnSpec, Stdio};
 use openshell_sandbox::policy::{FsPolicy, Identity, Limits, NOBODY, NetworkMode, Policy};
 use openshell_sandbox::sandbox;
 
@@ -53,7 +53,8 @@ async fn plain() -> Duration {
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    let rx = manager::get()
+    let rx = supervisor()
+        .manager()
         .spawn_plain(cmd)
         .await
         .expect("spawn /bin/true");
@@ -67,7 +68,7 @@ async fn plain() -> Duration {
 /// then the sandbox dropped (its view's namespaces released, the cgroup root removed).
 async fn fresh(pol: &Policy) -> Duration {
     let t = Instant::now();
-    let sb = Sandbox::new(pol.clone()).expect("a sandbox per exec");
+    let sb = Sandbox::new(supervisor(), pol.clone()).expect("a sandbox per exec");
     sb.one_exec_only();
     let mut c = sb.spawn(spec()).await.expect("sandboxed spawn");
     let info = c.wait().await;
@@ -139,6 +140,14 @@ async fn stages(full: &Sandbox) {
     );
 }
 
+/// The bench process's one supervisor context, which every sandbox here spawns through.
+fn supervisor() -> &'static openshell_sandbox::exec::Supervisor {
+    static SUPERVISOR: std::sync::OnceLock<openshell_sandbox::exec::Supervisor> =
+        std::sync::OnceLock::new();
+    SUPERVISOR
+        .get_or_init(|| openshell_sandbox::exec::Supervisor::new().expect("the supervisor context"))
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -147,12 +156,12 @@ fn main() {
     rt.block_on(async {
         let wd = tempfile::tempdir().unwrap();
         let pol = policy(wd.path());
-        let full = Sandbox::new(pol.clone()).expect("full sandbox");
+        let full = Sandbox::new(supervisor(), pol.clone()).expect("full sandbox");
         // One variant per layer, each with that layer removed from an otherwise full set.
         let variant = |f: &dyn Fn(&mut sandbox::Prepared)| {
             let mut p = sandbox::prepare(&pol).expect("prepare");
             f(&mut p);
-            Sandbox::from_prepared(pol.clone(), p)
+            Sandbox::from_prepared(supervisor(), pol.clone(), p)
         };
         let variants: Vec<(&str, Sandbox)> = vec![
             ("- landlock", variant(&|p| p.landlock = None)),

@@ -277,7 +277,12 @@ pub fn main(args: CheckArgs) -> Result<ExitCode, CheckError> {
         .unwrap_or_default();
     // Of the policy checked only (the default one speaks about the kernel).
     let programs = match (prepared, &policy) {
-        (Some((prepared_policy, p)), Some(_)) => check_programs(prepared_policy, p, &args.command),
+        (Some((prepared_policy, p)), Some(_)) => check_programs(
+            &crate::exec::Supervisor::new()?,
+            prepared_policy,
+            p,
+            &args.command,
+        ),
         _ => Vec::new(),
     };
 
@@ -442,6 +447,7 @@ fn workdir_status(
 /// usr-merge check: a policy written for Landlock on the real root grants /usr and expects
 /// /bin/sh and /lib64/ld-linux-x86-64.so.2 to work through the root's links.
 fn check_programs(
+    supervisor: &crate::exec::Supervisor,
     policy: Policy,
     prepared: sandbox::Prepared,
     command: &[std::ffi::OsString],
@@ -475,7 +481,7 @@ fn check_programs(
             names.push((l.into_os_string(), shown));
         }
     }
-    let sandbox = crate::exec::Sandbox::from_prepared(policy, prepared);
+    let sandbox = crate::exec::Sandbox::from_prepared(supervisor, policy, prepared);
     names
         .into_iter()
         .map(|(name, program)| {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use openshell_sandbox::egress::L7Decision;
 use support::egress::l7::*;
+use support::egress::tools::*;
 use support::egress::*;
 
 /// One tunnel: a request, three quiet seconds, a second request, then a head that stalls

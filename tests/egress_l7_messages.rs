@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use openshell_sandbox::egress::L7Decision;
 use support::egress::l7::*;
+use support::egress::tools::*;
 use support::egress::*;
 
 /// A WebSocket session through the proxy, raw (no library between the test and the wire):

@@ -14,7 +14,7 @@ use openshell_sandbox::policy::openshell::{
     NetworkBinary, NetworkEndpoint, NetworkPolicyRule, SandboxPolicy,
 };
 use openshell_sandbox::proto::v1::PolicyStatus;
-use support::plane::{SANDBOX_NAME, base_policy};
+use support::plane::{SANDBOX_NAME, base_policy, wait_report};
 use support::skip::have;
 use support::{AuthMode, SupOpts, Supervisor, TestGateway};
 
@@ -104,27 +104,6 @@ fn wrapper(hosts: &Path) -> Vec<String> {
     ]
 }
 
-async fn wait_status(gw: &TestGateway, version: u32, sup: &Supervisor) -> (i32, String) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(r) = gw
-            .state
-            .policy_reports()
-            .into_iter()
-            .rev()
-            .find(|r| r.version == version)
-        {
-            return (r.status, r.load_error);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no report for {version}; log:\n{}",
-            sup.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[test]
 fn serve_loads_network_rules_publishes_revisions_and_quarantines() {
     if !support::egress::require() || !have("curl") || !have("python3") || !have("unshare") {
@@ -154,7 +133,8 @@ fn serve_loads_network_rules_publishes_revisions_and_quarantines() {
             gw.wait_ready(&mut sup).await;
             // The baseline paths are added and synced back; that revision is the one loaded.
             let v = gw.state.current_revision().unwrap().version;
-            let (status, err) = wait_status(&gw, v, &sup).await;
+            let r = wait_report(&gw, v, &sup).await;
+            let (status, err) = (r.status, r.load_error);
             assert_eq!(status, PolicyStatus::Loaded as i32, "{err}");
 
             let r = gw
@@ -184,7 +164,8 @@ fn serve_loads_network_rules_publishes_revisions_and_quarantines() {
                     .state
                     .set_policy(&revise(&gw, &[("pub_http", "pub.test", 8080), ("other", "other.test", 8080)]))
                     .unwrap();
-                let (status, err) = wait_status(&gw, v2, &sup).await;
+                let r = wait_report(&gw, v2, &sup).await;
+            let (status, err) = (r.status, r.load_error);
                 assert_eq!(status, PolicyStatus::Loaded as i32, "{err}");
             };
             let (r, ()) = tokio::join!(tunnel, publish);
@@ -207,7 +188,8 @@ fn serve_loads_network_rules_publishes_revisions_and_quarantines() {
                     .state
                     .set_policy(&revise(&gw, &[("pub_http", "pub.test", 8080), ("bad", "*.com", 443)]))
                     .unwrap();
-                let (status, err) = wait_status(&gw, v3, &sup).await;
+                let r = wait_report(&gw, v3, &sup).await;
+            let (status, err) = (r.status, r.load_error);
                 assert_eq!(status, PolicyStatus::Failed as i32, "{err}");
                 assert!(err.contains("network_policies.bad"), "{err}");
             };

@@ -6,51 +6,15 @@
 mod support;
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use openshell_sandbox::egress::{self, ProxyConfig, Resolve, ResolveError, ResolveFuture};
+use support::egress::tools::{need as tool, python, real_path};
 use support::egress::*;
-
-/// The kernel's path of a program found on PATH (what `/proc/<pid>/exe` will say).
-fn real_path(program: &str) -> Option<PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    (!p.is_empty())
-        .then(|| std::fs::canonicalize(p).ok())
-        .flatten()
-}
-
-/// Python's real interpreter (behind pyenv shims and symlinks).
-fn python() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sys,os;print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .ok()?;
-    Some(PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()))
-}
-
-fn tool(name: &str, p: Option<PathBuf>) -> Option<PathBuf> {
-    let ok = p.is_some();
-    if !ok {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!(
-                "required for this test but absent: {name} (CI=true turns this skip into a failure)"
-            );
-        }
-        eprintln!("SKIPPED: {name} is not installed");
-    }
-    p
-}
 
 fn rule(key: &str, host: &str, port: u16, binary: &Path) -> String {
     format!(

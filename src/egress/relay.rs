@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
@@ -213,13 +213,7 @@ struct Pipe {
 
 impl Pipe {
     fn new() -> io::Result<Pipe> {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills the two-element array on success.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors were just made and are owned by nobody else.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (r, w) = crate::sys::pipe(libc::O_NONBLOCK)?;
         // A larger pipe moves more per wake-up; the default (64 KiB) is kept if refused.
         // SAFETY: fcntl on a descriptor we own.
         unsafe {

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
@@ -25,6 +25,7 @@ use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::child::timeline::{self, Mark};
 use crate::sandbox::child::view_init::ViewInit;
 use crate::sandbox::init::{ExecPlan, SpawnError, Spawned, fork_exec};
+use crate::sys::process::ReapAll;
 
 /// What the async side gets back for a started exec.
 pub struct Started {
@@ -130,47 +131,46 @@ impl Teardown {
     }
 }
 
+/// The process manager: one per process (see [`super::Supervisor`], which holds it), started
+/// by [`Manager::start`].
 pub struct Manager {
     tx: Mutex<mpsc::Sender<Job>>,
-    wake: OwnedFd,
+    /// Shared with the manager thread, which polls it for as long as it runs (for ever).
+    wake: Arc<OwnedFd>,
     /// The running execs' main processes, shared with the manager thread (which registers
     /// and reaps them) and read by the async side's signal sweeps.
     registry: Arc<Registry>,
 }
 
-static MANAGER: OnceLock<Manager> = OnceLock::new();
-
-/// Whether the manager thread was started already (it reaps every child of ours).
-pub fn running() -> bool {
-    MANAGER.get().is_some()
-}
-
-/// The process-wide manager, started on first use.
-pub fn get() -> &'static Manager {
-    MANAGER.get_or_init(|| {
+impl Manager {
+    /// Start the manager thread, with the proof that the process's one right to reap every
+    /// child is its caller's (the thread reaps orphans with `waitid(P_ALL)`). `supervisor` is
+    /// the supervisor's own pidfd, inherited by every init it forks, kept open by the thread.
+    pub(super) fn start(_reap_all: &ReapAll, supervisor: Option<Arc<OwnedFd>>) -> Manager {
         timeline::init_from_env();
         let (tx, rx) = mpsc::channel();
         // SAFETY: eventfd with flags; the fd is ours.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         assert!(wake >= 0, "eventfd: {}", io::Error::last_os_error());
         // SAFETY: just created, owned by nobody else.
-        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
-        let thread_wake = wake.as_raw_fd();
+        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(wake) });
+        let thread_wake = wake.clone();
         let registry = Arc::new(Registry::default());
         let thread_registry = registry.clone();
         std::thread::Builder::new()
             .name("process-manager".into())
-            .spawn(move || run(rx, thread_wake, &thread_registry))
+            .spawn(move || {
+                let sup = supervisor.as_ref().map_or(-1, |f| f.as_raw_fd());
+                run(rx, thread_wake.as_raw_fd(), &thread_registry, sup)
+            })
             .expect("spawning the process-manager thread");
         Manager {
             tx: Mutex::new(tx),
             wake,
             registry,
         }
-    })
-}
+    }
 
-impl Manager {
     fn send(&self, job: Job) -> Result<(), ManagerError> {
         self.tx
             .lock()
@@ -227,7 +227,7 @@ impl Manager {
 
     /// Hold an exec that was started on the calling thread (`run`'s init, told to go there):
     /// reaped here like the others. Only where the manager was not running when that exec
-    /// was cloned ([`running`]): this thread's first round takes the job before it reaps
+    /// was cloned ([`super::Supervisor::manager_running`]): this thread's first round takes the job before it reaps
     /// anything, so the exec cannot be reaped as an orphan first.
     pub(super) fn adopt(
         &self,
@@ -321,31 +321,21 @@ impl Manager {
     }
 }
 
-/// The supervisor's own pidfd, inherited by every init so it can tell whether the supervisor
-/// died before the init's parent-death signal was armed.
-pub(super) fn supervisor_pidfd() -> RawFd {
-    static FD: OnceLock<Option<OwnedFd>> = OnceLock::new();
-    FD.get_or_init(|| {
-        // SAFETY: getpid has no preconditions.
-        crate::sys::process::pidfd_open(unsafe { libc::getpid() }).ok()
-    })
-    .as_ref()
-    .map_or(-1, |f| f.as_raw_fd())
-}
-
 fn wake_up(wake: RawFd) {
     let one = 1u64.to_ne_bytes();
     // SAFETY: an 8-byte write to our eventfd.
     unsafe { libc::write(wake, one.as_ptr().cast(), one.len()) };
 }
 
-fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry) {
+/// The manager thread's loop. `sup`: the supervisor's own pidfd (-1 without one), handed to
+/// every init so it can tell whether the supervisor died before its parent-death signal was
+/// armed.
+fn run(rx: mpsc::Receiver<Job>, wake: RawFd, registry: &Registry, sup: RawFd) {
     let mut entries: HashMap<libc::pid_t, Entry> = HashMap::new();
     let mut teardown = Teardown::default();
     // Set once an exec without an init (or a plain child) ran: its orphans come to us, and
     // have no pidfd to wake us, so poll on a tick from then on.
     let mut orphans_possible = false;
-    let sup = supervisor_pidfd();
     // Every exec's init is cloned here and inherits this thread's credentials: with the
     // bounding set emptied once, the command's identity step reads it back instead of
     // dropping each capability (identity.rs).

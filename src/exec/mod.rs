@@ -19,6 +19,7 @@ pub mod report_file;
 pub mod run;
 mod spec;
 pub mod stream;
+mod supervisor;
 mod tree;
 mod usage;
 pub mod workdir;
@@ -26,6 +27,7 @@ pub mod workdir;
 pub use error::RunError;
 pub use plan::program_candidates;
 pub use spec::{SpawnSpec, Stdio};
+pub use supervisor::Supervisor;
 pub use tree::SweepError;
 pub use usage::ExitInfo;
 
@@ -50,6 +52,8 @@ use inner::Inner;
 #[derive(Clone)]
 pub struct Sandbox {
     inner: Arc<Inner>,
+    /// What spawns its execs and reaps them.
+    supervisor: Supervisor,
 }
 
 /// A running sandboxed child. Dropping it while it runs kills its whole tree.
@@ -72,6 +76,8 @@ pub struct Child {
     /// The tree was killed after the leader exited; never signal by these ids again, they
     /// may be reused.
     cleaned: bool,
+    /// Whose manager holds this exec (kills, sweeps and reaps it).
+    supervisor: Supervisor,
     /// The sandbox this exec runs in, kept for the exec's whole life: its view (namespaces
     /// and the helper that holds them) must outlive every exec that joined it, even when a
     /// new policy revision replaced the sandbox for the execs that come next.
@@ -81,7 +87,7 @@ pub struct Child {
 impl Sandbox {
     /// Validate the policy and build every kernel object. Fails closed: a layer that cannot be
     /// enforced is an error unless `policy.allow_degraded`.
-    pub fn new(policy: Policy) -> Result<Sandbox, RunError> {
+    pub fn new(supervisor: &Supervisor, policy: Policy) -> Result<Sandbox, RunError> {
         // Each path is resolved once while the sandbox is prepared (sys::walk::Memo).
         let _memo = crate::sys::walk::Memo::begin();
         policy.validate()?;
@@ -99,6 +105,7 @@ impl Sandbox {
                 _held: held,
                 attached: Default::default(),
             }),
+            supervisor: supervisor.clone(),
         })
     }
 
@@ -125,7 +132,7 @@ impl Sandbox {
     /// A sandbox from an already prepared (possibly hand-trimmed) set of layers: for `check`'s
     /// probes, which prepared it as `run` would, and the per-layer benchmark. It skips the
     /// fail-closed checks of [`Sandbox::new`].
-    pub fn from_prepared(policy: Policy, prepared: Prepared) -> Sandbox {
+    pub fn from_prepared(supervisor: &Supervisor, policy: Policy, prepared: Prepared) -> Sandbox {
         Sandbox {
             inner: Arc::new(Inner {
                 policy,
@@ -133,6 +140,7 @@ impl Sandbox {
                 _held: workdir::Held::default(),
                 attached: Default::default(),
             }),
+            supervisor: supervisor.clone(),
         }
     }
 
@@ -270,7 +278,9 @@ impl Sandbox {
             argv0,
             ..
         } = parts;
-        let started = manager::get()
+        let started = self
+            .supervisor
+            .manager()
             .spawn(self.inner.clone(), plan)
             .await
             .map_err(|e| self.spawn_error(e, &argv0, &candidates, &cwd))?;
@@ -310,6 +320,7 @@ impl Sandbox {
             supervisor_pid: self.inner.prepared.supervisor_pid,
             started: Instant::now(),
             cleaned: false,
+            supervisor: self.supervisor.clone(),
             _sandbox: self.inner.clone(),
         })
     }
@@ -436,7 +447,7 @@ impl Child {
             self.supervisor_pid,
             sig,
             self.done.is_none(),
-            manager::get().registry(),
+            self.supervisor.manager().registry(),
         ) {
             tracing::warn!(error = %e, "could not signal the exec's processes");
         }
@@ -494,7 +505,9 @@ impl Child {
             return Ok(Vec::new());
         }
         let alive = self.done.is_none();
-        let left = manager::get()
+        let left = self
+            .supervisor
+            .manager()
             .sweep(self.pid, self.cgroup.clone(), self.supervisor_pid, alive)
             .await;
         match &left {
@@ -543,7 +556,7 @@ impl Drop for Child {
         // Nothing of an exec outlives it. Nothing here may block a runtime worker: the init
         // is killed by descriptor (the kernel empties the namespace), a degraded exec is swept
         // on the manager thread, and the cgroup is removed there once the exec is reaped.
-        let m = manager::get();
+        let m = self.supervisor.manager();
         if self.init {
             if !self.cleaned && self.done.is_none() {
                 pidfd_signal(&self.pidfd, libc::SIGKILL);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::home::{self, HomeRequest};
 use super::plan::Parts;
-use super::{Child, Inner, RunError, Sandbox, SpawnSpec, manager, workdir};
+use super::{Child, Inner, RunError, Sandbox, SpawnSpec, Supervisor, manager, workdir};
 use crate::policy::Policy;
 use crate::sandbox::cgroup::ExecCgroup;
 use crate::sandbox::child::view_init::ViewInit;
@@ -44,6 +44,7 @@ impl Sandbox {
     /// [`Pending`] ends its init.
     /// `home`: the command's HOME to make (exec/home.rs), where it was not given one.
     pub fn new_with_exec(
+        supervisor: &Supervisor,
         policy: Policy,
         spec: SpawnSpec,
         home: Option<HomeRequest>,
@@ -75,7 +76,7 @@ impl Sandbox {
             }
             let parts = Parts::new(spec, &policy.fs.workdir, one.private_tmp())?;
             crate::sandbox::run_timeline::stamp("sn-exec-plan");
-            match one.start(&policy, &parts.plan, manager::supervisor_pidfd()) {
+            match one.start(&policy, &parts.plan, supervisor.pidfd()) {
                 Ok((prepared, init, cgroup)) => {
                     if let (Some(h), Some(name)) = (&home, &in_view) {
                         init.open_in_view(c"tmp")
@@ -99,6 +100,7 @@ impl Sandbox {
                             _held: held,
                             attached: Default::default(),
                         }),
+                        supervisor: supervisor.clone(),
                     };
                     return Ok((
                         sb,
@@ -121,7 +123,7 @@ impl Sandbox {
         // Also the answers of an outer memo (`run` holds one from its policy's validation on).
         memo.forget();
         drop(memo);
-        let sb = Sandbox::new(policy)?;
+        let sb = Sandbox::new(supervisor, policy)?;
         sb.one_exec_only();
         if let Some(h) = &home {
             spec.env.retain(|(k, _)| k != "HOME");
@@ -207,10 +209,12 @@ impl Pending {
                     ..
                 } = parts;
                 let cgroup = cgroup.map(Arc::new);
-                let started = if manager::running() {
+                let supervisor = &sandbox.supervisor;
+                let started = if supervisor.manager_running() {
                     // Its reaping could see the init exit before it held the init: let it tell
                     // the init to go, as it forks every other exec.
-                    manager::get()
+                    supervisor
+                        .manager()
                         .go(sandbox.inner.clone(), init, plan, cgroup, check.is_some())
                         .await
                 } else {
@@ -222,7 +226,7 @@ impl Pending {
                     drop(plan);
                     spawned
                         .map_err(manager::ManagerError::Spawn)
-                        .and_then(|s| manager::get().adopt(s, cgroup))
+                        .and_then(|s| supervisor.manager().adopt(s, cgroup))
                 };
                 let started = started.map_err(|e| match (e, check) {
                     (manager::ManagerError::Spawn(SpawnError::Child(c)), Some(check))

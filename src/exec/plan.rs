@@ -2,8 +2,7 @@
 //! the ends of its standard streams (the child's, and ours when they are pipes).
 
 use std::ffi::{OsStr, OsString};
-use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -126,16 +125,10 @@ pub(super) fn child_end(s: Stdio, stdin: bool) -> Result<(OwnedFd, Option<OwnedF
 }
 
 fn cloexec_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into our array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(RunError::Io {
-            what: "creating a pipe",
-            source: io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    crate::sys::pipe(0).map_err(|source| RunError::Io {
+        what: "creating a pipe",
+        source,
+    })
 }
 
 /// Where argv[0] may be, in the order the child tries them (see `ExecPlan`): a name with a

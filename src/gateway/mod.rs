@@ -64,7 +64,7 @@ use tokio::sync::watch;
 use self::config::{Config, ServeArgs};
 use self::ended::Ended;
 use self::exec_service::{DEFAULT_PATH, ExecContext, Tracker};
-use crate::exec::Sandbox;
+use crate::exec::{Sandbox, Supervisor};
 
 pub use self::config::DEFAULT_WORKDIR;
 
@@ -214,6 +214,8 @@ async fn supervise(
     network_explicit: bool,
 ) -> Result<ExitCode, ServeError> {
     crate::exec::workdir::serve_create(&args.policy, Path::new(DEFAULT_WORKDIR));
+    // Every sandbox of this supervisor spawns through its one process manager.
+    let supervisor = Supervisor::new()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let tokens = cfg
         .gateway
@@ -236,12 +238,13 @@ async fn supervise(
                 tokens,
                 egress: serve_egress,
                 network_explicit,
+                supervisor: &supervisor,
             };
             let (workdir, plane) = from.start(g).await?;
             background.push(tokio::spawn(plane.clone().poll_loop(stop_rx.clone())));
             (workdir, plane.slot())
         }
-        _ => policy_from_flags(&args, &cfg)?,
+        _ => policy_from_flags(&args, &cfg, &supervisor)?,
     };
     let tracker = Arc::new(Tracker::default());
     let ctx = exec_context(&cfg, sandbox, workdir, stop_rx.clone(), tracker.clone());
@@ -338,6 +341,7 @@ struct PlaneFrom<'a> {
     egress: &'a Arc<egress::ServeEgress>,
     /// `--network` was given: the flag stands beside the gateway's policy.
     network_explicit: bool,
+    supervisor: &'a Supervisor,
 }
 
 impl PlaneFrom<'_> {
@@ -369,6 +373,7 @@ impl PlaneFrom<'_> {
             interval: policy_plane::PlaneConfig::poll_interval_from_env(),
             local_paths: policy_plane::local_policy_paths(),
             egress: self.egress.clone(),
+            supervisor: self.supervisor.clone(),
         })
         .await
         .map_err(ServeError::Plane)?;
@@ -381,6 +386,7 @@ impl PlaneFrom<'_> {
 fn policy_from_flags(
     args: &ServeArgs,
     cfg: &Config,
+    supervisor: &Supervisor,
 ) -> Result<(PathBuf, Arc<policy_plane::PolicySlot>), ServeError> {
     let policy = crate::policy::Policy::from_args(
         &args.policy,
@@ -392,7 +398,7 @@ fn policy_from_flags(
     let workdir = policy.fs.workdir.clone();
     Ok((
         workdir,
-        policy_plane::PolicySlot::new(Sandbox::new(policy)?),
+        policy_plane::PolicySlot::new(Sandbox::new(supervisor, policy)?),
     ))
 }
 

@@ -179,6 +179,8 @@ pub struct PlaneConfig {
     pub local_paths: Vec<PathBuf>,
     /// The supervisor's TLS interception and provider credentials.
     pub egress: Arc<super::egress::ServeEgress>,
+    /// What every revision's sandbox spawns through.
+    pub supervisor: crate::exec::Supervisor,
 }
 
 impl PlaneConfig {
@@ -493,8 +495,8 @@ impl Plane {
             // Each revision's view shows the one CA's public files.
             let mut p = r.policy;
             p.namespaces.files = self.egress.shared().view_files();
-            let sandbox =
-                tokio::task::block_in_place(|| Sandbox::new(p)).map_err(|e| e.to_string())?;
+            let sandbox = tokio::task::block_in_place(|| Sandbox::new(&self.cfg.supervisor, p))
+                .map_err(|e| e.to_string())?;
             self.egress
                 .adopt(&sandbox, rules)
                 .map_err(|e| e.to_string())?;

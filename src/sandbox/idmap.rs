@@ -111,7 +111,7 @@ impl Drop for Child {
 
 /// A user namespace whose maps are `swap`'s.
 pub fn userns(swap: &IdSwap) -> io::Result<UserNs> {
-    let (r, w) = pipe()?;
+    let (r, w) = crate::sys::pipe(0)?;
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` points at the boxed `Args` of our `Child`, alive until we are reaped;
         // only raw syscalls on two integers follow.
@@ -173,16 +173,6 @@ pub fn userns(swap: &IdSwap) -> io::Result<UserNs> {
         fd: fd?,
         _child: child,
     })
-}
-
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into our array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 #[cfg(test)]

@@ -236,13 +236,7 @@ pub enum ViewError {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), ViewError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into our array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(ViewError::Pipe(io::Error::last_os_error()));
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    crate::sys::pipe(0).map_err(ViewError::Pipe)
 }
 
 /// Build the view in a helper child and keep its namespaces by descriptor.

@@ -7,7 +7,8 @@
 //! - [`process`]: pidfds (open, signal) and the calling process's groups;
 //! - [`clone`]: a clone child on a stack of its own with every signal blocked;
 //! - [`forget`]: a fork dropping its copy of the supervisor's heaps;
-//! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side.
+//! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side;
+//! - [`pipe`]: a pipe whose ends close on exec.
 
 pub mod clone;
 pub mod forget;
@@ -15,12 +16,26 @@ pub mod mount;
 pub mod process;
 pub mod walk;
 
-use std::os::fd::RawFd;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// errno of the last failed libc call on this thread. Async-signal-safe.
 pub fn errno() -> i32 {
     // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
     unsafe { *libc::__errno_location() }
+}
+
+/// A pipe (read end, write end), both ends O_CLOEXEC so that no exec'd program inherits them
+/// unless handed them on purpose, plus `flags` (O_NONBLOCK, say). Async-signal-safe: one
+/// syscall, no allocation.
+pub fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two fds into our two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// "/proc/self/fd/N\0" into `buf`, without allocating (so usable between fork and exec).
@@ -47,6 +62,39 @@ pub fn proc_fd_path(buf: &mut [u8; 32], fd: RawFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn pipe_ends_close_on_exec_and_take_the_flags_asked_for() {
+        let flags = |fd: &OwnedFd, cmd| {
+            // SAFETY: fcntl F_GETFD/F_GETFL on a descriptor we own.
+            unsafe { libc::fcntl(fd.as_raw_fd(), cmd) }
+        };
+        let (r, w) = pipe(0).unwrap();
+        for end in [&r, &w] {
+            assert_eq!(
+                flags(end, libc::F_GETFD) & libc::FD_CLOEXEC,
+                libc::FD_CLOEXEC
+            );
+            assert_eq!(flags(end, libc::F_GETFL) & libc::O_NONBLOCK, 0);
+        }
+        let (r, w) = pipe(libc::O_NONBLOCK).unwrap();
+        for end in [&r, &w] {
+            assert_eq!(
+                flags(end, libc::F_GETFD) & libc::FD_CLOEXEC,
+                libc::FD_CLOEXEC
+            );
+            assert_eq!(
+                flags(end, libc::F_GETFL) & libc::O_NONBLOCK,
+                libc::O_NONBLOCK
+            );
+        }
+        assert_eq!(
+            pipe(-1).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL),
+            "unknown flags are refused by the kernel, not ignored"
+        );
+    }
 
     #[test]
     fn fd_paths_are_written_without_allocating() {

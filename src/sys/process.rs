@@ -1,6 +1,7 @@
 //! Processes by descriptor, and the calling process's groups: the raw calls that `exec/` and
 //! `sandbox/` share. [`pidfd_send_signal`] is async-signal-safe (one syscall, no allocation),
-//! so the child side may use it too.
+//! so the child side may use it too. [`ReapAll`] is the one right per process to reap every
+//! child.
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -87,6 +88,22 @@ pub fn groups() -> Vec<libc::gid_t> {
     }
 }
 
+/// The right to reap every child of this process (`waitid(P_ALL)`, as a child subreaper), held
+/// by one owner for the life of the process: a second reaper would take the first one's
+/// children, orphans and execs alike. Never given back, because the owner (the process
+/// manager's thread) never ends.
+#[derive(Debug)]
+pub struct ReapAll(());
+
+impl ReapAll {
+    /// The claim, the first time it is asked for in this process; `None` after that.
+    pub fn claim() -> Option<ReapAll> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static CLAIMED: AtomicBool = AtomicBool::new(false);
+        (!CLAIMED.swap(true, Ordering::SeqCst)).then_some(ReapAll(()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +127,12 @@ mod tests {
         // SAFETY: getgroups with size 0 only counts.
         let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
         assert_eq!(groups().len(), n.max(0) as usize);
+    }
+
+    #[test]
+    fn the_right_to_reap_every_child_is_given_once() {
+        let first = ReapAll::claim();
+        assert!(first.is_some());
+        assert!(ReapAll::claim().is_none());
     }
 }

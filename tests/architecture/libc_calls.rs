@@ -19,11 +19,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "exec/manager.rs",
-        "eventfd, poll, read, write, waitid, wait4: the manager thread's wake-up and its reaping loop (subreaper, P_ALL orphans, rusage); a getpid for the supervisor's pidfd",
-    ),
-    (
-        "exec/plan.rs",
-        "pipe2(O_CLOEXEC): the exec's error pipe, mapped to its own RunError",
+        "eventfd, poll, read, write, waitid, wait4: the manager thread's wake-up and its reaping loop (subreaper, P_ALL orphans, rusage)",
     ),
     ("exec/pty.rs", "ioctl(TIOCSWINSZ): resizing the pty master"),
     (
@@ -36,7 +32,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "exec/run/stdio.rs",
-        "pipe2, fstat, stat, poll, read, isatty, tcgetattr/tcsetattr, cfmakeraw, ioctl, fcntl, lseek, kcmp: what `run` inherits as stdio and how it hands it to the command (a terminal in raw mode, the same open file twice)",
+        "fstat, stat, poll, read, isatty, tcgetattr/tcsetattr, cfmakeraw, ioctl, fcntl, lseek, kcmp: what `run` inherits as stdio and how it hands it to the command (a terminal in raw mode, the same open file twice)",
     ),
     (
         "exec/usage.rs",
@@ -69,7 +65,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "egress/relay.rs",
-        "pipe2, fcntl, splice: the zero-copy relay",
+        "fcntl, splice: the zero-copy relay (its pipes from sys::pipe)",
     ),
     (
         "egress/secret_mem.rs",
@@ -119,7 +115,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "sandbox/idmap.rs",
-        "close, read, _exit, open, pipe2: the throwaway child whose user namespace an idmapped mount names",
+        "close, read, _exit, open: the throwaway child whose user namespace an idmapped mount names",
     ),
     (
         "sandbox/landlock.rs",
@@ -127,11 +123,11 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "sandbox/namespaces.rs",
-        "unshare, setns, clone, pipe2, close, waitpid, open: the supervisor's user namespace and the view's helper child",
+        "unshare, setns, clone, close, waitpid, open: the supervisor's user namespace and the view's helper child",
     ),
     (
         "sandbox/namespaces/helper.rs",
-        "mount, umount2, unshare, setns, sethostname, open, read, write, close, mkdir, unlink, socket, ioctl, pipe2, clone, _exit, waitpid: the view's helper child, between fork and its exit (raw calls on prepared data)",
+        "mount, umount2, unshare, setns, sethostname, open, read, write, close, mkdir, unlink, socket, ioctl, clone, _exit, waitpid: the view's helper child, between fork and its exit (raw calls on prepared data)",
     ),
     (
         "sandbox/namespaces/in_init.rs",

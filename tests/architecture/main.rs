@@ -161,9 +161,9 @@ const EXEC_LAYERS: &[&[&str]] = &[
         "usage",
         "workdir",
     ],
-    // The process manager (it owns the reaper), why a program could not start, and
-    // `RunError`.
-    &["error", "explain", "manager", "plan"],
+    // The process manager (it owns the reaper) and the supervisor context that holds it, why
+    // a program could not start, and `RunError`.
+    &["error", "explain", "manager", "plan", "supervisor"],
     // `Sandbox` and `Child`: spawn, time out, kill.
     &[""],
     // What a run adds around a `Sandbox`: its egress proxy, the exit report.

@@ -343,7 +343,7 @@ pub async fn wait_report(
     version: u32,
     sup: &Supervisor,
 ) -> ReportPolicyStatusRequest {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(r) = gw
             .state

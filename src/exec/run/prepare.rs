@@ -203,7 +203,10 @@ pub(super) fn prepare(
     crate::exec::egress::set_child_env(&mut env, &planned_env);
     let (spec, streams) = streams::make(args, env)?;
     tl.stamp("streams");
-    let (sandbox, mut pending) = Sandbox::new_with_exec(policy, spec, home)?;
+    // The process's one supervisor context: the exec's init gets its pidfd, and its manager
+    // (started only where needed) reaps the exec.
+    let supervisor = crate::exec::Supervisor::new()?;
+    let (sandbox, mut pending) = Sandbox::new_with_exec(&supervisor, policy, spec, home)?;
     drop(memo);
     // The proxy listens in the sandbox's network namespace before anything runs there.
     let egress = match (loaded.network, plan) {

@@ -1,7 +1,7 @@
 //! `run`'s standard streams: the stdin feeder, the caller's terminal in raw mode, and whether
 //! our stdout and stderr are one open file.
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use crate::exec::RunError;
 
@@ -19,16 +19,10 @@ use crate::exec::RunError;
 /// thread only once the command runs ([`start_feeding`]), so that a run refused before it
 /// takes nothing from our stdin; [`feed_stdin`] does both at once.
 pub(crate) fn stdin_pipe() -> Result<(OwnedFd, OwnedFd), RunError> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into our array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(RunError::Io {
-            what: "creating the stdin pipe",
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    crate::sys::pipe(0).map_err(|source| RunError::Io {
+        what: "creating the stdin pipe",
+        source,
+    })
 }
 
 /// The feeder thread of [`stdin_pipe`]'s write end `w`, or of a pty master (`pty_master`, see
@@ -227,14 +221,9 @@ pub(super) fn merged_pipe() -> Result<(OwnedFd, OwnedFd, OwnedFd), RunError> {
         what: "creating the merged output pipe",
         source,
     };
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into our array. O_CLOEXEC: the child must never hold the
-    // read end, or it would never see EPIPE when we stop reading.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io(std::io::Error::last_os_error()));
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // O_CLOEXEC: the child must never hold the read end, or it would never see EPIPE when we
+    // stop reading.
+    let (r, w) = crate::sys::pipe(0).map_err(io)?;
     let w2 = w.try_clone().map_err(io)?;
     Ok((r, w, w2))
 }

@@ -2,7 +2,7 @@
 //! plan its parent prepared (namespaces.rs), plus the thread that makes the network namespace.
 //! Moved out of namespaces.rs (only the visibility of its entry points changed).
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
 
 use super::plan::{Kind, ProcMount, TmpfsPlan, ViewPlan};
 use super::report::{HelperReport, NOT_TRIED};
@@ -372,13 +372,17 @@ unsafe fn ipc_in_own_userns(
     plan: &ViewPlan,
     maps: &[std::ffi::CString; 2],
 ) -> Result<[i32; 2], ChildError> {
-    let failed = |step| Err(ChildError::last(step));
     // SAFETY: raw syscalls on prepared data and our own stack.
     unsafe {
-        let mut p = [-1; 2];
-        if libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return failed(Step::IpcUserNamespace);
-        }
+        // Raw ends from here: the clone below shares our descriptor table, and each side
+        // closes what it holds by hand.
+        let p = match crate::sys::pipe(0) {
+            Ok((r, w)) => [r.into_raw_fd(), w.into_raw_fd()],
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                return Err(ChildError::new(Step::IpcUserNamespace, errno));
+            }
+        };
         // No exit signal: reaped below with __WCLONE, never seen by anyone's SIGCHLD.
         let pid = libc::syscall(
             libc::SYS_clone,

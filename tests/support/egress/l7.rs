@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::l7_servers::L7Upstream;
+use super::tools::{git_http, need, python, real_path};
 use super::{World, require, split_response};
 use openshell_sandbox::egress::tls::{self, SandboxCa};
 use openshell_sandbox::egress::{Binding, Credentials, Interceptor, ProxyConfig};
@@ -77,49 +78,6 @@ pub const RULES: &str = r#"
       - {host: rawcred.test, port: 9443, tls: skip}
     binaries: [{path: CURL}, {path: /t/bin/probe-a}]
 "#;
-
-/// The kernel's path of a program found on PATH.
-pub fn real_path(program: &str) -> Option<PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .ok()?;
-    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
-    (!p.is_empty())
-        .then(|| std::fs::canonicalize(p).ok())
-        .flatten()
-}
-
-pub fn python() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sys,os;print(os.path.realpath(sys.executable))",
-        ])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    p.is_file().then_some(p)
-}
-
-/// git runs HTTPS through its `git-remote-https` helper, the process that connects.
-pub fn git_http() -> Option<PathBuf> {
-    let out = Command::new("git").arg("--exec-path").output().ok()?;
-    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    std::fs::canonicalize(dir.join("git-remote-https")).ok()
-}
-
-pub fn need(name: &str, p: Option<PathBuf>) -> Option<PathBuf> {
-    if p.is_none() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!(
-                "required for this test but absent: {name} (CI=true turns this skip into a failure)"
-            );
-        }
-        eprintln!("SKIPPED: {name} is not installed");
-    }
-    p
-}
 
 /// One world with the interceptor, the test upstreams and the CA files for the child.
 pub struct L7 {

@@ -19,6 +19,7 @@ pub mod l7;
 pub mod l7_servers;
 pub mod memory;
 pub mod servers;
+pub mod tools;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};

@@ -1,6 +1,13 @@
-//! Unit tests of the command-line definitions (`cli.rs`).
+//! Unit tests of the command-line definitions (`cli/`).
 
+use std::ffi::OsString;
+
+use clap::{CommandFactory, Parser};
+
+use super::common::{IDENTITY, ISOLATION, LIMITS, OUTPUT, REPORTING};
+use super::values::*;
 use super::*;
+use crate::policy::NetworkMode;
 
 #[test]
 fn env_pairs_are_validated() {

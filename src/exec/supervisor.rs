@@ -1,0 +1,63 @@
+//! [`Supervisor`]: what the supervisor process holds once and hands to every sandbox it makes
+//! (its own pidfd, and the process manager), made by the subcommand at its start.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, OnceLock};
+
+use super::RunError;
+use super::manager::Manager;
+use crate::sys::process::ReapAll;
+
+/// The supervisor's context, cheap to clone. One per process: [`Supervisor::new`] refuses a
+/// second, because its process manager reaps every child of the process.
+#[derive(Clone)]
+pub struct Supervisor(Arc<Shared>);
+
+struct Shared {
+    /// The supervisor's own pidfd, inherited by every init so it can tell whether the
+    /// supervisor died before the init's parent-death signal was armed. `None` where the
+    /// kernel has no pidfds (the init then cannot tell).
+    pidfd: Option<Arc<OwnedFd>>,
+    /// Started on first use: `run`'s one exec usually needs none before its command runs.
+    manager: OnceLock<Manager>,
+    reap_all: ReapAll,
+}
+
+impl Supervisor {
+    /// The process's supervisor context. An error when one was made already in this process.
+    pub fn new() -> Result<Supervisor, RunError> {
+        let reap_all = ReapAll::claim().ok_or_else(|| RunError::Io {
+            what: "making the supervisor's context",
+            source: io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "one exists already in this process",
+            ),
+        })?;
+        let pidfd = crate::sys::process::pidfd_open(crate::sys::process::pid())
+            .ok()
+            .map(Arc::new);
+        Ok(Supervisor(Arc::new(Shared {
+            pidfd,
+            manager: OnceLock::new(),
+            reap_all,
+        })))
+    }
+
+    /// The supervisor's own pidfd, -1 without one.
+    pub(super) fn pidfd(&self) -> RawFd {
+        self.0.pidfd.as_ref().map_or(-1, |f| f.as_raw_fd())
+    }
+
+    /// The process manager, started on first use.
+    pub fn manager(&self) -> &Manager {
+        self.0
+            .manager
+            .get_or_init(|| Manager::start(&self.0.reap_all, self.0.pidfd.clone()))
+    }
+
+    /// Whether the process manager was started already (it reaps every child of ours).
+    pub(super) fn manager_running(&self) -> bool {
+        self.0.manager.get().is_some()
+    }
+}
