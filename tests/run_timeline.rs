@@ -24,20 +24,28 @@ fn line(err: &str, prefix: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// `run -q -- /bin/true` in a workdir of its own, with `OSB_RUN_TIMELINE` set or not.
+fn run_true(timeline: bool) -> std::process::Output {
+    let wd = Workdir::new();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "-q", "--workdir"])
+        .arg(wd.path())
+        .args(["--", "/bin/true"])
+        .stdin(Stdio::null());
+    if timeline {
+        cmd.env("OSB_RUN_TIMELINE", "1");
+    } else {
+        cmd.env_remove("OSB_RUN_TIMELINE");
+    }
+    cmd.output().unwrap()
+}
+
 #[test]
 fn the_timeline_shows_the_sandboxs_steps_and_the_inits() {
     if !require_root() {
         return;
     }
-    let wd = Workdir::new();
-    let out = Command::new(BIN)
-        .args(["run", "-q", "--workdir"])
-        .arg(wd.path())
-        .args(["--", "/bin/true"])
-        .env("OSB_RUN_TIMELINE", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = run_true(true);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     let sup = line(&err, "osb-timeline");
@@ -94,15 +102,7 @@ fn without_the_variable_nothing_is_printed() {
     if !require_root() {
         return;
     }
-    let wd = Workdir::new();
-    let out = Command::new(BIN)
-        .args(["run", "-q", "--workdir"])
-        .arg(wd.path())
-        .args(["--", "/bin/true"])
-        .env_remove("OSB_RUN_TIMELINE")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = run_true(false);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
 }

@@ -22,7 +22,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -63,16 +63,6 @@ pub struct ReportFile {
     path: PathBuf,
 }
 
-fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-    // SAFETY: a NUL-terminated name relative to a live directory fd; the result is checked.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 fn id(m: &Meta) -> (u64, u64) {
     (m.dev, m.ino)
 }
@@ -105,7 +95,7 @@ impl ReportFile {
             return Err(WalkError::NotDir(resolved.path).into());
         }
         let dir_path = resolved.path;
-        let dir = openat(
+        let dir = walk::open_in(
             resolved.fd.as_fd(),
             c".",
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
@@ -146,7 +136,7 @@ impl ReportFile {
             .map_err(|_| ReportFileError::NoFileName(report_path.clone()))?;
         // EOPNOTSUPP (a filesystem without O_TMPFILE) and the rest: the report is then made
         // as a named file at the end.
-        let unnamed = openat(
+        let unnamed = walk::open_in(
             dir.as_fd(),
             c".",
             libc::O_WRONLY | libc::O_TMPFILE | libc::O_CLOEXEC,
@@ -206,7 +196,7 @@ impl ReportFile {
         let mut made = None;
         for _ in 0..16 {
             let tmp = fresh_name();
-            match openat(
+            match walk::open_in(
                 self.dir.as_fd(),
                 &tmp,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
@@ -359,7 +349,7 @@ fn check_outside_grants(
     };
     let dotdot = c"..";
     let mut cur = walk::fstat(dir).map_err(io_err)?;
-    let mut fd = openat(
+    let mut fd = walk::open_in(
         dir,
         dotdot,
         libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
@@ -379,7 +369,7 @@ fn check_outside_grants(
             });
         }
         cur = meta;
-        fd = openat(
+        fd = walk::open_in(
             fd.as_fd(),
             dotdot,
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,

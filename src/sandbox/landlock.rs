@@ -388,30 +388,58 @@ mod tests {
         libc::WEXITSTATUS(st)
     }
 
+    /// A ruleset granting one directory (`g`), and another directory it does not grant (`o`),
+    /// for an exec to add its own rule on. None (skipped) on a kernel without Landlock.
+    struct World {
+        shared: PreparedRuleset,
+        g: CString,
+        o: CString,
+        _dirs: [tempfile::TempDir; 2],
+    }
+
+    impl World {
+        fn new() -> Option<World> {
+            let Ok(support) = probe() else {
+                if std::env::var("CI").as_deref() == Ok("true") {
+                    panic!("Landlock is required (CI=true turns this skip into a failure)");
+                }
+                eprintln!("SKIPPED: this kernel has no Landlock");
+                return None;
+            };
+            let (granted, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let fd = std::fs::File::open(granted.path()).unwrap();
+            let rules = vec![FsRule {
+                path: granted.path().to_path_buf(),
+                access: PathAccess::ReadExec,
+                is_dir: true,
+                fd: Arc::new(OwnedFd::from(fd)),
+            }];
+            let shared = prepare(&rules, NetworkMode::All, support).unwrap();
+            let c = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).unwrap();
+            Some(World {
+                shared,
+                g: c(granted.path()),
+                o: c(own.path()),
+                _dirs: [granted, own],
+            })
+        }
+    }
+
     /// An exec's own rules go to its copy: the shared ruleset, from which each later exec's
     /// copy is made, never holds them (they would pile up, one per exec, and every
     /// restrict_self copies them all).
     #[test]
     fn a_copy_holds_the_rules_and_takes_the_execs_own_alone() {
-        let Ok(support) = probe() else {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("Landlock is required (CI=true turns this skip into a failure)");
-            }
-            eprintln!("SKIPPED: this kernel has no Landlock");
+        let Some(World {
+            shared,
+            g,
+            o,
+            _dirs,
+        }) = World::new()
+        else {
             return;
         };
-        let (granted, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let fd = std::fs::File::open(granted.path()).unwrap();
-        let rules = vec![FsRule {
-            path: granted.path().to_path_buf(),
-            access: PathAccess::ReadExec,
-            is_dir: true,
-            fd: Arc::new(OwnedFd::from(fd)),
-        }];
-        let shared = prepare(&rules, NetworkMode::All, support).unwrap();
         let copy = shared.copy().unwrap();
-        let c = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).unwrap();
-        let (g, o) = (c(granted.path()), c(own.path()));
         copy.add_view_read_rule(&o).unwrap();
         assert_eq!(refused(&copy, &[&g, &o]), 0, "the copy allows both");
         assert_eq!(
@@ -430,24 +458,15 @@ mod tests {
     /// the rule one exec adds to its copy reaches neither.
     #[test]
     fn a_copy_made_ahead_is_handed_out_once() {
-        let Ok(support) = probe() else {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("Landlock is required (CI=true turns this skip into a failure)");
-            }
-            eprintln!("SKIPPED: this kernel has no Landlock");
+        let Some(World {
+            shared,
+            g,
+            o,
+            _dirs,
+        }) = World::new()
+        else {
             return;
         };
-        let (granted, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let fd = std::fs::File::open(granted.path()).unwrap();
-        let rules = vec![FsRule {
-            path: granted.path().to_path_buf(),
-            access: PathAccess::ReadExec,
-            is_dir: true,
-            fd: Arc::new(OwnedFd::from(fd)),
-        }];
-        let shared = prepare(&rules, NetworkMode::All, support).unwrap();
-        let c = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).unwrap();
-        let (g, o) = (c(granted.path()), c(own.path()));
         shared.make_spare();
         let first = shared.take_copy().unwrap();
         first.add_view_read_rule(&o).unwrap();

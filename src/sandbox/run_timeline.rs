@@ -85,19 +85,8 @@ pub fn enable() {
         return;
     }
     *s = Some(Vec::with_capacity(48));
-    // SAFETY: a fresh anonymous mapping, shared with the children we clone after this.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p != libc::MAP_FAILED {
-        PAGE.store(p.cast(), Ordering::Release);
+    if let Ok(p) = crate::sys::shared_page() {
+        PAGE.store(p.as_ptr().cast(), Ordering::Release);
     }
 }
 

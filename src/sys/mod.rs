@@ -8,7 +8,8 @@
 //! - [`clone`]: a clone child on a stack of its own with every signal blocked;
 //! - [`forget`]: a fork dropping its copy of the supervisor's heaps;
 //! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side;
-//! - [`pipe`]: a pipe whose ends close on exec.
+//! - [`pipe`]: a pipe whose ends close on exec;
+//! - [`shared_page`]: one page of memory shared with the children cloned after it is made.
 
 pub mod clone;
 pub mod forget;
@@ -36,6 +37,28 @@ pub fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both fds were just created and are owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// One zeroed page, read-write, shared with every child cloned after this call (a fork keeps
+/// `MAP_SHARED` mappings shared): where the timelines' children stamp their steps for the
+/// parent to read. Never unmapped: it lives as long as the process.
+pub fn shared_page() -> io::Result<std::ptr::NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing; nothing else
+    // is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    std::ptr::NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
 }
 
 /// "/proc/self/fd/N\0" into `buf`, without allocating (so usable between fork and exec).

@@ -105,8 +105,15 @@ impl WalkError {
 fn openat(dir: BorrowedFd<'_>, name: &OsStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     let c =
         CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    open_in(dir, &c, flags, mode)
+}
+
+/// `openat(2)` of `name` relative to the directory `dir` (a descriptor the walk resolved), so
+/// that no link on the path above it is followed again: the caller's `flags` say how the name
+/// itself is opened (`O_NOFOLLOW`, `O_CREAT|O_EXCL`, `O_TMPFILE`, ...).
+pub fn open_in(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> io::Result<OwnedFd> {
     // SAFETY: a NUL-terminated name relative to a live directory fd; the result is checked.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, mode) };
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -529,20 +536,26 @@ fn push_components(pending: &mut Vec<OsString>, path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{MetadataExt, symlink};
 
     fn walker() -> Walker {
         Walker::new(65534, 65534)
     }
 
-    #[test]
-    fn within_a_memo_a_path_is_resolved_once_and_after_it_again() {
-        use std::os::unix::fs::MetadataExt;
+    /// A directory `a` in a fresh temporary `root` (canonical), for a test to swap behind the
+    /// walk's back; with its first inode number.
+    fn swappable_dir() -> (tempfile::TempDir, PathBuf, PathBuf, u64) {
         let t = tempfile::tempdir().unwrap();
         let root = t.path().canonicalize().unwrap();
         let a = root.join("a");
         std::fs::create_dir(&a).unwrap();
-        let first_ino = std::fs::metadata(&a).unwrap().ino();
+        let ino = std::fs::metadata(&a).unwrap().ino();
+        (t, root, a, ino)
+    }
+
+    #[test]
+    fn within_a_memo_a_path_is_resolved_once_and_after_it_again() {
+        let (_t, root, a, first_ino) = swappable_dir();
         let w = walker();
         let memo = Memo::begin();
         let r1 = w.resolve(&a).unwrap();
@@ -566,12 +579,7 @@ mod tests {
     /// preparation) asks again after `forget`: a swapped directory is seen as it is now.
     #[test]
     fn forget_drops_the_answers_of_an_outer_memo_too() {
-        use std::os::unix::fs::MetadataExt;
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path().canonicalize().unwrap();
-        let a = root.join("a");
-        std::fs::create_dir(&a).unwrap();
-        let first_ino = std::fs::metadata(&a).unwrap().ino();
+        let (_t, root, a, first_ino) = swappable_dir();
         let w = walker();
         let outer = Memo::begin();
         let inner = Memo::begin();

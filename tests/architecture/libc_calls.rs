@@ -28,7 +28,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "exec/report_file.rs",
-        "openat, faccessat, unlinkat, linkat, renameat, write: the report file is written beside its final name and renamed into place relative to a directory descriptor, never by a path that a link could redirect",
+        "faccessat, unlinkat, linkat, renameat, write: the report file is written beside its final name (opened with sys::walk::open_in) and renamed into place relative to a directory descriptor, never by a path that a link could redirect",
     ),
     (
         "exec/run/stdio.rs",
@@ -147,7 +147,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     ),
     (
         "sandbox/run_timeline.rs",
-        "mmap, clock_gettime, getrusage: `run`'s timeline (OSB_RUN_TIMELINE), its CPU clocks and the page the exec's init stamps into after the fork",
+        "clock_gettime, getrusage: `run`'s timeline (OSB_RUN_TIMELINE) and its CPU clocks",
     ),
     (
         "sandbox/seccomp.rs",

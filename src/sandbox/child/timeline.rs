@@ -131,22 +131,11 @@ pub fn enable() {
     if !PAGE.load(Ordering::Acquire).is_null() {
         return;
     }
-    // SAFETY: a fresh anonymous mapping, shared with the children we clone after this.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            4096,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p != libc::MAP_FAILED {
+    if let Ok(p) = crate::sys::shared_page() {
         // A second caller racing here maps a page of its own and leaks it: harmless.
         let _ = PAGE.compare_exchange(
             std::ptr::null_mut(),
-            p.cast(),
+            p.as_ptr().cast(),
             Ordering::AcqRel,
             Ordering::Acquire,
         );
@@ -253,5 +242,41 @@ pub fn finish() {
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "{}", line(&stages));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stage a forked child stamps reaches the parent through the shared page, in order of
+    /// the marks, and `take` leaves the page clear for the next spawn.
+    #[test]
+    fn a_forked_childs_stamp_reaches_the_parent() {
+        enable();
+        assert!(on());
+        begin();
+        // SAFETY: the child only stamps (clock_gettime and a store) and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            mark(Mark::InitStart);
+            // SAFETY: ends the forked child without running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our own child into a stack integer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        mark(Mark::ExecSeen);
+        let stages = take().unwrap();
+        let marks: Vec<Mark> = stages.iter().map(|(m, _)| *m).collect();
+        assert_eq!(marks, [Mark::InitStart, Mark::ExecSeen]);
+        assert!(stages[0].1 <= stages[1].1, "{stages:?}");
+        assert!(
+            line(&stages).starts_with("osb-spawn-timeline init-start="),
+            "{}",
+            line(&stages)
+        );
+        assert_eq!(take().unwrap(), Vec::new(), "take clears the page");
     }
 }
