@@ -95,6 +95,29 @@ fn the_timeline_shows_the_sandboxs_steps_and_the_inits() {
     assert!(at["sn-exec-cgroup"] <= init_at["init-start"], "{err}");
     assert!(init_at["init-rules"] <= at["sn-report"], "{err}");
     assert!(at["sandbox-new"] <= init_at["init-go"], "{err}");
+    // The command's steps, stamped by the init and the command between the go and the exec,
+    // in the order they take them (ns after the go).
+    let cmd = line(&err, "osb-spawn-timeline");
+    let cmd_names: Vec<&str> = cmd.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        cmd_names,
+        [
+            "init-signals",
+            "cmd-start",
+            "cmd-stdio",
+            "cmd-session",
+            "cmd-rlimits",
+            "cmd-identity",
+            "cmd-pdeath",
+            "cmd-landlock",
+            "cmd-fds",
+            "cmd-seccomp",
+            "exec",
+            "init-forget",
+        ],
+        "{err}"
+    );
+    assert!(cmd.windows(2).all(|w| w[0].1 <= w[1].1), "{cmd:?}");
 }
 
 #[test]

@@ -96,11 +96,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
         name,
         events: Some(ev_tx.clone()),
     };
+    tl.spawn_begins();
     let mut child = launch
         .pending
         .start(&prepared.sandbox, launch.check)
         .await
         .map_err(not_started)?;
+    tl.spawn_ended();
     let streams::Running {
         out_task,
         err_task,

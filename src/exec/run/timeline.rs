@@ -5,17 +5,20 @@
 
 use std::io::Write;
 
+use crate::sandbox::child::timeline as spawn_timeline;
 use crate::sandbox::run_timeline as rt;
 
 /// With `OSB_RUN_TIMELINE` set, `run` notes when each stage ended (CLOCK_MONOTONIC, the clock
 /// std's `Instant` reads) and prints them on one stderr line at the end (`osb-timeline`),
 /// then the CPU time up to each stamp (`osb-timeline-cpu`: this process's, all threads, and
 /// that of its reaped children, in ns), then the init's steps while it made the view
-/// (`osb-timeline-init`: when each ended, and the init's own CPU time then, in ns). The child
-/// never sees the variable: its environment is built from scratch. Costs nothing when the
-/// variable is unset.
+/// (`osb-timeline-init`: when each ended, and the init's own CPU time then, in ns), then the
+/// command's steps between the go and its exec (`osb-spawn-timeline`, as `serve` prints them:
+/// ns after the go, sandbox/child/timeline.rs). The child never sees the variable: its
+/// environment is built from scratch. Costs nothing when the variable is unset.
 pub(super) struct Timeline {
     on: bool,
+    spawn: Option<spawn_timeline::Stages>,
 }
 
 impl Timeline {
@@ -23,8 +26,23 @@ impl Timeline {
         let on = std::env::var_os("OSB_RUN_TIMELINE").is_some();
         if on {
             rt::enable();
+            spawn_timeline::enable();
         }
-        Timeline { on }
+        Timeline { on, spawn: None }
+    }
+
+    /// The command is about to be started: its steps are stamped from here.
+    pub(super) fn spawn_begins(&mut self) {
+        if self.on {
+            spawn_timeline::begin();
+        }
+    }
+
+    /// The command runs: its steps are read before anything else can stamp.
+    pub(super) fn spawn_ended(&mut self) {
+        if self.on {
+            self.spawn = spawn_timeline::take();
+        }
     }
 
     pub(super) fn stamp(&mut self, stage: &'static str) {
@@ -50,9 +68,10 @@ impl Timeline {
             .iter()
             .map(|(m, wall, cpu)| format!("{}={wall},{cpu}", m.name()))
             .collect();
+        let spawn = spawn_timeline::line(self.spawn.as_deref().unwrap_or_default());
         let _ = writeln!(
             std::io::stderr(),
-            "osb-timeline {}\nosb-timeline-cpu {}\nosb-timeline-init {}",
+            "osb-timeline {}\nosb-timeline-cpu {}\nosb-timeline-init {}\n{spawn}",
             wall.join(" "),
             cpu.join(" "),
             init.join(" ")
