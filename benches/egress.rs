@@ -167,12 +167,6 @@ fn run_client(inner: Option<&OwnedFd>, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// CPU seconds of this process's threads named `name`, in all.
-fn thread_cpu(name: &str) -> f64 {
-    let (user, sys) = thread_cpu_split(name);
-    user + sys
-}
-
 /// CPU seconds of this process's threads named `name`: (user, system).
 fn thread_cpu_split(name: &str) -> (f64, f64) {
     let (mut user, mut sys) = (0.0, 0.0);
