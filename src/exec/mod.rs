@@ -157,6 +157,14 @@ impl Sandbox {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Remove the cgroups dead supervisors left beside this sandbox's (once; see
+    /// `sandbox::cgroup::Root::sweep_stale`): for `run`, once its command is running.
+    pub fn sweep_stale_cgroups(&self) {
+        if let Some(root) = &self.inner.prepared.cgroups {
+            root.sweep_stale();
+        }
+    }
+
     /// Keep `obj` until the sandbox's last clone (the last exec of an old revision included)
     /// is gone: a service of this sandbox such as its egress proxy.
     pub fn attach(&self, obj: Arc<dyn std::any::Any + Send + Sync>) {

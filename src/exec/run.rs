@@ -112,6 +112,9 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     drop(ev_tx);
 
     tl.stamp("spawned");
+    // The command runs: clean up after dead supervisors beside it, not before it.
+    prepared.sandbox.sweep_stale_cgroups();
+    tl.stamp("stale-sweep");
     // A test sends SIGTERM here, between the spawn and the wait (see `Signals::install`).
     crate::pause::point("run-spawned");
     let waited = wait::wait(

@@ -286,15 +286,51 @@ fn canonical_set(paths: &[PathBuf]) -> BTreeSet<PathBuf> {
 /// (our user namespace shows root as the overflow uid) or with any doubt (an error other than
 /// "not found"), the path is kept too.
 pub fn absent_root_only_denies(policy: &FsPolicy) -> BTreeSet<PathBuf> {
+    // One answer per ancestor within this call: the default deny paths share their parents
+    // (/etc, /run, /) and each asked again costs a stat. Nothing is kept between calls: the
+    // second call must see the filesystem afresh.
+    let mut seen = Ancestors::default();
     policy
         .deny
         .iter()
-        .filter(|d| only_root_can_create(d))
+        .filter(|d| only_root_can_create(d, &mut seen))
         .cloned()
         .collect()
 }
 
-fn only_root_can_create(path: &Path) -> bool {
+/// What [`only_root_can_create`] asked of each ancestor, within one call of
+/// [`absent_root_only_denies`]: lstat, stat, and the canonical path.
+#[derive(Default)]
+struct Ancestors {
+    lstat: std::collections::HashMap<PathBuf, Option<std::fs::Metadata>>,
+    stat: std::collections::HashMap<PathBuf, Option<std::fs::Metadata>>,
+    real: std::collections::HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl Ancestors {
+    fn lstat(&mut self, p: &Path) -> Option<&std::fs::Metadata> {
+        self.lstat
+            .entry(p.to_path_buf())
+            .or_insert_with(|| p.symlink_metadata().ok())
+            .as_ref()
+    }
+
+    fn stat(&mut self, p: &Path) -> Option<&std::fs::Metadata> {
+        self.stat
+            .entry(p.to_path_buf())
+            .or_insert_with(|| p.metadata().ok())
+            .as_ref()
+    }
+
+    fn real(&mut self, p: &Path) -> Option<PathBuf> {
+        self.real
+            .entry(p.to_path_buf())
+            .or_insert_with(|| p.canonicalize().ok())
+            .clone()
+    }
+}
+
+fn only_root_can_create(path: &Path, seen: &mut Ancestors) -> bool {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         _ => return false,
@@ -302,14 +338,10 @@ fn only_root_can_create(path: &Path) -> bool {
     // The nearest ancestor that exists, then every directory above it, as written (lstat: a
     // link there could be replaced by whoever may write its directory, which is checked one
     // step up) and as resolved.
-    let Some(existing) = path
-        .ancestors()
-        .skip(1)
-        .find(|a| a.symlink_metadata().is_ok())
-    else {
+    let Some(existing) = path.ancestors().skip(1).find(|a| seen.lstat(a).is_some()) else {
         return false;
     };
-    let Ok(real) = existing.canonicalize() else {
+    let Some(real) = seen.real(existing) else {
         return false;
     };
     let root_only = |meta: &std::fs::Metadata| {
@@ -318,10 +350,10 @@ fn only_root_can_create(path: &Path) -> bool {
     };
     let written = existing
         .ancestors()
-        .all(|a| a.symlink_metadata().is_ok_and(|m| root_only(&m)));
+        .all(|a| seen.lstat(a).is_some_and(root_only));
     let resolved = real
         .ancestors()
-        .all(|a| a.metadata().is_ok_and(|m| m.is_dir() && root_only(&m)));
+        .all(|a| seen.stat(a).is_some_and(|m| m.is_dir() && root_only(m)));
     written && resolved
 }
 

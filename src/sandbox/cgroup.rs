@@ -15,10 +15,12 @@
 //! `openshell-sandbox-...`: older versions remove any empty group of that prefix older than a
 //! minute, a live idle supervisor's included, and must not see ours) and
 //! carries an exclusive flock on its directory, held for the supervisor's life. A group whose
-//! lock anyone can take has no live owner: its supervisor was SIGKILLed. A starting supervisor
-//! kills the members of such groups and removes them (never by age: an idle supervisor's empty
-//! groups are as live as a busy one's). `check` only looks ([`probe`]). Groups of older
-//! versions carry no lock, so nothing can prove them dead: they are left alone.
+//! lock anyone can take has no live owner: its supervisor was SIGKILLed. A supervisor kills the
+//! members of such groups and removes them (never by age: an idle supervisor's empty groups are
+//! as live as a busy one's), once per root, after its first exec is running
+//! ([`Root::sweep_stale`]): that cleanup need not hold up the command, which runs beside it
+//! instead. A root that never got that far sweeps when dropped. `check` only looks ([`probe`]).
+//! Groups of older versions carry no lock, so nothing can prove them dead: they are left alone.
 
 use std::fs::{self, File};
 use std::io;
@@ -61,6 +63,9 @@ pub struct Root {
     /// Whether a group is made ahead for a next exec. A one-command `run` has no next exec:
     /// it turns this off ([`Root::one_exec_only`]) and saves a mkdir and rmdir per hierarchy.
     spare_wanted: AtomicBool,
+    /// The parents still to be swept of dead supervisors' groups (with whether each is the
+    /// freezer hierarchy), until [`Root::sweep_stale`] takes them.
+    stale: Mutex<Vec<(PathBuf, bool)>>,
 }
 
 mod cpu;
@@ -77,8 +82,8 @@ use group::{Group, Kill};
 pub use probe::{CpuSupport, Offer, probe};
 use probe::{no_memory_v1, no_memory_v2};
 
-/// Find a place to create per-exec cgroups, creating our own base group there; first kill and
-/// remove the groups of dead supervisors found beside it.
+/// Find a place to create per-exec cgroups, creating our own base group there. The groups of
+/// dead supervisors beside it are removed later, by [`Root::sweep_stale`].
 pub fn detect() -> Option<Root> {
     detect_in(&System::real()?, Want::ALL)
 }
@@ -124,35 +129,37 @@ pub fn detect_in(sys: &System, want: Want) -> Option<Root> {
         && let Some(own) = sys.own_path("")
         && let Some((base, memory, lock)) = setup_v2(&sys.hierarchy("").join(own), &name)
     {
+        let parent = base.parent().unwrap_or(&base).to_path_buf();
         return Some(Root {
-            no_memory: (!memory).then(|| no_memory_v2(base.parent().unwrap_or(&base))),
+            no_memory: (!memory).then(|| no_memory_v2(&parent)),
             locks: Mutex::new(vec![(base.clone(), lock)]),
             layout: Layout::V2 { base, memory },
             spare: Default::default(),
             spare_wanted: AtomicBool::new(true),
+            stale: Mutex::new(vec![(parent, false)]),
         });
     }
     let pids_parent = sys.v1_parent("pids")?;
-    // The freezer first: there the stale groups' members are killed without a pid race.
     let freezer_parent = sys.v1_parent("freezer");
     let memory_parent = sys.v1_parent("memory");
-    let cpuacct_parent = sys.v1_parent("cpuacct");
+    let cpuacct_parent = sys.v1_parent_id("cpuacct");
     // Co-mounted (cpu,cpuacct): one directory serves both.
-    let cpu_parent = sys.v1_parent("cpu").filter(|c| {
-        cpuacct_parent.as_ref().is_none_or(|a| {
-            crate::sys::walk::canonical(a).ok() != crate::sys::walk::canonical(c).ok()
-        })
-    });
-    if let Some(f) = &freezer_parent {
-        sweep_stale(f, true);
-    }
-    sweep_stale(&pids_parent, false);
-    for m in [&memory_parent, &cpuacct_parent, &cpu_parent]
-        .into_iter()
-        .flatten()
-    {
-        sweep_stale(m, false);
-    }
+    let cpu_parent = sys
+        .v1_parent_id("cpu")
+        .filter(|(_, c)| cpuacct_parent.as_ref().is_none_or(|(_, a)| a != c))
+        .map(|(p, _)| p);
+    let cpuacct_parent = cpuacct_parent.map(|(p, _)| p);
+    // The freezer first: there the stale groups' members are killed without a pid race.
+    let stale = [
+        freezer_parent.clone().map(|f| (f, true)),
+        Some((pids_parent.clone(), false)),
+        memory_parent.clone().map(|m| (m, false)),
+        cpuacct_parent.clone().map(|m| (m, false)),
+        cpu_parent.clone().map(|m| (m, false)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let pids = pids_parent.join(&name);
     let mut locks = vec![(pids.clone(), own_dir(&pids).ok()?)];
     let mut own = |parent: Option<PathBuf>, needs: Option<&str>| {
@@ -185,6 +192,7 @@ pub fn detect_in(sys: &System, want: Want) -> Option<Root> {
         locks: Mutex::new(locks),
         spare: Default::default(),
         spare_wanted: AtomicBool::new(true),
+        stale: Mutex::new(stale),
     })
 }
 
@@ -204,7 +212,6 @@ fn setup_v2(cur: &Path, name: &str) -> Option<(PathBuf, bool, File)> {
         .filter(|c| ctrls.iter().any(|x| x == &c[1..]))
         .collect();
     fs::write(cur.join("cgroup.subtree_control"), want.join(" ")).ok()?;
-    sweep_stale(cur, false);
     let base = cur.join(name);
     let lock = own_dir(&base).ok()?;
     fs::write(base.join("cgroup.subtree_control"), want.join(" ")).ok()?;
@@ -269,12 +276,23 @@ impl Root {
     /// Make the next exec's group now, if none is waiting. A failure is not an error here: the
     /// next spawn tries again and reports it.
     pub fn make_spare(&self, limits: &Limits) {
+        self.sweep_stale();
         if !self.spare_wanted.load(Ordering::Relaxed) {
             return;
         }
         let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
         if spare.is_none() {
             *spare = ExecCgroup::create(self, limits).ok();
+        }
+    }
+
+    /// Kill the members of, and remove, the groups beside ours that no live supervisor owns
+    /// (see the module docs); the first call does, later ones find nothing left to do. Called
+    /// once an exec is running (its cost then overlaps the command's), and on drop.
+    pub fn sweep_stale(&self) {
+        let parents = std::mem::take(&mut *self.stale.lock().unwrap_or_else(|p| p.into_inner()));
+        for (parent, freezer) in parents {
+            sweep_stale(&parent, freezer);
         }
     }
 
@@ -605,6 +623,9 @@ impl Drop for Root {
         // The spare group lives inside ours: remove it first. The locks are released after
         // the directories are gone (the field drops after this body).
         drop(self.spare.lock().unwrap_or_else(|p| p.into_inner()).take());
+        // A root whose exec never ran still cleans up after dead supervisors (ours are
+        // locked: a sweep passes them by).
+        self.sweep_stale();
         // An exec group inside may still be on its way out (the process manager removes it
         // once the exec is reaped, which can come just after this): rmdir answers EBUSY until
         // then, so retry as for an exec group.

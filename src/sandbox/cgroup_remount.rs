@@ -69,6 +69,11 @@ pub fn copy_of(name: &str) -> Option<&'static Path> {
         .map(|(_, p)| p.as_path())
 }
 
+/// Whether start-up made any read-write copy (else every hierarchy is used at its mount).
+pub fn any_copy() -> bool {
+    STATE.get().is_some_and(|s| !s.copies.is_empty())
+}
+
 /// `path` for people: a path below a copy is shown below the mount point it copies.
 pub fn shown(path: &Path) -> String {
     if let Some(st) = STATE.get() {

@@ -72,9 +72,10 @@ fn probe_has_no_side_effects() {
     assert!(t.path().join("pids/openshell-owned-1-0-0").is_dir());
 }
 
-/// A stale (unlocked) group is removed at detection; a locked one (a live owner) is kept.
+/// A stale (unlocked) group is removed by the root's sweep (which detection leaves for once
+/// the first exec runs); a locked one (a live owner) is kept, and so is the root's own.
 #[test]
-fn detection_removes_only_unlocked_groups() {
+fn the_sweep_removes_only_unlocked_groups() {
     let (t, sys) = fake(
         "5:pids:/\n",
         &[
@@ -96,11 +97,61 @@ fn detection_removes_only_unlocked_groups() {
             .join("pids/openshell-owned-1-0-0/exec-1/cgroup.procs"),
     )
     .unwrap();
-    let _root = detect_in(&sys, Want::ALL).expect("a v1 root");
+    let root = detect_in(&sys, Want::ALL).expect("a v1 root");
+    // Detection alone does not sweep: that waits for the command to run.
+    assert!(t.path().join("pids/openshell-owned-1-0-0").is_dir());
+    root.sweep_stale();
     assert!(!t.path().join("pids/openshell-owned-1-0-0").exists());
     assert!(t.path().join("pids/openshell-owned-2-0-0").is_dir());
+    assert!(
+        root.bases()[0].is_dir(),
+        "the sweep removed its own root's group"
+    );
     // Older versions' groups carry no lock: nothing proves them dead.
     assert!(t.path().join("pids/openshell-sandbox-9-0-0").is_dir());
+}
+
+/// A root whose exec never ran (a run that failed before its command started) still sweeps,
+/// when it is dropped; in every hierarchy it was made in (the freezer's and memory's too).
+#[test]
+fn a_root_dropped_unswept_sweeps() {
+    let (t, sys) = fake(
+        "5:pids:/\n4:freezer:/\n3:memory:/\n",
+        &[
+            "pids",
+            "freezer",
+            "memory",
+            "pids/openshell-owned-1-0-0",
+            "freezer/openshell-owned-1-0-0",
+            "memory/openshell-owned-1-0-0",
+        ],
+        &[],
+    );
+    let root = detect_in(&sys, Want::ALL).expect("a v1 root");
+    drop(root);
+    for h in ["pids", "freezer", "memory"] {
+        assert_eq!(
+            fs::read_dir(t.path().join(h)).unwrap().count(),
+            0,
+            "{h}: a stale group, or ours, left"
+        );
+    }
+}
+
+/// Co-mounted `cpu,cpuacct` (both names links to one directory) is told apart from separate
+/// hierarchies by the directory's identity, without resolving either path: one CPU group is
+/// made there, not two.
+#[test]
+fn co_mounted_cpu_and_cpuacct_are_one_directory() {
+    let (t, sys) = fake("5:pids:/\n2:cpu,cpuacct:/\n", &["pids", "cpu,cpuacct"], &[]);
+    std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpu")).unwrap();
+    std::os::unix::fs::symlink("cpu,cpuacct", t.path().join("cpuacct")).unwrap();
+    let (cpu, acct) = (sys.v1_parent_id("cpu"), sys.v1_parent_id("cpuacct"));
+    assert_eq!(cpu.as_ref().map(|c| c.1), acct.as_ref().map(|a| a.1));
+    assert!(cpu.is_some());
+    let (_t, sys) = fake("2:cpuacct:/\n1:cpu:/\n", &["cpu", "cpuacct"], &[]);
+    let (cpu, acct) = (sys.v1_parent_id("cpu"), sys.v1_parent_id("cpuacct"));
+    assert_ne!(cpu.unwrap().1, acct.unwrap().1);
 }
 
 /// A failure halfway through making an exec's group removes what was made.

@@ -32,7 +32,7 @@ impl System {
     pub fn real() -> Option<System> {
         Some(System {
             mount: PathBuf::from("/sys/fs/cgroup"),
-            self_cgroup: fs::read_to_string("/proc/self/cgroup").ok()?,
+            self_cgroup: read_small("/proc/self/cgroup").ok()?,
         })
     }
 
@@ -58,7 +58,10 @@ impl System {
     /// `cpu` and `cpuacct` are links to `cpu,cpuacct`: the copy is found by the link's target.
     pub(super) fn hierarchy(&self, name: &str) -> PathBuf {
         let real = self.mount.join(name);
-        if self.mount != Path::new("/sys/fs/cgroup") {
+        // Without a copy (no read-only mount at start-up) every name is its mount: no link
+        // to read.
+        if self.mount != Path::new("/sys/fs/cgroup") || !crate::sandbox::cgroup_remount::any_copy()
+        {
             return real;
         }
         let target = match fs::read_link(&real) {
@@ -76,9 +79,35 @@ impl System {
 
     /// The v1 parent directory for `controller`, when that hierarchy is mounted and we are in it.
     pub(super) fn v1_parent(&self, controller: &str) -> Option<PathBuf> {
-        let p = self.hierarchy(controller).join(self.own_path(controller)?);
-        p.is_dir().then_some(p)
+        self.v1_parent_id(controller).map(|(p, _)| p)
     }
+
+    /// [`System::v1_parent`] with the directory's (device, inode): co-mounted controllers
+    /// (`cpu,cpuacct`) answer the same directory, found without resolving either path.
+    pub(super) fn v1_parent_id(&self, controller: &str) -> Option<(PathBuf, (u64, u64))> {
+        use std::os::unix::fs::MetadataExt;
+        let p = self.hierarchy(controller).join(self.own_path(controller)?);
+        let m = fs::metadata(&p).ok().filter(|m| m.is_dir())?;
+        Some((p, (m.dev(), m.ino())))
+    }
+}
+
+/// A small procfs file in one read(2) and the EOF: procfs reports a size of 0, so
+/// `read_to_string` starts from a 32-byte probe and reads /proc/self/cgroup in five steps.
+fn read_small(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = fs::File::open(path)?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(out).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 pub(super) const PREFIX: &str = "openshell-owned-";
