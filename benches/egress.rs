@@ -10,7 +10,8 @@
 //! The proxy runs as `run` and `serve` run it: with the interceptor (a sandbox CA made at
 //! start), so L4 CONNECTs are classified by their first bytes before they become raw tunnels.
 //!
-//! Run: `cargo bench --bench egress` (`make bench` runs it with the others).
+//! Run: `cargo bench --bench egress` (`make bench` runs it with the others); `-- --quick` for
+//! fewer samples, `-- --latency-only` for the connect + first byte rounds alone.
 //!
 //! The world is the egress tests': an outer network namespace made by this process with the
 //! upstream address 192.88.99.10 on its `lo` and no route anywhere (checked), and a sandbox
@@ -59,11 +60,10 @@ fn dial_via(proxy: Option<&str>, port: u16) -> TcpStream {
     };
     let mut s = TcpStream::connect(proxy).unwrap();
     s.set_nodelay(true).unwrap();
-    write!(
-        s,
-        "CONNECT up.test:{port} HTTP/1.1\r\nHost: up.test:{port}\r\n\r\n"
-    )
-    .unwrap();
+    // The head in one write, as curl sends it (the bench wrote it in five pieces, one segment
+    // each with TCP_NODELAY, until session 11: BENCHMARKS.md).
+    let head = format!("CONNECT up.test:{port} HTTP/1.1\r\nHost: up.test:{port}\r\n\r\n");
+    s.write_all(head.as_bytes()).unwrap();
     // As a real client (curl) reads a response head: into a buffer, as much as has come
     // (the bench read it a byte at a time until session 9: BENCHMARKS.md). The upstreams
     // speak only after the client's first byte, so nothing follows the head.
@@ -119,7 +119,7 @@ fn client(args: &[String]) {
         "idle" => {
             let n: usize = args[2].parse().unwrap();
             let held: Vec<TcpStream> = (0..n).map(|_| dial(true, IDLE)).collect();
-            println!("READY {}", held.len());
+            println!("READY {} {}", held.len(), held[0].local_addr().unwrap());
             std::io::stdout().flush().unwrap();
             let mut line = String::new();
             let _ = std::io::stdin().read_line(&mut line);
@@ -289,6 +289,7 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
+    let latency_only = args.iter().any(|a| a == "--latency-only");
     set_subreaper(true);
     // The upstream's CA joins the system bundle, in a mount namespace of this process's own
     // (made while it has one thread), so that the proxy trusts it as it would any root.
@@ -302,7 +303,7 @@ fn main() {
     std::fs::write(tmp.path().join("upstream-ca.pem"), &up_ca).unwrap();
     bind_over(&bundle, SYSTEM_BUNDLE);
     let dir = tmp.path().to_path_buf();
-    std::thread::spawn(move || world(quick, &dir, up_tls))
+    std::thread::spawn(move || world(quick, latency_only, &dir, up_tls))
         .join()
         .unwrap();
 }
@@ -352,7 +353,12 @@ fn bind_over(src: &std::path::Path, dst: &str) {
     }
 }
 
-fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) {
+fn world(
+    quick: bool,
+    latency_only: bool,
+    dir: &std::path::Path,
+    up_tls: Arc<rustls::ServerConfig>,
+) {
     let host = ns_ino("/proc/self/ns/net");
     // SAFETY: unshare affects this thread only: the outer namespace.
     assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
@@ -402,6 +408,7 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
     let rules = NetworkRules::compile(&from_yaml(&yaml).unwrap().network_policies).unwrap();
     let socks = egress::netns::open_in(inner.as_fd(), egress::netns::PROXY_ADDR).unwrap();
     let identity = Arc::new(egress::procfs::ProcIdentity::new(inner.as_fd(), socks.diag).unwrap());
+    let lookup = identity.clone();
     let resolver = Arc::new(egress::SandboxResolver {
         hosts: Some(hosts.clone()),
         system: false,
@@ -504,6 +511,13 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
         direct.len()
     );
 
+    lookups(quick, &inner, &*lookup);
+    if latency_only {
+        proxy_rt.block_on(fixed.shutdown());
+        proxy_rt.block_on(proxy.shutdown());
+        return;
+    }
+
     // 256 MiB downloads, interleaved; the proxy's CPU read around its own runs.
     // Each side's machine-wide busy CPU too (/proc/stat: both ends, the proxy, and the kernel's
     // network work wherever it ran), so the figure says what this machine's cores allow: when
@@ -565,7 +579,7 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
     BufReader::new(holder.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert_eq!(line.trim(), format!("READY {n}"));
+    assert!(line.starts_with(&format!("READY {n} ")), "{line}");
     std::thread::sleep(Duration::from_secs(1));
     let open = proxy.open_connections();
     let after = rss_kib();
@@ -578,6 +592,40 @@ fn world(quick: bool, dir: &std::path::Path, up_tls: Arc<rustls::ServerConfig>) 
     https(quick, dir, &inner, &proxy);
     proxy_rt.block_on(fixed.shutdown());
     proxy_rt.block_on(proxy.shutdown());
+}
+
+/// The identity lookup alone, on this thread (no hop, no proxy): one held tunnel's client
+/// looked up again and again, as each new connection of a process is.
+fn lookups(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
+    let mut holder = client_cmd(Some(inner), &["idle", "proxy", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let peer: SocketAddr = line
+        .trim()
+        .strip_prefix("READY 1 ")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    let local: SocketAddr = "10.200.0.1:3128".parse().unwrap();
+    let n = if quick { 300 } else { 1000 };
+    let mut took: Vec<f64> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            lookup.identify(peer, local, Instant::now()).unwrap();
+            t.elapsed().as_nanos() as f64 / 1000.0
+        })
+        .collect();
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    println!(
+        "identity lookup alone p50: {:.0} µs ({n} lookups of one connection)",
+        median(&mut took)
+    );
 }
 
 /// HTTPS through interception (`secure.bench`) against `tls: skip` (`raw.bench`).

@@ -23,6 +23,8 @@
 //! five idle tasks (v1, measured with a loop of 200 freezes and thaws).
 
 use std::fs;
+
+use super::proctext;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -107,27 +109,31 @@ impl Freezer {
     /// The group of `pid` to freeze, or `None` when it cannot be (no hierarchy, the root
     /// group, the supervisor's own or one above it).
     fn group_of(&self, pid: u32) -> Option<Group> {
-        // A zombie leader shows the root group: its live threads show where the process is.
-        let text = std::iter::once(format!("/proc/{pid}/cgroup"))
-            .chain(
-                fs::read_dir(format!("/proc/{pid}/task"))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|t| {
-                        format!(
-                            "/proc/{pid}/task/{}/cgroup",
-                            t.file_name().to_string_lossy()
-                        )
-                    }),
-            )
-            .filter_map(|f| fs::read_to_string(f).ok())
-            .find(|t| {
-                let (v1, v2) = paths(t);
-                v1.or(v2).is_some_and(|p| p != "/")
-            })
-            .or_else(|| fs::read_to_string(format!("/proc/{pid}/cgroup")).ok())?;
-        let (v1, v2) = paths(&text);
+        let placed = |t: &String| {
+            let (v1, v2) = paths(t);
+            v1.or(v2).is_some_and(|p| p != "/")
+        };
+        let text = match proctext::read_text(&format!("/proc/{pid}/cgroup")).ok() {
+            Some(t) if placed(&t) => t,
+            // A zombie leader shows the root group: its live threads show where the process
+            // is. A process whose threads all show the root is in the root (read once).
+            own => fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|t| {
+                    let tid = t.file_name();
+                    let tid = tid.to_string_lossy();
+                    proctext::read_text(&format!("/proc/{pid}/task/{tid}/cgroup")).ok()
+                })
+                .find(placed)
+                .or(own)?,
+        };
+        self.group_in(pid, &text)
+    }
+
+    fn group_in(&self, pid: u32, text: &str) -> Option<Group> {
+        let (v1, v2) = paths(text);
         let (h, path, is_v2) = match (&self.v1, v1, &self.v2, v2) {
             (Some(h), Some(p), _, _) => (h, p, false),
             (None, _, Some(h), Some(p)) => (h, p, true),

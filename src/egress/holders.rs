@@ -41,6 +41,7 @@ use std::time::Instant;
 
 use super::freeze::{Freezer, NotFrozen};
 use super::identity::ns_inode;
+use super::proctext;
 
 /// One process holding a socket: its thread-group id, and a task whose fd table holds it
 /// (the one to read the process through: a zombie leader has no `exe` of its own).
@@ -175,13 +176,10 @@ fn descendants_of_self() -> Option<Vec<u32>> {
 /// The children of every thread of `pid` (none for a process or thread that has exited).
 fn children(pid: u32) -> io::Result<Vec<u32>> {
     let mut out = Vec::new();
-    let mut text = String::new();
     for tid in tasks(pid) {
-        text.clear();
-        let read = fs::File::open(format!("/proc/{pid}/task/{tid}/children"))
-            .and_then(|mut f| io::Read::read_to_string(&mut f, &mut text));
-        match read {
-            Ok(_) => out.extend(
+        let path = format!("/proc/{pid}/task/{tid}/children");
+        match proctext::read_text(&path) {
+            Ok(text) => out.extend(
                 text.split_ascii_whitespace()
                     .filter_map(|p| p.parse::<u32>().ok()),
             ),
@@ -284,7 +282,7 @@ fn unix_inodes(members: &[(u32, u64)]) -> Option<HashSet<u64>> {
         if done.contains(ns) {
             continue;
         }
-        let text = fs::read_to_string(format!("/proc/{pid}/net/unix")).ok()?;
+        let text = proctext::read_text(&format!("/proc/{pid}/net/unix")).ok()?;
         // Num RefCount Protocol Flags Type St Inode [Path]
         out.extend(
             text.lines()

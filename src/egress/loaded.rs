@@ -32,6 +32,7 @@ use std::sync::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::identity::ns_inode;
+use super::proctext;
 
 /// Verdicts remembered at most; the table is cleared when full.
 const VERDICTS_MAX: usize = 4096;
@@ -67,14 +68,7 @@ const LOADER_VARS: [&str; 2] = ["LD_PRELOAD", "LD_AUDIT"];
 impl CodeCheck {
     /// What in `pid`'s environment asks the loader for more code, if anything.
     pub fn environment(&self, pid: u32) -> io::Result<Option<String>> {
-        let mut b = Vec::new();
-        io::Read::read_to_end(
-            &mut io::Read::take(
-                fs::File::open(format!("/proc/{pid}/environ"))?,
-                MAX_READ + 1,
-            ),
-            &mut b,
-        )?;
+        let b = proctext::read_bytes(&format!("/proc/{pid}/environ"), MAX_READ + 1)?;
         // The loader reads all of it (a raised stack limit allows more than the cut).
         if b.len() as u64 > MAX_READ {
             return Ok(Some(format!(
@@ -102,11 +96,9 @@ impl CodeCheck {
         let exe = fs::metadata(format!("/proc/{pid}/exe"))?;
         let mntns = ns_inode(pid, "mnt")?;
         let root = sandboxed_root(pid)?;
-        let mut text = String::new();
-        io::Read::read_to_string(
-            &mut io::Read::take(fs::File::open(format!("/proc/{pid}/maps"))?, MAX_READ + 1),
-            &mut text,
-        )?;
+        let text = proctext::read_bytes(&format!("/proc/{pid}/maps"), MAX_READ + 1)?;
+        let text =
+            String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // The rest is not read, and the process chooses what lies there (maps are in address
         // order, and it can put mappings below its own): more than the cut is evidence.
         if text.len() as u64 > MAX_READ {
@@ -285,7 +277,7 @@ fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64), root: bool) -> Option<Str
 /// capabilities, it cannot change uid). A root process without no_new_privs is none of a
 /// sandbox's (a test's client, the supervisor's own), and keeps the plain rule.
 fn sandboxed_root(pid: u32) -> io::Result<bool> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let status = proctext::read_text(&format!("/proc/{pid}/status"))?;
     let field = |name: &str| {
         status
             .lines()

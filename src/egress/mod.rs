@@ -19,7 +19,7 @@
 //!
 //! Layers, lowest first: `policy::network` (the compiled rules, no syscalls) < [`addr`],
 //! [`request`], [`response`], [`revision`], [`event`] (pure) < [`decide`] < [`identity`],
-//! [`sockdiag`], [`freeze`], [`holders`], [`loaded`], [`procfs`], [`resolve`], [`netns`] (the
+//! [`sockdiag`], [`freeze`], [`holders`], [`loaded`], [`procfs`], `proctext`, [`resolve`], [`netns`] (the
 //! system) < [`relay`], [`forward`] < [`proxy`].
 //! Nothing here imports `gateway`, `exec` or `sandbox`.
 
@@ -36,6 +36,7 @@ pub mod loaded;
 pub mod netns;
 pub mod prefixed;
 pub mod procfs;
+mod proctext;
 pub mod proxy;
 pub mod relay;
 pub mod request;

@@ -37,6 +37,7 @@ use super::freeze::{Freezer, NotFrozen};
 use super::holders::{self, Holder, Snapshot};
 use super::identity::{Caller, ExecKey, Identify, IdentityError, UntrustedCode, ns_inode};
 use super::loaded::CodeCheck;
+use super::proctext;
 pub use super::sockdiag::{SockDiag, tcp_table_inode};
 
 /// Ancestors followed at most (OpenShell's bound).
@@ -485,7 +486,7 @@ fn pin_or_check(
 /// `(ppid, starttime)` from `/proc/<pid>/stat`: the start time tells a process from a later
 /// one with the same pid.
 fn stat(pid: u32) -> Option<(u32, u64)> {
-    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let s = proctext::read_text(&format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses; the fields start after the last ')'.
     let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
     Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
@@ -502,7 +503,7 @@ fn is_parent(child: u32, parent: u32) -> bool {
 }
 
 fn ppid(pid: u32) -> Option<u32> {
-    let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let s = proctext::read_text(&format!("/proc/{pid}/status")).ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("PPid:"))
         .and_then(|v| v.trim().parse().ok())

@@ -129,7 +129,7 @@ const EGRESS_LAYERS: &[&[&str]] = &[
     // holders with the sandbox frozen, the code each may run), the sandbox's netns, DNS, the
     // interception CA.
     &[
-        "freeze", "holders", "loaded", "netns", "procfs", "resolve", "sockdiag", "tls",
+        "freeze", "holders", "loaded", "netns", "procfs", "proctext", "resolve", "sockdiag", "tls",
     ],
     // The decision on a connection.
     &["decide"],
