@@ -191,3 +191,43 @@ pub fn kill_all(
         None => members(leader, supervisor, registered),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Child, Command};
+
+    fn sleeper(group: Option<i32>) -> Child {
+        let mut c = Command::new("sleep");
+        c.arg("30");
+        if let Some(g) = group {
+            c.process_group(g);
+        }
+        c.spawn().unwrap()
+    }
+
+    /// Without a cgroup, a process in the leader's process group is the exec's even when
+    /// neither its parent chain nor its session leads to the leader: a command that took no
+    /// new session (`CommandGroup::Group`) shares the supervisor's session.
+    #[test]
+    fn a_member_of_the_leaders_process_group_is_the_execs() {
+        let mut leader = sleeper(Some(0));
+        let lpid = leader.id() as i32;
+        let mut member = sleeper(Some(lpid));
+        let mut outsider = sleeper(None);
+        // A "supervisor" with no children: no orphan of it to take.
+        let mut supervisor = sleeper(None);
+        let found = members(lpid, supervisor.id() as i32, &Registry::default());
+        let mut all = [&mut leader, &mut member, &mut outsider, &mut supervisor];
+        for c in all.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let found = found.unwrap();
+        assert!(found.contains(&lpid), "{found:?}");
+        assert!(found.contains(&(member.id() as i32)), "{found:?}");
+        assert!(!found.contains(&(outsider.id() as i32)), "{found:?}");
+        assert!(!found.contains(&(std::process::id() as i32)), "{found:?}");
+    }
+}
