@@ -89,10 +89,11 @@ fn run_without_terminal(
     }
     let child = c.spawn().unwrap();
     // SAFETY: getsid(0) has no preconditions.
+    let ours = unsafe { libc::getsid(0) };
     let session = if new_session {
         i64::from(child.id())
     } else {
-        i64::from(unsafe { libc::getsid(0) })
+        i64::from(ours)
     };
     (child.wait_with_output().unwrap(), session)
 }

@@ -25,8 +25,8 @@ struct Shared {
     manager: OnceLock<Manager>,
     reap_all: ReapAll,
     /// The supervisor had a controlling terminal when it started, read once from the kernel
-    /// (`group::has_controlling_terminal`). It gets none later: its ptys are opened with
-    /// O_NOCTTY (openpty), and it is not a process that opens terminals by name.
+    /// (`group::has_controlling_terminal`). A process gets one later only as a session leader
+    /// opening a terminal without O_NOCTTY; ours opens its ptys with O_NOCTTY (openpty).
     terminal: bool,
 }
 
