@@ -19,11 +19,12 @@ set -euo pipefail
 # pods; procps, coreutils: ps, timeout and friends in the test scripts; curl, python3-pip,
 # ca-certificates: the real clients of the egress tests (tests/egress_tools.rs,
 # tests/egress_l7.rs, tests/egress_run.rs, tests/egress_https_run.rs), pip against a local
-# index; python3-requests: the requests client of tests/egress_https_run.rs.
+# index; python3-requests: the requests client of tests/egress_https_run.rs; bsdutils:
+# `script`, the caller's terminal of tests/command_group.rs.
 PACKAGES=(
   busybox-static iproute2 util-linux python3 python3-venv gcc libc6-dev binutils make git
   nodejs openssh-client runc crun procps coreutils tar curl python3-pip python3-requests
-  ca-certificates
+  ca-certificates bsdutils
 )
 
 if [[ "${OSB_SKIP_TEST_DEPS:-}" == 1 ]]; then

@@ -234,7 +234,7 @@ impl Sandbox {
             &[],
             &cwd,
             [null()?, null()?, null()?],
-            false,
+            self.supervisor.command_group(false),
             None,
         )
         .map_err(|_| RunError::Usage("the command contains a NUL byte".into()))?
@@ -274,6 +274,7 @@ impl Sandbox {
     /// command's C data and awaits the reply.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<Child, RunError> {
         let parts = plan::Parts::new(
+            &self.supervisor,
             spec,
             &self.inner.policy.fs.workdir,
             self.inner.prepared.view.private_tmp(),

@@ -74,7 +74,7 @@ impl Sandbox {
                 ) => home::set(&mut spec.env, s.clone()),
                 _ => {}
             }
-            let parts = Parts::new(spec, &policy.fs.workdir, one.private_tmp())?;
+            let parts = Parts::new(supervisor, spec, &policy.fs.workdir, one.private_tmp())?;
             crate::sandbox::run_timeline::stamp("sn-exec-plan");
             match one.start(&policy, &parts.plan, supervisor.pidfd()) {
                 Ok((prepared, init, cgroup)) => {

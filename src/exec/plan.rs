@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::RunError;
 use super::spec::{SpawnSpec, Stdio};
+use super::supervisor::Supervisor;
 use crate::sandbox;
 use crate::sandbox::init::ExecPlan;
 
@@ -25,9 +26,10 @@ pub(super) struct Parts {
 }
 
 impl Parts {
-    /// `spec`'s command in a sandbox whose workdir is `workdir` and whose view has a private
-    /// /tmp (`private_tmp`).
+    /// `spec`'s command of `supervisor` in a sandbox whose workdir is `workdir` and whose view
+    /// has a private /tmp (`private_tmp`).
     pub(super) fn new(
+        supervisor: &Supervisor,
         spec: SpawnSpec,
         workdir: &Path,
         private_tmp: bool,
@@ -67,7 +69,7 @@ impl Parts {
             &env,
             &cwd,
             [stdin_child, stdout_child, stderr_child],
-            controlling_tty,
+            supervisor.command_group(controlling_tty),
             program_fd.clone(),
         )
         .and_then(|p| p.with_workdir(workdir))

@@ -1,5 +1,6 @@
 //! [`Supervisor`]: what the supervisor process holds once and hands to every sandbox it makes
-//! (its own pidfd, and the process manager), made by the subcommand at its start.
+//! (its own pidfd, whether it has a controlling terminal, and the process manager), made by
+//! the subcommand at its start.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -7,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::RunError;
 use super::manager::Manager;
+use crate::sandbox::child::group::{self, CommandGroup};
 use crate::sys::process::ReapAll;
 
 /// The supervisor's context, cheap to clone. One per process: [`Supervisor::new`] refuses a
@@ -22,6 +24,10 @@ struct Shared {
     /// Started on first use: `run`'s one exec usually needs none before its command runs.
     manager: OnceLock<Manager>,
     reap_all: ReapAll,
+    /// The supervisor had a controlling terminal when it started, read once from the kernel
+    /// (`group::has_controlling_terminal`). A process gets one later only as a session leader
+    /// opening a terminal without O_NOCTTY; ours opens its ptys with O_NOCTTY (openpty).
+    terminal: bool,
 }
 
 impl Supervisor {
@@ -41,6 +47,7 @@ impl Supervisor {
             pidfd,
             manager: OnceLock::new(),
             reap_all,
+            terminal: group::has_controlling_terminal(),
         })))
     }
 
@@ -54,6 +61,13 @@ impl Supervisor {
         self.0
             .manager
             .get_or_init(|| Manager::start(&self.0.reap_all, self.0.pidfd.clone()))
+    }
+
+    /// How a command of ours gets its own process group: a new session when it asks for a
+    /// controlling terminal (`controlling_tty`) or when we have one it must lose, else only a
+    /// group (`CommandGroup::decide`).
+    pub(super) fn command_group(&self, controlling_tty: bool) -> CommandGroup {
+        CommandGroup::decide(controlling_tty, self.0.terminal)
     }
 
     /// Whether the process manager was started already (it reaps every child of ours).

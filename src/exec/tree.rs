@@ -1,12 +1,13 @@
 //! Finding and signalling every process of one exec.
 //!
-//! The child is a session leader (setsid), so its pid is also its process group and session id.
-//! Descendants are found three ways, strongest first:
+//! The child leads a process group of its own (and, where it took a new session, that
+//! session: `sandbox::child::group`), so its pid is its process group's id, and its session's
+//! where it has one. Descendants are found three ways, strongest first:
 //! 1. the exec's cgroup, when there is one: exact, including daemons that changed session,
 //!    so nothing else is consulted; it is also signalled without a pid race (`cgroup.kill`,
 //!    or frozen around the read and the kill, see `sandbox::cgroup`);
 //! 2. otherwise, the process table: every process whose parent chain leads to the exec, or
-//!    that is in its session;
+//!    that is in its process group or its session;
 //! 3. orphans re-parented to the supervisor (we are a child subreaper) that are not the main
 //!    process of another exec. Without an init, the command is its exec's own subreaper
 //!    (`sandbox/init.rs`), so a double-forked daemon stays below the command while the exec
@@ -37,6 +38,7 @@ pub enum SweepError {
 
 struct ProcInfo {
     ppid: i32,
+    pgrp: i32,
     sid: i32,
 }
 
@@ -68,19 +70,19 @@ fn process_table() -> Result<HashMap<i32, ProcInfo>, SweepError> {
         if f.len() < 4 || f[0] == "Z" {
             continue;
         }
-        let (Ok(ppid), Ok(sid)) = (f[1].parse(), f[3].parse()) else {
+        let (Ok(ppid), Ok(pgrp), Ok(sid)) = (f[1].parse(), f[2].parse(), f[3].parse()) else {
             continue;
         };
-        out.insert(pid, ProcInfo { ppid, sid });
+        out.insert(pid, ProcInfo { ppid, pgrp, sid });
     }
     Ok(out)
 }
 
 /// Every live process of the exec rooted at `leader` (no cgroup), except the supervisor
 /// itself: from one /proc snapshot, every descendant of the roots (the leader, the members of
-/// its session, and orphans re-parented to the supervisor that are not another exec's main
-/// process), found in one breadth-first pass over a parent → children map. (An upward walk per
-/// process would find only the top of a deep daemon chain per round.)
+/// its process group and of its session, and orphans re-parented to the supervisor that are
+/// not another exec's main process), found in one breadth-first pass over a parent → children
+/// map. (An upward walk per process would find only the top of a deep daemon chain per round.)
 fn members(leader: i32, supervisor: i32, registered: &Registry) -> Result<Vec<i32>, SweepError> {
     let mut pids: Vec<i32> = Vec::new();
     let table = process_table()?;
@@ -92,7 +94,11 @@ fn members(leader: i32, supervisor: i32, registered: &Registry) -> Result<Vec<i3
         }
         children.entry(info.ppid).or_default().push(pid);
         let orphan = info.ppid == supervisor && pid != leader && !registered.is_exec(pid);
-        if pid == leader || info.sid == leader || orphan {
+        // A session is named by its leader's pid, and a group can be joined only from its
+        // own session: the leader's, or without a new session (`CommandGroup::Group`) the
+        // supervisor's, where only a process that could kill the exec's anyway (its caller's
+        // uid, in a degraded run with no PID namespace) could join it, and is swept with it.
+        if pid == leader || info.pgrp == leader || info.sid == leader || orphan {
             queue.push(pid);
         }
     }
@@ -183,5 +189,45 @@ pub fn kill_all(
             Ok(m)
         }
         None => members(leader, supervisor, registered),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Child, Command};
+
+    fn sleeper(group: Option<i32>) -> Child {
+        let mut c = Command::new("sleep");
+        c.arg("30");
+        if let Some(g) = group {
+            c.process_group(g);
+        }
+        c.spawn().unwrap()
+    }
+
+    /// Without a cgroup, a process in the leader's process group is the exec's even when
+    /// neither its parent chain nor its session leads to the leader: a command that took no
+    /// new session (`CommandGroup::Group`) shares the supervisor's session.
+    #[test]
+    fn a_member_of_the_leaders_process_group_is_the_execs() {
+        let mut leader = sleeper(Some(0));
+        let lpid = leader.id() as i32;
+        let mut member = sleeper(Some(lpid));
+        let mut outsider = sleeper(None);
+        // A "supervisor" with no children: no orphan of it to take.
+        let mut supervisor = sleeper(None);
+        let found = members(lpid, supervisor.id() as i32, &Registry::default());
+        let mut all = [&mut leader, &mut member, &mut outsider, &mut supervisor];
+        for c in all.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let found = found.unwrap();
+        assert!(found.contains(&lpid), "{found:?}");
+        assert!(found.contains(&(member.id() as i32)), "{found:?}");
+        assert!(!found.contains(&(outsider.id() as i32)), "{found:?}");
+        assert!(!found.contains(&(std::process::id() as i32)), "{found:?}");
     }
 }

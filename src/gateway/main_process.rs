@@ -294,9 +294,9 @@ impl Watch {
                 // First, so a signal request is never taken for a child that has exited.
                 biased;
                 info = child.wait() => break Ended::new(info),
-                // The sandbox core's signal for "this exec": the child leads its own session
-                // and process group, so that group is always included (and it never signals
-                // ids it no longer owns).
+                // The sandbox core's signal for "this exec": the child leads its own process
+                // group (and its own session on a pty), so that group is always included (and
+                // it never signals ids it no longer owns).
                 Some(sig) = sig_rx.recv() => child.signal_tree(sig),
                 _ = &mut deadline => {
                     tracing::warn!("main process hit --timeout; terminating");

@@ -81,6 +81,7 @@ steps! {
     Chdir => "change to the working directory",
     Subreaper => "become the child subreaper of the exec",
     Setsid => "setsid",
+    Setpgid => "setpgid (the command's own process group)",
     ControllingTty => "make the pty the controlling terminal",
     Rlimit => "setrlimit",
     ClearAmbient => "clear ambient capabilities",

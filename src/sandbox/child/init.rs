@@ -67,7 +67,7 @@ pub struct ExecPlan {
     cwd: CString,
     /// The child's ends of stdin, stdout, stderr.
     stdio: [OwnedFd; 3],
-    controlling_tty: bool,
+    group: super::group::CommandGroup,
     /// Exec this open file (execveat, AT_EMPTY_PATH) instead of a candidate: our own binary for
     /// the sftp-server mode, which the sandbox may not open by name.
     program_fd: Option<std::sync::Arc<OwnedFd>>,
@@ -91,7 +91,7 @@ impl ExecPlan {
         env: &[(OsString, OsString)],
         cwd: &std::path::Path,
         stdio: [OwnedFd; 3],
-        controlling_tty: bool,
+        group: super::group::CommandGroup,
         program_fd: Option<std::sync::Arc<OwnedFd>>,
     ) -> Result<ExecPlan, NulError> {
         let owned_argv = argv
@@ -127,7 +127,7 @@ impl ExecPlan {
             _envp: owned_envp,
             cwd: CString::new(cwd.as_os_str().as_bytes())?,
             stdio,
-            controlling_tty,
+            group,
             program_fd,
             workdir: CString::default(),
             landlock: None,
@@ -716,8 +716,7 @@ unsafe fn command_main(
             fail(ChildError::last(Step::Subreaper), err_w);
         }
         let own = plan.landlock.as_ref();
-        if let Err(e) = super::enforce_in_child(p, own, join, plan.controlling_tty, parent, workdir)
-        {
+        if let Err(e) = super::enforce_in_child(p, own, join, plan.group, parent, workdir) {
             fail(e, err_w);
         }
         match &plan.program_fd {

@@ -24,7 +24,10 @@
 //! **The command** (`command_main` in init.rs, then [`enforce_in_child`]):
 //! 1. stdio onto 0..2, the view (only without an init), the working directory, and without
 //!    an init the child-subreaper bit;
-//! 2. session and, for a pty, the controlling terminal, while we can still fail cheaply;
+//! 2. a process group of its own: a new session (and, for a pty, the controlling terminal)
+//!    where the exec asks for a pty or the supervisor has a terminal for it to lose, else
+//!    only its own group (`group.rs` says why that is the same, less a scheduler autogroup);
+//!    while we can still fail cheaply;
 //! 3. join the exec's cgroup (only without an init, which joined it for the whole namespace);
 //! 4. rlimits: lowering needs no privilege, but comes before anything the child could race;
 //! 5. identity: ambient set cleared, securebits and the bounding set (they need CAP_SETPCAP,
@@ -44,6 +47,7 @@
 //!     above; execve itself stays allowed;
 //! 11. execve of each candidate of the program in turn (the PATH search, inside the view).
 
+pub mod group;
 pub mod init;
 pub mod process;
 mod signals;
@@ -60,7 +64,7 @@ use timeline::{Mark, mark};
 /// shared one (`ExecPlan::with_ruleset`). `parent`: the pid `getppid()` must return once the parent-death signal is armed
 /// (1 inside the exec's PID namespace, where our init is the parent; the supervisor's pid
 /// otherwise). `join`: the cgroup to join here (only when there is no init, which joins it for
-/// the whole namespace).
+/// the whole namespace). `group`: how the command gets its own process group.
 ///
 /// # Safety
 /// Only in a forked, single-threaded child about to execve (the command): it changes the
@@ -71,11 +75,11 @@ pub unsafe fn enforce_in_child(
     p: &Prepared,
     own: Option<&super::landlock::PreparedRuleset>,
     join: Option<&cgroup::ExecCgroup>,
-    controlling_tty: bool,
+    group: group::CommandGroup,
     parent: libc::pid_t,
     workdir: Option<&std::ffi::CStr>,
 ) -> Result<(), ChildError> {
-    process::enforce_session(controlling_tty)?;
+    process::enforce_session(group)?;
     mark(Mark::CommandSession);
     if let Some(cg) = join {
         cg.join()

@@ -1,19 +1,30 @@
-//! Process layer: session, parent-death signal, file descriptors, signal dispositions and the
+//! Process layer: process group or session, parent-death signal, file descriptors, signal dispositions and the
 //! controlling tty in the child; subreaper and non-dumpable in the supervisor.
 
+use super::group::CommandGroup;
 use crate::sandbox::step::{ChildError, Step};
 
-/// Child side, first step: own session and process group (signals to the group reach the
-/// whole tree, and the child loses the supervisor's controlling terminal), then the pty as
-/// controlling terminal when asked. Async-signal-safe.
-pub fn enforce_session(controlling_tty: bool) -> Result<(), ChildError> {
+/// Child side, first step: a process group of its own, in a new session or not as `group`
+/// says (see [`CommandGroup`]: signals to the group reach the whole tree, and a new session
+/// loses the supervisor's controlling terminal), then the pty as controlling terminal when
+/// asked. Async-signal-safe.
+pub fn enforce_session(group: CommandGroup) -> Result<(), ChildError> {
     // SAFETY: raw syscalls with integer arguments.
     unsafe {
-        if libc::setsid() < 0 {
-            return Err(ChildError::last(Step::Setsid));
-        }
-        if controlling_tty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-            return Err(ChildError::last(Step::ControllingTty));
+        match group {
+            CommandGroup::Group => {
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(ChildError::last(Step::Setpgid));
+                }
+            }
+            CommandGroup::Session { tty } => {
+                if libc::setsid() < 0 {
+                    return Err(ChildError::last(Step::Setsid));
+                }
+                if tty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(ChildError::last(Step::ControllingTty));
+                }
+            }
         }
     }
     Ok(())

@@ -24,8 +24,9 @@ pub const FORWARDED: [libc::c_int; 6] = [
 /// the host) goes to every process of the namespace.
 const TO_JOB: u64 = 0x6f73_625f_6a6f_6221;
 
-/// The command's pid in the namespace, which is its process group too (it is a session
-/// leader, and a session leader cannot change its group). Set by the init before it unblocks
+/// The command's pid in the namespace, which is its process group too (it made its own group
+/// before anything of it ran, `group.rs`; a command that later moves to a group of its own
+/// processes only misses what `run` forwards). Set by the init before it unblocks
 /// [`FORWARDED`]; 0 before.
 pub(super) static COMMAND: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
