@@ -188,9 +188,18 @@ fn tty_run(extra: &[&str], script: &str, end: impl FnOnce(&Child, &Path)) -> (Op
         wait_for_file(&wd.path().join("ready"), 20),
         "the child never started"
     );
-    let during = tty_state(slave.as_raw_fd());
+    // `run` makes the caller's terminal raw once it has seen the command exec (streams.rs),
+    // so a command that is quick to start can write `ready` a moment before: wait for raw
+    // mode, bounded, rather than read the terminal once.
+    let cooked = |t: &TtyState| t.termios.c_lflag & (libc::ICANON | libc::ECHO | libc::ISIG);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut during = tty_state(slave.as_raw_fd());
+    while cooked(&during) != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        during = tty_state(slave.as_raw_fd());
+    }
     assert_eq!(
-        during.termios.c_lflag & (libc::ICANON | libc::ECHO | libc::ISIG),
+        cooked(&during),
         0,
         "the caller's terminal is not raw while --tty runs"
     );
