@@ -576,15 +576,7 @@ fn world(
     let n = 1000;
     std::thread::sleep(Duration::from_millis(500));
     let before = rss_kib();
-    let mut holder = client_cmd(Some(&inner), &["idle", "proxy", &n.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut holder, line) = hold_idle(&inner, n);
     assert!(line.starts_with(&format!("READY {n} ")), "{line}");
     std::thread::sleep(Duration::from_secs(1));
     let open = proxy.open_connections();
@@ -600,10 +592,10 @@ fn world(
     proxy_rt.block_on(proxy.shutdown());
 }
 
-/// The identity lookup alone, on this thread (no hop, no proxy): one held tunnel's client
-/// looked up again and again, as each new connection of a process is.
-fn lookups(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
-    let mut holder = client_cmd(Some(inner), &["idle", "proxy", "1"])
+/// A client holding `n` idle tunnels through the proxy until its stdin closes, and its
+/// `READY` line.
+fn hold_idle(inner: &OwnedFd, n: usize) -> (std::process::Child, String) {
+    let mut holder = client_cmd(Some(inner), &["idle", "proxy", &n.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -612,6 +604,13 @@ fn lookups(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
     BufReader::new(holder.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    (holder, line)
+}
+
+/// The identity lookup alone, on this thread (no hop, no proxy): one held tunnel's client
+/// looked up again and again, as each new connection of a process is.
+fn lookups(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
+    let (mut holder, line) = hold_idle(inner, 1);
     let peer: SocketAddr = line
         .trim()
         .strip_prefix("READY 1 ")

@@ -104,6 +104,17 @@ fn probe_file(wd: &Workdir) -> String {
     p.to_str().unwrap().to_string()
 }
 
+/// The probed command leads a session and its process group.
+fn assert_leads_a_session(res: &serde_json::Value) {
+    let pid = res["pid"].as_i64().unwrap();
+    assert_eq!(
+        res["sid"].as_i64(),
+        Some(pid),
+        "not a session leader: {res}"
+    );
+    assert_eq!(res["pgrp"].as_i64(), Some(pid), "{res}");
+}
+
 fn assert_own_group_no_session(res: &serde_json::Value) {
     let pid = res["pid"].as_i64().unwrap();
     assert_eq!(
@@ -227,13 +238,7 @@ fn under_a_terminal_the_command_takes_a_new_session_without_the_terminal() {
         "script gave the caller no terminal: {stdout:?}"
     );
     let res = probe_result(&stdout);
-    let pid = res["pid"].as_i64().unwrap();
-    assert_eq!(
-        res["sid"].as_i64(),
-        Some(pid),
-        "not a session leader: {res}"
-    );
-    assert_eq!(res["pgrp"].as_i64(), Some(pid), "{res}");
+    assert_leads_a_session(&res);
     assert_eq!(
         res["tty_nr"].as_i64(),
         Some(0),
@@ -262,13 +267,7 @@ fn on_a_pty_the_command_leads_a_session_whose_terminal_is_the_pty() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout} {}", text(&out.stderr));
     let res = probe_result(&stdout);
-    let pid = res["pid"].as_i64().unwrap();
-    assert_eq!(
-        res["sid"].as_i64(),
-        Some(pid),
-        "not a session leader: {res}"
-    );
-    assert_eq!(res["pgrp"].as_i64(), Some(pid), "{res}");
+    assert_leads_a_session(&res);
     assert_ne!(
         res["tty_nr"].as_i64(),
         Some(0),
