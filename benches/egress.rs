@@ -595,7 +595,13 @@ fn world(
 /// A client holding `n` idle tunnels through the proxy until its stdin closes, and its
 /// `READY` line.
 fn hold_idle(inner: &OwnedFd, n: usize) -> (std::process::Child, String) {
-    let mut holder = client_cmd(Some(inner), &["idle", "proxy", &n.to_string()])
+    hold(inner, &["idle", "proxy", &n.to_string()])
+}
+
+/// A client in the sandbox's namespace run with `args`, holding what it opened until its stdin
+/// closes, and its first line (`READY ...`).
+fn hold(inner: &OwnedFd, args: &[&str]) -> (std::process::Child, String) {
+    let mut holder = client_cmd(Some(inner), args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -713,18 +719,7 @@ fn https(quick: bool, dir: &std::path::Path, inner: &OwnedFd, proxy: &egress::Pr
     let n = 1000;
     std::thread::sleep(Duration::from_millis(500));
     let before = rss_kib();
-    let mut holder = client_cmd(
-        Some(inner),
-        &["tls", "hold", "secure.bench", sca, &n.to_string()],
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(holder.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut holder, line) = hold(inner, &["tls", "hold", "secure.bench", sca, &n.to_string()]);
     assert_eq!(line.trim(), format!("READY {n}"));
     std::thread::sleep(Duration::from_secs(1));
     let open = proxy.open_connections();
