@@ -40,32 +40,6 @@ fn run_raw_in(workdir: &std::path::Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// A child that is killed and reaped when the test ends, passed or not: a failed assertion
-/// must not leave a run behind.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if self.0.try_wait().ok().flatten().is_none() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-impl std::ops::Deref for Reaped {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Reaped {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
 fn wait_bounded(c: &mut Child, secs: u64) -> Option<ExitStatus> {
     let end = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < end {

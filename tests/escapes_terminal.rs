@@ -173,17 +173,19 @@ fn tty_run(extra: &[&str], script: &str, end: impl FnOnce(&Child, &Path)) -> (Op
     let slave: OwnedFd = pty.slave;
     let _master = pty.master;
     let before = tty_state(slave.as_raw_fd());
-    let mut c = Command::new(BIN)
-        .args(["run", "-q", "--tty", "--workdir"])
-        .arg(wd.path())
-        .args(extra)
-        .args(["--", "/bin/sh", "-c", script])
-        .current_dir(wd.path())
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut c = Reaped(
+        Command::new(BIN)
+            .args(["run", "-q", "--tty", "--workdir"])
+            .arg(wd.path())
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", script])
+            .current_dir(wd.path())
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     assert!(
         wait_for_file(&wd.path().join("ready"), 20),
         "the child never started"

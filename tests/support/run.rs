@@ -204,6 +204,32 @@ pub fn wait_for_file(p: &Path, secs: u64) -> bool {
     false
 }
 
+/// A child that is killed and reaped when the test ends, passed or not: a failed assertion
+/// must not leave a run (and the command inside it) behind.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 /// The exit status of `c` within `secs`; otherwise it is killed and reaped, and `None`.
 pub fn wait_exit(c: &mut Child, secs: u64) -> Option<std::process::ExitStatus> {
     let end = Instant::now() + Duration::from_secs(secs);
