@@ -53,12 +53,12 @@ impl Resolve for SandboxResolver {
             if let Some(path) = &self.hosts {
                 let found = match open_hosts(path) {
                     Ok((f, len)) if len <= INLINE_HOSTS_BYTES => {
-                        read_open(f).map(|t| hosts_lookup(&t, host))
+                        read_open(f, len).map(|t| hosts_lookup(&t, host))
                     }
-                    Ok((f, _)) => {
+                    Ok((f, len)) => {
                         let name = host.to_string();
                         tokio::task::spawn_blocking(move || {
-                            read_open(f).map(|t| hosts_lookup(&t, &name))
+                            read_open(f, len).map(|t| hosts_lookup(&t, &name))
                         })
                         .await
                         .map_err(|e| ResolveError::Lookup(std::io::Error::other(e)))?
@@ -100,7 +100,8 @@ const INLINE_HOSTS_BYTES: u64 = 64 << 10;
 
 /// Read a hosts file the sandbox may control (see the module doc).
 pub fn read_hosts(path: &std::path::Path) -> std::io::Result<String> {
-    read_open(open_hosts(path)?.0)
+    let (f, len) = open_hosts(path)?;
+    read_open(f, len)
 }
 
 /// Open a hosts file the sandbox may control: no final symlink followed, non-blocking (a
@@ -117,9 +118,13 @@ fn open_hosts(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
     Ok((f, m.len()))
 }
 
-/// At most [`MAX_HOSTS_BYTES`] of an opened hosts file.
-fn read_open(f: std::fs::File) -> std::io::Result<String> {
-    let mut buf = Vec::new();
+/// At most [`MAX_HOSTS_BYTES`] of an opened hosts file whose size was `len` when opened. The
+/// buffer has room for that size and one byte more, so a file that has not changed is read
+/// in one read(2) and the one that returns 0 (from an empty buffer `read_to_end` starts at 32
+/// bytes and doubles: a dozen reads per connection for a few KiB). A file that grew since is
+/// still read to its end or the limit.
+fn read_open(f: std::fs::File, len: u64) -> std::io::Result<String> {
+    let mut buf = Vec::with_capacity(len.min(MAX_HOSTS_BYTES) as usize + 1);
     f.take(MAX_HOSTS_BYTES).read_to_end(&mut buf)?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
@@ -200,5 +205,31 @@ mod tests {
         std::os::unix::fs::symlink(&real, &link).unwrap();
         assert!(read_hosts(&link).is_err());
         assert_eq!(read_hosts(&real).unwrap(), "1.2.3.4 x\n");
+    }
+
+    /// A hosts file that grows or shrinks between the open and the read is read as it is
+    /// then, to its end or the limit: the size at the open only sizes the buffer.
+    #[test]
+    fn a_file_that_changed_after_the_open_is_read_as_it_is() {
+        use std::io::Write;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("hosts");
+        std::fs::write(&p, "1.2.3.4 a\n").unwrap();
+        let (f, len) = open_hosts(&p).unwrap();
+        let mut w = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        w.write_all(&b"5.6.7.8 b\n".repeat(1000)).unwrap();
+        let t = read_open(f, len).unwrap();
+        assert_eq!(t.len(), 10 + 10 * 1000);
+        assert_eq!(
+            hosts_lookup(&t, "b"),
+            ["5.6.7.8".parse::<IpAddr>().unwrap()]
+        );
+        let (f, len) = open_hosts(&p).unwrap();
+        std::fs::write(&p, "9.9.9.9 c\n").unwrap();
+        assert_eq!(read_open(f, len).unwrap(), "9.9.9.9 c\n");
+        let big = d.path().join("big");
+        std::fs::write(&big, vec![b'#'; MAX_HOSTS_BYTES as usize + 10]).unwrap();
+        let (f, len) = open_hosts(&big).unwrap();
+        assert_eq!(read_open(f, len).unwrap().len(), MAX_HOSTS_BYTES as usize);
     }
 }
