@@ -74,7 +74,7 @@ mod owner;
 mod system;
 use owner::{own_dir, sweep_stale};
 pub use system::{CgroupError, System};
-use system::{PREFIX, counter, remove_dir_retrying, v2_controllers, write_file};
+use system::{PREFIX, counter, remove_base, remove_dir_retrying, v2_controllers, write_file};
 mod probe;
 use cpu::CpuWatch;
 pub use cpu::{CPU_KILL_AFTER, CPU_POLL, CpuMeter};
@@ -626,11 +626,10 @@ impl Drop for Root {
         // A root whose exec never ran still cleans up after dead supervisors (ours are
         // locked: a sweep passes them by).
         self.sweep_stale();
-        // An exec group inside may still be on its way out (the process manager removes it
-        // once the exec is reaped, which can come just after this): rmdir answers EBUSY until
-        // then, so retry as for an exec group.
+        // An exec group inside may still be there (the process manager removes it once the
+        // exec is reaped, which can come just after this): see `remove_base`.
         for b in self.bases() {
-            remove_dir_retrying(b);
+            remove_base(b);
         }
     }
 }

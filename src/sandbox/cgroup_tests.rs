@@ -220,3 +220,35 @@ fn v1_root_skips_the_hierarchies_no_limit_needs() {
     };
     assert!(Want::for_limits(&limits).cpu);
 }
+
+/// On the real cgroup tree: a root dropped while the group of its (reaped, so empty) exec is
+/// still held elsewhere, as the process manager holds it until it hears of the reap, removes
+/// that group itself and then its own, instead of waiting for the holder (rmdir of a base with
+/// a group inside is EBUSY; before, the drop slept and retried for 0.1 s, then left the base
+/// behind); the group's own drop later finds it gone.
+#[test]
+fn a_root_dropped_before_its_empty_exec_group_removes_both() {
+    // SAFETY: geteuid has no preconditions.
+    let root_user = unsafe { libc::geteuid() } == 0;
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    if !root_user {
+        assert!(!ci, "this test needs root (real cgroups); CI=true fails it");
+        eprintln!("SKIPPED: this test needs root (real cgroups)");
+        return;
+    }
+    let Some(root) = detect() else {
+        assert!(!ci, "no usable cgroup hierarchy; CI=true fails it");
+        eprintln!("SKIPPED: no usable cgroup hierarchy here");
+        return;
+    };
+    root.one_exec_only();
+    let cg = root.take_exec(&crate::policy::Limits::default()).unwrap();
+    let bases: Vec<PathBuf> = root.bases().iter().map(|b| b.to_path_buf()).collect();
+    let dirs = cg.dirs.clone();
+    assert!(dirs.iter().all(|d| d.is_dir()), "{dirs:?}");
+    drop(root);
+    for d in bases.iter().chain(&dirs) {
+        assert!(!d.exists(), "{} is left", d.display());
+    }
+    drop(cg);
+}

@@ -440,14 +440,18 @@ fn open(what: &'static str, path: String, flags: i32) -> Result<OwnedFd, ViewErr
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The view that `run`'s exec init made itself (namespaces/in_init.rs), from its report and
-/// the network namespace the supervisor made meanwhile ([`net_ns_here`]; `None`: not asked
-/// for). Nothing to join; the Landlock rules of the tmpfs roots are the init's.
+/// The view that `run`'s exec init `init` made itself (namespaces/in_init.rs), from its
+/// report and the network namespace the supervisor made meanwhile ([`net_ns_here`]; `None`:
+/// not asked for). Nothing to join; the Landlock rules of the tmpfs roots are the init's. The
+/// view's mount namespace is torn down beside the supervisor's end of the run
+/// ([`tear_down_beside`]).
 pub(in crate::sandbox) fn view_of_init(
     rep: &HelperReport,
     plan: &ViewPlan,
     net: Option<Result<OwnedFd, ChildError>>,
+    init: libc::pid_t,
 ) -> ViewMade {
+    tear_down_beside(init);
     let mut outcomes = rep.outcomes();
     match &net {
         Some(Ok(_)) => outcomes[Kind::Net.index()] = Outcome::Made,
@@ -489,6 +493,42 @@ pub(in crate::sandbox) fn view_of_init(
         view,
         ipc_limits: rep.ipc_limits_error(),
     }
+}
+
+/// Hold the mount namespace of `run`'s exec init `pid` (alive, and our unreaped child, so the
+/// pid is its own) until the init has exited, then close it on a thread of its own.
+///
+/// The last holder of a mount namespace pays its teardown: every mount of the view unmounted,
+/// and namespace_unlock's wait for an RCU grace period. The init, as that holder, paid it in
+/// its exit, before it became a zombie, so before the supervisor could reap it and go on to
+/// its report; held here, the teardown runs on the other core beside that end of the run (the
+/// process still waits for the thread when it exits). Best effort: without the descriptor or
+/// the thread, the init's exit pays it as before.
+fn tear_down_beside(pid: libc::pid_t) {
+    let Ok(mnt) = open(
+        "the exec's mount namespace",
+        format!("/proc/{pid}/ns/mnt"),
+        libc::O_RDONLY,
+    ) else {
+        return;
+    };
+    let Ok(pidfd) = crate::sys::process::pidfd_open(pid) else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("view-teardown".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let mut pfd = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // A pidfd reads ready once its process has exited.
+            // SAFETY: poll on one pollfd on our stack.
+            while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 && errno() == libc::EINTR {}
+            drop(mnt);
+        });
 }
 
 /// `run`'s network namespace, made by the calling thread while the exec's init builds the

@@ -234,7 +234,7 @@ impl One {
             return Err(Fallback("a missing deny path appeared".into()).into());
         }
         stamp("sn-absent-after");
-        let made = view_of_init(&rep, &planned.plan, net);
+        let made = view_of_init(&rep, &planned.plan, net, init.pid());
         let private_net = planned.plan.private_net();
         let short: Vec<Kind> = Kind::ALL
             .into_iter()

@@ -147,6 +147,27 @@ pub(super) fn remove_dir_retrying(d: &Path) {
     }
 }
 
+/// Remove one of our base groups. rmdir answers EBUSY while a group is left inside, and the
+/// exec group of a `run` is removed by the process manager's thread once it hears that the
+/// exec was reaped, which can come just after this (on a busy machine, often): rather than
+/// sleep until then, remove the empty groups inside first. A group whose processes are still
+/// exiting stays EBUSY and is waited for as before; the manager's own rmdir of a group removed
+/// here finds it gone (ENOENT) and is done.
+pub(super) fn remove_base(b: &Path) {
+    match fs::remove_dir(b) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+        _ => return,
+    }
+    if let Ok(dir) = fs::read_dir(b) {
+        for c in dir.flatten() {
+            if c.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = fs::remove_dir(c.path());
+            }
+        }
+    }
+    remove_dir_retrying(b);
+}
+
 pub(super) fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
     let err = |source| CgroupError::Write {
         path: path.to_path_buf(),
