@@ -559,6 +559,9 @@ fn latency(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
     lookups(quick, inner, lookup);
 }
 
+/// A relay's CPU seconds so far: (user, system).
+type CpuSplit = dyn Fn() -> (f64, f64);
+
 /// 256 MiB downloads.
 fn downloads(quick: bool, inner: &OwnedFd) {
     // 256 MiB downloads, interleaved: direct, through the proxy, and through the yardstick
@@ -570,7 +573,7 @@ fn downloads(quick: bool, inner: &OwnedFd) {
     // direct's CPU per byte over its own.
     let runs = if quick { 2 } else { 5 };
     let proxy_cpu = || thread_cpu_split("egress-proxy");
-    let sides: [(&str, Option<&dyn Fn() -> (f64, f64)>); 3] = [
+    let sides: [(&str, Option<&CpuSplit>); 3] = [
         ("direct", None),
         ("proxy", Some(&proxy_cpu)),
         ("yard", Some(&yardstick::cpu)),
