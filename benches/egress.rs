@@ -1,5 +1,6 @@
 //! The egress proxy against a direct connection to the same upstream, side by side in one
-//! run (as root): connect + first byte p50, a 256 MiB download's throughput, the proxy's CPU
+//! run (as root): connect + first byte p50, a 256 MiB download's throughput (and through the
+//! simplest relay one could write, `egress_parts/yardstick.rs`, as a yardstick), the proxy's CPU
 //! per GiB carried, the whole machine's CPU per GiB on each side (and, when the direct side
 //! keeps every core busy, the ratio the cores allow), and the proxy's memory per 1000 idle
 //! tunnels. Then HTTPS through the
@@ -11,7 +12,8 @@
 //! start), so L4 CONNECTs are classified by their first bytes before they become raw tunnels.
 //!
 //! Run: `cargo bench --bench egress` (`make bench` runs it with the others); `-- --quick` for
-//! fewer samples, `-- --latency-only` for the connect + first byte rounds alone.
+//! fewer samples, `-- --latency-only` for the connect + first byte rounds alone,
+//! `-- --download-only` for the 256 MiB downloads alone.
 //!
 //! The world is the egress tests': an outer network namespace made by this process with the
 //! upstream address 192.88.99.10 on its `lo` and no route anywhere (checked), and a sandbox
@@ -34,6 +36,8 @@ use openshell_sandbox::egress::{self, PolicyHandle, ProxyConfig};
 
 #[path = "egress_parts/tls.rs"]
 mod tls;
+#[path = "egress_parts/yardstick.rs"]
+mod yardstick;
 use openshell_sandbox::policy::network::NetworkRules;
 use openshell_sandbox::policy::openshell::from_yaml;
 
@@ -86,6 +90,7 @@ fn client(args: &[String]) {
     let via = match args.get(1).map(String::as_str) {
         Some("proxy") | Some("scan") => Some("10.200.0.1:3128"),
         Some("fixed") => Some(FIXED_PROXY),
+        Some("yard") => Some(yardstick::ADDR),
         _ => None,
     };
     match args[0].as_str() {
@@ -290,6 +295,7 @@ fn main() {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let latency_only = args.iter().any(|a| a == "--latency-only");
+    let download_only = args.iter().any(|a| a == "--download-only");
     set_subreaper(true);
     // The upstream's CA joins the system bundle, in a mount namespace of this process's own
     // (made while it has one thread), so that the proxy trusts it as it would any root.
@@ -303,7 +309,7 @@ fn main() {
     std::fs::write(tmp.path().join("upstream-ca.pem"), &up_ca).unwrap();
     bind_over(&bundle, SYSTEM_BUNDLE);
     let dir = tmp.path().to_path_buf();
-    std::thread::spawn(move || world(quick, latency_only, &dir, up_tls))
+    std::thread::spawn(move || world(quick, (latency_only, download_only), &dir, up_tls))
         .join()
         .unwrap();
 }
@@ -355,7 +361,7 @@ fn bind_over(src: &std::path::Path, dst: &str) {
 
 fn world(
     quick: bool,
-    latency_only: bool,
+    (latency_only, download_only): (bool, bool),
     dir: &std::path::Path,
     up_tls: Arc<rustls::ServerConfig>,
 ) {
@@ -473,8 +479,47 @@ fn world(
         )
         .unwrap()
     };
+    // The yardstick's listener in the sandbox's namespace; its relays dial from this thread's.
+    let yard = egress::netns::open_in(inner.as_fd(), yardstick::ADDR.parse().unwrap()).unwrap();
+    yardstick::start(yard.listener, SocketAddr::new(UPSTREAM.into(), BULK));
     std::thread::sleep(Duration::from_millis(200));
 
+    if !download_only {
+        latency(quick, &inner, &*lookup);
+    }
+    if latency_only {
+        proxy_rt.block_on(fixed.shutdown());
+        proxy_rt.block_on(proxy.shutdown());
+        return;
+    }
+    downloads(quick, &inner);
+    if download_only {
+        proxy_rt.block_on(fixed.shutdown());
+        proxy_rt.block_on(proxy.shutdown());
+        return;
+    }
+    // Idle tunnels.
+    let n = 1000;
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_kib();
+    let (mut holder, line) = hold_idle(&inner, n);
+    assert!(line.starts_with(&format!("READY {n} ")), "{line}");
+    std::thread::sleep(Duration::from_secs(1));
+    let open = proxy.open_connections();
+    let after = rss_kib();
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    println!(
+        "{n} idle tunnels ({open} open at the proxy): supervisor RSS +{:.1} MiB",
+        (after.saturating_sub(before)) as f64 / 1024.0
+    );
+    https(quick, dir, &inner, &proxy);
+    proxy_rt.block_on(fixed.shutdown());
+    proxy_rt.block_on(proxy.shutdown());
+}
+
+/// Connect + first byte, the four sides interleaved in rounds; then the identity lookup alone.
+fn latency(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
     // Connect + first byte: interleaved rounds.
     let (rounds, per) = if quick { (3, 50) } else { (7, 200) };
     // "scan" is the same proxy as "proxy" with this process not a subreaper, so the lookup
@@ -490,7 +535,7 @@ fn world(
             ("fixed", &mut given),
             ("scan", &mut scanned),
         ] {
-            let inner = (side != "direct").then_some(&inner);
+            let inner = (side != "direct").then_some(inner);
             set_subreaper(side != "scan");
             let out = run_client(inner, &["lat", side, &per_s]);
             v.extend(out.lines().map(|l| l.parse::<f64>().unwrap() / 1000.0));
@@ -511,50 +556,80 @@ fn world(
         direct.len()
     );
 
-    lookups(quick, &inner, &*lookup);
-    if latency_only {
-        proxy_rt.block_on(fixed.shutdown());
-        proxy_rt.block_on(proxy.shutdown());
-        return;
-    }
+    lookups(quick, inner, lookup);
+}
 
-    // 256 MiB downloads, interleaved; the proxy's CPU read around its own runs.
-    // Each side's machine-wide busy CPU too (/proc/stat: both ends, the proxy, and the kernel's
+/// A relay's CPU seconds so far: (user, system).
+type CpuSplit = dyn Fn() -> (f64, f64);
+
+/// 256 MiB downloads.
+fn downloads(quick: bool, inner: &OwnedFd) {
+    // 256 MiB downloads, interleaved: direct, through the proxy, and through the yardstick
+    // (`egress_parts/yardstick.rs`: the simplest relay, what any user-space relay gets here);
+    // the relays' CPU read around their own runs.
+    // Each side's machine-wide busy CPU too (/proc/stat: both ends, the relay, and the kernel's
     // network work wherever it ran), so the figure says what this machine's cores allow: when
     // the direct side already keeps every core busy, a proxied download can go no faster than
     // direct's CPU per byte over its own.
     let runs = if quick { 2 } else { 5 };
-    let (mut dt, mut pt, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut dbusy, mut pbusy, mut psys) = (Vec::new(), Vec::new(), Vec::new());
+    let proxy_cpu = || thread_cpu_split("egress-proxy");
+    let sides: [(&str, Option<&CpuSplit>); 3] = [
+        ("direct", None),
+        ("proxy", Some(&proxy_cpu)),
+        ("yard", Some(&yardstick::cpu)),
+    ];
+    let mut took: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    let mut busy: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
+    let mut sys: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     for _ in 0..runs {
-        let b0 = machine_busy();
-        let out = run_client(None, &["bulk", "direct"]);
-        dbusy.push(machine_busy() - b0);
-        let f: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
-        assert_eq!(f[1] as usize, BULK_BYTES);
-        dt.push(f[0] / 1e9);
-        let c0 = thread_cpu_split("egress-proxy");
-        let b0 = machine_busy();
-        let out = run_client(Some(&inner), &["bulk", "proxy"]);
-        pbusy.push(machine_busy() - b0);
-        let c1 = thread_cpu_split("egress-proxy");
-        cpu.push(c1.0 + c1.1 - c0.0 - c0.1);
-        psys.push(c1.1 - c0.1);
-        let f: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
-        assert_eq!(f[1] as usize, BULK_BYTES);
-        pt.push(f[0] / 1e9);
+        for (i, (side, threads)) in sides.iter().enumerate() {
+            let ns = threads.is_some().then_some(inner);
+            let c0 = threads.map(|f| f()).unwrap_or_default();
+            let b0 = machine_busy();
+            let out = run_client(ns, &["bulk", side]);
+            busy[i].push(machine_busy() - b0);
+            let c1 = threads.map(|f| f()).unwrap_or_default();
+            cpu[i].push(c1.0 + c1.1 - c0.0 - c0.1);
+            sys[i].push(c1.1 - c0.1);
+            let f: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            assert_eq!(f[1] as usize, BULK_BYTES);
+            took[i].push(f[0] / 1e9);
+        }
     }
     let mib = (BULK_BYTES >> 20) as f64;
-    let (dm, pm) = (median(&mut dt), median(&mut pt));
+    let per_gib = |v: &mut Vec<f64>| median(v) * 1024.0 / mib;
+    let t: Vec<f64> = took.iter_mut().map(|v| median(v)).collect();
+    // Each round's own ratio too: on a shared machine the rounds move together.
+    let spread = |i: usize| {
+        let mut r: Vec<f64> = (0..runs).map(|k| took[0][k] / took[i][k]).collect();
+        r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        format!("{:.2}–{:.2}", r[0], r[runs - 1])
+    };
     println!(
-        "256 MiB download: direct {:.0} MiB/s, proxied {:.0} MiB/s, ratio {:.2}; proxy CPU {:.2} s per GiB ({:.2} of it in the kernel)",
-        mib / dm,
-        mib / pm,
-        dm / pm,
-        median(&mut cpu) * 1024.0 / mib,
-        median(&mut psys) * 1024.0 / mib
+        "256 MiB download: direct {:.0} MiB/s, proxied {:.0} MiB/s, ratio {:.2} (rounds {}); proxy CPU {:.2} s per GiB ({:.2} of it in the kernel)",
+        mib / t[0],
+        mib / t[1],
+        t[0] / t[1],
+        spread(1),
+        per_gib(&mut cpu[1]),
+        per_gib(&mut sys[1])
     );
-    let (db, pb) = (median(&mut dbusy), median(&mut pbusy));
+    println!(
+        "256 MiB download through the yardstick (a blocking splice relay, no policy): {:.0} MiB/s, ratio {:.2} (rounds {}), proxied against it {:.2}; its CPU {:.2} s per GiB ({:.2} in the kernel)",
+        mib / t[2],
+        t[0] / t[2],
+        spread(2),
+        t[2] / t[1],
+        per_gib(&mut cpu[2]),
+        per_gib(&mut sys[2])
+    );
+    let (dm, pm) = (t[0], t[1]);
+    let (db, pb, yb) = (
+        median(&mut busy[0]),
+        median(&mut busy[1]),
+        median(&mut busy[2]),
+    );
     // SAFETY: sysconf has no preconditions.
     let cores = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } as f64;
     let direct_busy = db / (dm * cores);
@@ -565,31 +640,14 @@ fn world(
         "the direct side is not CPU-bound: no ceiling from CPU".to_string()
     };
     println!(
-        "256 MiB download, machine CPU (all processes and the kernel, /proc/stat): direct {:.2} s per GiB with the {cores} cores {:.0} % busy, proxied {:.2} s per GiB ({:.0} % busy); {ceiling}",
+        "256 MiB download, machine CPU (all processes and the kernel, /proc/stat): direct {:.2} s per GiB with the {cores} cores {:.0} % busy, proxied {:.2} s per GiB ({:.0} % busy), yardstick {:.2} s per GiB ({:.0} % busy); {ceiling}",
         db * 1024.0 / mib,
         100.0 * direct_busy,
         pb * 1024.0 / mib,
         100.0 * pb / (pm * cores),
+        yb * 1024.0 / mib,
+        100.0 * yb / (t[2] * cores),
     );
-
-    // Idle tunnels.
-    let n = 1000;
-    std::thread::sleep(Duration::from_millis(500));
-    let before = rss_kib();
-    let (mut holder, line) = hold_idle(&inner, n);
-    assert!(line.starts_with(&format!("READY {n} ")), "{line}");
-    std::thread::sleep(Duration::from_secs(1));
-    let open = proxy.open_connections();
-    let after = rss_kib();
-    drop(holder.stdin.take());
-    holder.wait().unwrap();
-    println!(
-        "{n} idle tunnels ({open} open at the proxy): supervisor RSS +{:.1} MiB",
-        (after.saturating_sub(before)) as f64 / 1024.0
-    );
-    https(quick, dir, &inner, &proxy);
-    proxy_rt.block_on(fixed.shutdown());
-    proxy_rt.block_on(proxy.shutdown());
 }
 
 /// A client holding `n` idle tunnels through the proxy until its stdin closes, and its

@@ -336,3 +336,7 @@ async fn pump_copy(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;
