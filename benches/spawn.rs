@@ -6,6 +6,9 @@
 //! root for the identity, cgroup and namespace layers). The view uses the defaults: /tmp a
 //! 256 MiB tmpfs, /dev/shm 64 MiB, hostname `sandbox`, a network namespace with only lo; each
 //! exec gets a PID namespace of its own whose PID 1 is our init.
+//!
+//! `OSB_BENCH_SPAWN_ONLY=N`: only N rounds of the plain spawn and the all-layers spawn joining
+//! the view, interleaved, and their medians (for `perf record` of the joining path alone).
 
 use std::time::{Duration, Instant};
 
@@ -157,6 +160,24 @@ fn main() {
         let wd = tempfile::tempdir().unwrap();
         let pol = policy(wd.path());
         let full = Sandbox::new(supervisor(), pol.clone()).expect("full sandbox");
+        if let Some(n) = std::env::var("OSB_BENCH_SPAWN_ONLY")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            let (mut base, mut all) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for _ in 0..n {
+                base.push(plain().await);
+                all.push(sandboxed(&full).await);
+            }
+            let (mb, ma) = (median(&mut base), median(&mut all));
+            println!(
+                "{n} rounds: plain {:.0}us, all layers joining the view {:.0}us, ratio {:.3}",
+                mb.as_secs_f64() * 1e6,
+                ma.as_secs_f64() * 1e6,
+                ma.as_secs_f64() / mb.as_secs_f64()
+            );
+            return;
+        }
         // One variant per layer, each with that layer removed from an otherwise full set.
         let variant = |f: &dyn Fn(&mut sandbox::Prepared)| {
             let mut p = sandbox::prepare(&pol).expect("prepare");

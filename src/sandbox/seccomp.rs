@@ -1,42 +1,32 @@
-//! seccomp layer: a deny-list compiled once with seccompiler, installed in the child as the very
+//! seccomp layer: a deny-list compiled once per sandbox, installed in the child as the very
 //! last step before exec.
 //!
 //! The program is one filter, so installing it costs one `seccomp(2)` call:
 //!
-//! 1. a hand-written prefix of 17 instructions for the cases seccompiler cannot express in a
-//!    few instructions (a foreign architecture, the x32 table, clone3 answered with ENOSYS, the
+//! 1. a prefix of 17 instructions for the cases a per-syscall rule cannot express in a few
+//!    instructions (a foreign architecture, the x32 table, clone3 answered with ENOSYS, the
 //!    CLONE_NEW* flags of clone and unshare), then
 //! 2. a hand-written binary search over the syscall numbers that have rules: EPERM at once for
 //!    the syscalls denied outright (ENOSYS for openat2), allow for every number without a
 //!    rule, otherwise a jump to
-//! 3. the hand-written argument checks (`Block`) that several syscalls share (socket families;
-//!    scheduling, I/O priority and prlimit64 only on the caller; no set-uid or set-gid bit in
-//!    a mode), or, for ioctl and personality,
-//! 4. seccompiler's compiled rule chain, which returns EPERM for every matching rule and
-//!    allows everything else.
+//! 3. the hand-written argument checks (`Block`), some shared by several syscalls (socket
+//!    families; scheduling, I/O priority and prlimit64 only on the caller; no set-uid or
+//!    set-gid bit in a mode; the terminal ioctls; the default persona).
+//!
+//! seccompiler builds no instruction of it (its chain spent 28 instructions on the five
+//! comparisons of ioctl and personality, against 7 here); its types stay. Every instruction
+//! costs at install, in every exec: the kernel converts the program and JIT-compiles it.
 //!
 //! Default-allow is deliberate: the filter removes kernel attack surface and escape routes;
 //! what files and sockets a child may use is Landlock's and the identity layer's job. Each
 //! entry below says why it is denied and why the errno is the one callers expect.
 
-use std::collections::BTreeMap;
-
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch, sock_filter,
-};
+use seccompiler::{BpfProgram, sock_filter};
 
 use crate::policy::NetworkMode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
-    #[error("building the seccomp rule for syscall {nr}: {source}")]
-    Rule {
-        nr: i64,
-        source: seccompiler::BackendError,
-    },
-    #[error("compiling the seccomp filter: {0}")]
-    Compile(seccompiler::BackendError),
     #[error("the seccomp dispatch tree needs a jump longer than BPF allows")]
     TooFar,
     #[error("a hand-written seccomp check jumps backwards, which BPF cannot")]
@@ -94,7 +84,7 @@ const CLONE_NEW_MASK: u32 = (libc::CLONE_NEWNS
 const CLONE_NEWTIME: u32 = 0x80;
 const UNSHARE_NEW_MASK: u32 = CLONE_NEW_MASK | CLONE_NEWTIME;
 
-/// The instructions that run before seccompiler's chain: the cases seccompiler cannot
+/// The instructions that run before the dispatch tree: the cases a per-syscall rule cannot
 /// express in a few instructions.
 fn prefix() -> Vec<sock_filter> {
     let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
@@ -230,63 +220,14 @@ const SETID_BITS: u32 = 0o6000;
 /// refused for it.
 const OPEN_MODE_FLAGS: u32 = libc::O_CREAT as u32 | 0o20_000_000;
 
-const TIOCSTI: u64 = 0x5412;
+const TIOCSTI: u32 = 0x5412;
 /// include/uapi/linux/ioprio.h
 const IOPRIO_WHO_PROCESS: u32 = 1;
-const TIOCLINUX: u64 = 0x541C;
+const TIOCLINUX: u32 = 0x541C;
 /// Set a tty's line discipline (include/uapi/asm-generic/ioctls.h).
-const TIOCSETD: u64 = 0x5423;
-const PER_LINUX: u64 = 0;
-const PERSONALITY_QUERY: u64 = 0xffff_ffff;
-
-fn cond(arg: u8, len: Len, op: Op, val: u64, nr: i64) -> Result<SeccompCondition, SeccompError> {
-    SeccompCondition::new(arg, len, op, val).map_err(|source| SeccompError::Rule { nr, source })
-}
-
-fn rule(nr: i64, conds: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
-    SeccompRule::new(conds).map_err(|source| SeccompError::Rule { nr, source })
-}
-
-/// The rule map for seccompiler: the syscalls denied under conditions on their arguments that
-/// no other syscall shares. (The syscalls of `DENY_ALWAYS` need no rule chain: the dispatch
-/// tree returns EPERM for them directly; and the argument checks of [`Block`] are hand-written,
-/// because seccompiler spends about seven instructions on a single comparison and cannot share
-/// one check between syscalls. Both keep the program, and so its verification and JIT at
-/// install, short.)
-fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
-    let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-
-    // Terminal injection: TIOCSTI pushes bytes into the input of whoever reads the terminal
-    // (the supervisor's, after we exit), TIOCLINUX can do the same on a VT. TIOCSETD attaches
-    // another line discipline to a tty the command holds (its pty): n_gsm, n_hdlc and the
-    // rest are rarely used kernel code with a record of privilege escalations, and no program
-    // a sandbox runs needs anything but the default N_TTY. The kernel only looks at the low 32
-    // bits of the request, so compare a Dword: high bits cannot dodge it.
-    let nr = libc::SYS_ioctl;
-    map.insert(
-        nr,
-        vec![
-            rule(nr, vec![cond(1, Len::Dword, Op::Eq, TIOCSTI, nr)?])?,
-            rule(nr, vec![cond(1, Len::Dword, Op::Eq, TIOCLINUX, nr)?])?,
-            rule(nr, vec![cond(1, Len::Dword, Op::Eq, TIOCSETD, nr)?])?,
-        ],
-    );
-
-    // personality(): READ_IMPLIES_EXEC and ADDR_NO_RANDOMIZE weaken exploit mitigations.
-    // Allow only the default persona and the query value glibc uses.
-    let nr = libc::SYS_personality;
-    map.insert(
-        nr,
-        vec![rule(
-            nr,
-            vec![
-                cond(0, Len::Dword, Op::Ne, PER_LINUX, nr)?,
-                cond(0, Len::Dword, Op::Ne, PERSONALITY_QUERY, nr)?,
-            ],
-        )?],
-    );
-    Ok(map)
-}
+const TIOCSETD: u32 = 0x5423;
+const PER_LINUX: u32 = 0;
+const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 
 /// Hand-written argument checks that the dispatch tree jumps to. Each ends in allow or EPERM
 /// (or jumps to a block further down, never back: classic BPF only jumps forward).
@@ -314,6 +255,10 @@ enum Block {
     Mode2,
     /// ... at args[3] (openat).
     Mode3,
+    /// ioctl(2): the terminal requests that inject input or change the line discipline.
+    Ioctl,
+    /// personality(2): the default persona, or the query.
+    Personality,
 }
 
 /// Offset in `seccomp_data` of the low (`hi` false) or high 32 bits of args[i].
@@ -432,6 +377,26 @@ fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
         ld(arg(2, false)),
         jset(OPEN_MODE_FLAGS, Target::Block(Block::Mode3), Allow),
     ];
+    // Terminal injection: TIOCSTI pushes bytes into the input of whoever reads the terminal
+    // (the supervisor's, after we exit), TIOCLINUX can do the same on a VT. TIOCSETD attaches
+    // another line discipline to a tty the command holds (its pty): n_gsm, n_hdlc and the
+    // rest are rarely used kernel code with a record of privilege escalations, and no program
+    // a sandbox runs needs anything but the default N_TTY. The kernel only looks at the low 32
+    // bits of the request, so those are compared: high bits cannot dodge it.
+    let ioctl = vec![
+        ld(arg(1, false)),
+        jeq(TIOCSTI, Deny, next),
+        jeq(TIOCLINUX, Deny, next),
+        jeq(TIOCSETD, Deny, Allow),
+    ];
+    // personality(): READ_IMPLIES_EXEC and ADDR_NO_RANDOMIZE weaken exploit mitigations.
+    // Allow only the default persona and the query value glibc uses; the kernel takes an
+    // unsigned int, so the low 32 bits decide.
+    let personality = vec![
+        ld(arg(0, false)),
+        jeq(PER_LINUX, Allow, next),
+        jeq(PERSONALITY_QUERY, Allow, Deny),
+    ];
     vec![
         (
             Block::Socket,
@@ -476,21 +441,21 @@ fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
             mode_check(2),
         ),
         (Block::Mode3, vec![], mode_check(3)),
+        (Block::Ioctl, vec![libc::SYS_ioctl], ioctl),
+        (Block::Personality, vec![libc::SYS_personality], personality),
     ]
 }
 
 /// Compile the whole program for one network mode.
 pub fn build(network: NetworkMode) -> Result<BpfProgram, SeccompError> {
-    let arch =
-        TargetArch::try_from(std::env::consts::ARCH).map_err(|_| SeccompError::UnsupportedArch)?;
-    if !matches!(arch, TargetArch::x86_64) {
+    if std::env::consts::ARCH != "x86_64" {
         return Err(SeccompError::UnsupportedArch);
     }
-    let rules = rules()?;
     let blocks = blocks(network);
-    let mut numbers: Vec<(u32, Target)> =
-        rules.keys().map(|&nr| (nr as u32, Target::Chain)).collect();
-    numbers.extend(DENY_ALWAYS.iter().map(|&(nr, _)| (nr as u32, Target::Deny)));
+    let mut numbers: Vec<(u32, Target)> = DENY_ALWAYS
+        .iter()
+        .map(|&(nr, _)| (nr as u32, Target::Deny))
+        .collect();
     numbers.extend(
         ENOSYS_ALWAYS
             .iter()
@@ -504,22 +469,9 @@ pub fn build(network: NetworkMode) -> Result<BpfProgram, SeccompError> {
         numbers.windows(2).all(|w| w[0].0 != w[1].0),
         "a syscall has two entries"
     );
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(SeccompError::Compile)?;
-    let compiled: BpfProgram = filter.try_into().map_err(SeccompError::Compile)?;
-    // seccompiler starts with its own three-instruction architecture check (load arch, jeq,
-    // kill); ours subsumes it. Check the shape rather than trusting it silently.
-    debug_assert_eq!(compiled[0].k, SECCOMP_DATA_ARCH);
-    debug_assert_eq!(compiled[2].k, SECCOMP_RET_KILL_PROCESS);
     let mut program = prefix();
     let blocks: Vec<(Block, Vec<Insn>)> = blocks.into_iter().map(|(b, _, c)| (b, c)).collect();
     program.extend(dispatch(&numbers, &blocks, program.len())?);
-    program.extend_from_slice(&compiled[3..]);
     Ok(program)
 }
 
@@ -532,8 +484,6 @@ enum Target {
     Deny,
     /// Return ENOSYS.
     Enosys,
-    /// Continue into seccompiler's rule chain.
-    Chain,
     /// A hand-written argument check.
     Block(Block),
 }
@@ -579,8 +529,7 @@ fn tree(nrs: &[(u32, Target)]) -> Vec<Insn> {
     v
 }
 
-/// `ld nr`, the tree, the blocks, `ret ALLOW`, `ret EPERM`, `ret ENOSYS`; the rule chain
-/// follows right after.
+/// `ld nr`, the tree, the blocks, `ret ALLOW`, `ret EPERM`, `ret ENOSYS`.
 /// `base` is the index of the first instruction emitted here.
 fn dispatch(
     nrs: &[(u32, Target)],
@@ -597,7 +546,6 @@ fn dispatch(
     let allow = first + body.len();
     let deny = allow + 1;
     let enosys = deny + 1;
-    let chain = enosys + 1;
     let mut out = vec![stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR)];
     for (i, ins) in body.iter().enumerate() {
         let at = first + i;
@@ -607,7 +555,6 @@ fn dispatch(
                 Target::Allow => allow - at - 1,
                 Target::Deny => deny - at - 1,
                 Target::Enosys => enosys - at - 1,
-                Target::Chain => chain - at - 1,
                 Target::Block(b) => {
                     let start = starts.iter().find(|(s, _)| *s == b).map(|(_, i)| first + i);
                     // Classic BPF has no backward jumps: a block may only enter a later one.

@@ -64,7 +64,7 @@ fn denies_in_a_forked_child() {
             if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || crate::sys::errno() != libc::ENOSYS {
                 libc::_exit(13);
             }
-            if libc::ioctl(0, (1u64 << 32 | TIOCSTI) as _, c"x".as_ptr()) != -1
+            if libc::ioctl(0, (1u64 << 32 | TIOCSTI as u64) as _, c"x".as_ptr()) != -1
                 || crate::sys::errno() != libc::EPERM
             {
                 libc::_exit(14);
