@@ -500,19 +500,12 @@ fn world(
     }
     // Idle tunnels.
     let n = 1000;
-    std::thread::sleep(Duration::from_millis(500));
-    let before = rss_kib();
-    let (mut holder, line) = hold_idle(&inner, n);
-    assert!(line.starts_with(&format!("READY {n} ")), "{line}");
-    std::thread::sleep(Duration::from_secs(1));
-    let open = proxy.open_connections();
-    let after = rss_kib();
-    drop(holder.stdin.take());
-    holder.wait().unwrap();
-    println!(
-        "{n} idle tunnels ({open} open at the proxy): supervisor RSS +{:.1} MiB",
-        (after.saturating_sub(before)) as f64 / 1024.0
-    );
+    let (open, mib) = held_memory(&proxy, || {
+        let (holder, line) = hold_idle(&inner, n);
+        assert!(line.starts_with(&format!("READY {n} ")), "{line}");
+        holder
+    });
+    println!("{n} idle tunnels ({open} open at the proxy): supervisor RSS +{mib:.1} MiB");
     https(quick, dir, &inner, &proxy);
     proxy_rt.block_on(fixed.shutdown());
     proxy_rt.block_on(proxy.shutdown());
@@ -650,6 +643,24 @@ fn downloads(quick: bool, inner: &OwnedFd) {
     );
 }
 
+/// What holding tunnels costs the supervisor: its RSS growth while the holder `start` returns
+/// (once it is ready) keeps them open, and the connections open at the proxy meanwhile (count,
+/// MiB). The holder is let go and reaped before this returns.
+fn held_memory(
+    proxy: &egress::ProxyHandle,
+    start: impl FnOnce() -> std::process::Child,
+) -> (usize, f64) {
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rss_kib();
+    let mut holder = start();
+    std::thread::sleep(Duration::from_secs(1));
+    let open = proxy.open_connections();
+    let after = rss_kib();
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    (open, after.saturating_sub(before) as f64 / 1024.0)
+}
+
 /// A client holding `n` idle tunnels through the proxy until its stdin closes, and its
 /// `READY` line.
 fn hold_idle(inner: &OwnedFd, n: usize) -> (std::process::Child, String) {
@@ -775,17 +786,10 @@ fn https(quick: bool, dir: &std::path::Path, inner: &OwnedFd, proxy: &egress::Pr
 
     // Open inspected tunnels: one request each, then held (keep-alive, idle).
     let n = 1000;
-    std::thread::sleep(Duration::from_millis(500));
-    let before = rss_kib();
-    let (mut holder, line) = hold(inner, &["tls", "hold", "secure.bench", sca, &n.to_string()]);
-    assert_eq!(line.trim(), format!("READY {n}"));
-    std::thread::sleep(Duration::from_secs(1));
-    let open = proxy.open_connections();
-    let after = rss_kib();
-    drop(holder.stdin.take());
-    holder.wait().unwrap();
-    println!(
-        "{n} open inspected tunnels ({open} open at the proxy): supervisor RSS +{:.1} MiB",
-        (after.saturating_sub(before)) as f64 / 1024.0
-    );
+    let (open, mib) = held_memory(proxy, || {
+        let (holder, line) = hold(inner, &["tls", "hold", "secure.bench", sca, &n.to_string()]);
+        assert_eq!(line.trim(), format!("READY {n}"));
+        holder
+    });
+    println!("{n} open inspected tunnels ({open} open at the proxy): supervisor RSS +{mib:.1} MiB");
 }
