@@ -7,7 +7,7 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use support::{BIN, Workdir, require_root};
+use support::{BIN, Reaped, Workdir, require_root};
 
 #[test]
 fn the_supervisor_holds_the_views_mount_namespace_while_the_command_runs() {
@@ -15,20 +15,23 @@ fn the_supervisor_holds_the_views_mount_namespace_while_the_command_runs() {
         return;
     }
     let wd = Workdir::new();
-    let mut child = Command::new(BIN)
-        .args(["run", "-q", "--workdir"])
-        .arg(wd.path())
-        .args([
-            "--",
-            "/bin/sh",
-            "-c",
-            "readlink /proc/self/ns/mnt; read x; exit 0",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    // Reaped: a failed read or assertion must not leave the run waiting on its stdin.
+    let mut child = Reaped(
+        Command::new(BIN)
+            .args(["run", "-q", "--workdir"])
+            .arg(wd.path())
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "readlink /proc/self/ns/mnt; read x; exit 0",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
