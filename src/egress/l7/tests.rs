@@ -121,6 +121,16 @@ network_policies:
       - {host: s.test, port: 8080, protocol: rest, enforcement: enforce, access: read-only, path: "/v1/**"}
       - {host: s.test, port: 8080, protocol: rest, enforcement: enforce, access: full, path: "/v1/admin/**"}
     binaries: [{path: /bin/probe}]
+  nomethod:
+    endpoints:
+      - host: nomethod.test
+        port: 8080
+        protocol: rest
+        enforcement: enforce
+        rules:
+          - allow: {path: "/**"}
+          - allow: {}
+    binaries: [{path: /bin/probe}]
   rw:
     endpoints:
       - {host: rw.test, port: 8080, protocol: rest, enforcement: enforce, access: read-write}
@@ -186,6 +196,9 @@ fn rest_rules_presets_denies_queries_and_scopes() {
         ("s.test", "GET", "/v2/x", "deny"),
         ("rw.test", "PATCH", "/x", "allow"),
         ("rw.test", "DELETE", "/x", "deny"),
+        // A clause without a method never matches (and a proto rule without `allow` is one).
+        ("nomethod.test", "GET", "/x", "deny"),
+        ("nomethod.test", "POST", "/", "deny"),
     ];
     for (host, m, t, want) in cases {
         let v = verdict(&rules, host, m, t);
