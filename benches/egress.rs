@@ -1,6 +1,8 @@
 //! The egress proxy against a direct connection to the same upstream, side by side in one
-//! run (as root): connect + first byte p50, a 256 MiB download's throughput (and through the
-//! simplest relay one could write, `egress_parts/yardstick.rs`, as a yardstick), the proxy's CPU
+//! run (as root): connect + first byte p50 (and through the least CONNECT relays one could
+//! write, on tokio and on blocking threads, `egress_parts/yardstick.rs`: what any relay adds
+//! here), a 256 MiB download's throughput (and through the
+//! simplest relay one could write, as a yardstick), the proxy's CPU
 //! per GiB carried, the whole machine's CPU per GiB on each side (and, when the direct side
 //! keeps every core busy, the ratio the cores allow), and the proxy's memory per 1000 idle
 //! tunnels. Then HTTPS through the
@@ -91,6 +93,8 @@ fn client(args: &[String]) {
         Some("proxy") | Some("scan") => Some("10.200.0.1:3128"),
         Some("fixed") => Some(FIXED_PROXY),
         Some("yard") => Some(yardstick::ADDR),
+        Some("tyard") => Some(yardstick::ASYNC_ADDR),
+        Some("hyard") => Some(yardstick::HOP_ADDR),
         _ => None,
     };
     match args[0].as_str() {
@@ -482,6 +486,12 @@ fn world(
     // The yardstick's listener in the sandbox's namespace; its relays dial from this thread's.
     let yard = egress::netns::open_in(inner.as_fd(), yardstick::ADDR.parse().unwrap()).unwrap();
     yardstick::start(yard.listener, SocketAddr::new(UPSTREAM.into(), BULK));
+    let tyard =
+        egress::netns::open_in(inner.as_fd(), yardstick::ASYNC_ADDR.parse().unwrap()).unwrap();
+    yardstick::start_async(tyard.listener, UPSTREAM.into(), false, proxy_rt.handle());
+    let hyard =
+        egress::netns::open_in(inner.as_fd(), yardstick::HOP_ADDR.parse().unwrap()).unwrap();
+    yardstick::start_async(hyard.listener, UPSTREAM.into(), true, proxy_rt.handle());
     std::thread::sleep(Duration::from_millis(200));
 
     if !download_only {
@@ -511,42 +521,45 @@ fn world(
     proxy_rt.block_on(proxy.shutdown());
 }
 
-/// Connect + first byte, the four sides interleaved in rounds; then the identity lookup alone.
+/// Connect + first byte, the sides interleaved in rounds; then the identity lookup alone.
 fn latency(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
     // Connect + first byte: interleaved rounds.
     let (rounds, per) = if quick { (3, 50) } else { (7, 200) };
     // "scan" is the same proxy as "proxy" with this process not a subreaper, so the lookup
     // reads all of /proc for the sandbox's processes instead of walking its descendants (as
-    // before the walk).
-    let (mut direct, mut proxied, mut given, mut scanned) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // before the walk). "tyard" and "yard" are the yardsticks (`egress_parts/yardstick.rs`):
+    // the least relay on tokio (on the proxy's runtime) and on blocking threads; "hyard" the
+    // tokio one with the proxy's hop to a blocking thread and back.
+    let sides = ["direct", "proxy", "fixed", "scan", "tyard", "hyard", "yard"];
+    let mut took: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     let per_s = per.to_string();
     for _ in 0..rounds {
-        for (side, v) in [
-            ("direct", &mut direct),
-            ("proxy", &mut proxied),
-            ("fixed", &mut given),
-            ("scan", &mut scanned),
-        ] {
-            let inner = (side != "direct").then_some(inner);
-            set_subreaper(side != "scan");
+        for (side, v) in sides.iter().zip(took.iter_mut()) {
+            let inner = (*side != "direct").then_some(inner);
+            set_subreaper(*side != "scan");
             let out = run_client(inner, &["lat", side, &per_s]);
             v.extend(out.lines().map(|l| l.parse::<f64>().unwrap() / 1000.0));
         }
     }
     set_subreaper(true);
-    let (d50, p50, g50, s50) = (
-        median(&mut direct),
-        median(&mut proxied),
-        median(&mut given),
-        median(&mut scanned),
-    );
+    let p50: Vec<f64> = took.iter_mut().map(|v| median(v)).collect();
+    let [d50, p50, g50, s50, t50, h50, y50] = p50[..] else {
+        unreachable!()
+    };
     println!(
         "connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs; with the caller given (no lookup) {g50:.0} µs, overhead {:.0} µs; with the lookup reading all of /proc {s50:.0} µs, overhead {:.0} µs ({} samples each)",
         p50 - d50,
         g50 - d50,
         s50 - d50,
-        direct.len()
+        took[0].len()
+    );
+    println!(
+        "connect + first byte p50 through the yardsticks (no policy, no lookup): tokio {t50:.0} µs, overhead {:.0} µs; the same with a hop to a blocking thread {h50:.0} µs, overhead {:.0} µs; blocking threads {y50:.0} µs, overhead {:.0} µs; proxied against the tokio one +{:.0} µs, caller given against it +{:.0} µs",
+        t50 - d50,
+        h50 - d50,
+        y50 - d50,
+        p50 - t50,
+        g50 - t50
     );
 
     lookups(quick, inner, lookup);
