@@ -419,10 +419,7 @@ fn world(
     let socks = egress::netns::open_in(inner.as_fd(), egress::netns::PROXY_ADDR).unwrap();
     let identity = Arc::new(egress::procfs::ProcIdentity::new(inner.as_fd(), socks.diag).unwrap());
     let lookup = identity.clone();
-    let resolver = Arc::new(egress::SandboxResolver {
-        hosts: Some(hosts.clone()),
-        system: false,
-    });
+    let resolver = Arc::new(egress::SandboxResolver::new(Some(hosts.clone()), false));
     let proxy = {
         let _g = proxy_rt.enter();
         // As run and serve start it: the sandbox CA, the system roots upstream.
@@ -471,10 +468,7 @@ fn world(
             socks.listener,
             PolicyHandle::new(rules.clone()),
             Arc::new(egress::FixedCaller(caller)),
-            Arc::new(egress::SandboxResolver {
-                hosts: Some(hosts.clone()),
-                system: false,
-            }),
+            Arc::new(egress::SandboxResolver::new(Some(hosts.clone()), false)),
             Arc::new(Quiet),
             ProxyConfig {
                 inspector: Some(Arc::new(interceptor)),

@@ -335,10 +335,7 @@ fn a_policy_path_that_is_a_symlink_admits_its_target() {
         let mut rules = w.rules("  p:\n    endpoints: [{host: pub.test, port: 8080}]\n    binaries: [{path: /t/bin/link-a}]\n");
         let root = Path::new("/");
         rules.expand_binary_links(&|p| egress::procfs::links_in_root(root, p));
-        let resolver = Arc::new(egress::SandboxResolver {
-            hosts: Some(w.hosts.clone()),
-            system: false,
-        });
+        let resolver = Arc::new(egress::SandboxResolver::new(Some(w.hosts.clone()), false));
         w.start_with(rules, resolver, ProxyConfig::default());
         let c = "CONNECT pub.test:8080 HTTP/1.1\\r\\n\\r\\n";
         assert!(w.probe("probe-a", &[c, "s"]).ends_with('s'));
@@ -360,10 +357,7 @@ fn identity_without_sock_diag_reads_the_namespaces_tcp_table() {
         let identity = Arc::new(egress::procfs::ProcIdentity::new(w.inner.as_fd(), None).unwrap());
         let rules = w.rules("  p:\n    endpoints: [{host: pub.test, port: 8080}]\n    binaries: [{path: /t/bin/probe-a}]\n");
         let policy = egress::PolicyHandle::new(rules);
-        let resolver = Arc::new(egress::SandboxResolver {
-            hosts: Some(w.hosts.clone()),
-            system: false,
-        });
+        let resolver = Arc::new(egress::SandboxResolver::new(Some(w.hosts.clone()), false));
         let _g = w.rt.enter();
         let p = egress::Proxy::start(
             socks.listener,

@@ -10,7 +10,7 @@
 //! let socks  = egress::netns::open_in(view_netns_fd, egress::netns::PROXY_ADDR)?;
 //! let policy = egress::PolicyHandle::new(NetworkRules::compile(&file.network_policies)?);
 //! let ident  = Arc::new(egress::procfs::ProcIdentity::new(view_netns_fd, socks.diag)?);
-//! let dns    = Arc::new(egress::SandboxResolver { hosts: Some(view_hosts_path), system: true });
+//! let dns    = Arc::new(egress::SandboxResolver::new(Some(view_hosts_path), true));
 //! let proxy  = egress::Proxy::start(socks.listener, policy.clone(), ident, dns,
 //!                                   Arc::new(egress::LogSink), egress::ProxyConfig::default())?;
 //! // children: egress::child_env(egress::netns::PROXY_ADDR)

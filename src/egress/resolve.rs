@@ -6,13 +6,25 @@
 //! The sandbox's hosts file is the sandbox's to write, and the supervisor reads it: it is
 //! opened without following a final symlink, non-blocking (a FIFO planted there must not hang
 //! the proxy), must be a regular file, and at most [`MAX_HOSTS_BYTES`] are read.
+//!
+//! What a read found is kept, by what identifies the file's content (device, inode, size,
+//! mtime and ctime), so that a connection costs an `open` and an `fstat` of the file and a
+//! scan of the kept text, not a read and a copy of it: the same file unchanged is not read
+//! twice. The kernel stamps a
+//! change with a coarse clock (a tick, or a second on some filesystems), so a rewrite of the
+//! same size within one stamp of the read would keep the key: what was read is kept only
+//! once the file's ctime is [`SETTLED`] old, as no later change can carry a stamp that old.
+//! A kept answer is never trusted more than a fresh one: the sandbox writes this file
+//! anyway, and the address checks run on whatever a resolution returns.
 
 use std::future::Future;
 use std::io::Read;
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 /// The part of a hosts file that is read.
 pub const MAX_HOSTS_BYTES: u64 = 1 << 20;
@@ -39,9 +51,114 @@ pub trait Resolve: Send + Sync + 'static {
 pub struct SandboxResolver {
     /// The sandbox's hosts file (e.g. `/proc/<pid>/root/etc/hosts`, or the file the view
     /// shows as `/etc/hosts`); `None` skips that step.
-    pub hosts: Option<PathBuf>,
+    hosts: Option<PathBuf>,
     /// Fall back to getaddrinfo in the supervisor's network namespace.
-    pub system: bool,
+    system: bool,
+    /// The hosts file last read, with the key of what was read.
+    kept: Mutex<Option<(ContentKey, Arc<HostsTable>)>>,
+}
+
+impl SandboxResolver {
+    /// Resolve through `hosts` (when given), then, with `system`, getaddrinfo.
+    pub fn new(hosts: Option<PathBuf>, system: bool) -> Self {
+        SandboxResolver {
+            hosts,
+            system,
+            kept: Mutex::new(None),
+        }
+    }
+
+    /// The hosts file at `path` as it is now: the kept text when the opened file's key is
+    /// the kept key, else read (a large file on a blocking thread).
+    async fn table(&self, path: &std::path::Path) -> std::io::Result<Arc<HostsTable>> {
+        let (f, meta) = open_hosts(path)?;
+        let key = ContentKey::of(&meta);
+        if let Some((k, t)) = &*self.kept.lock().unwrap_or_else(|e| e.into_inner())
+            && *k == key
+        {
+            return Ok(t.clone());
+        }
+        let len = meta.len();
+        let table = if len <= INLINE_HOSTS_BYTES {
+            HostsTable(read_open(f, len)?)
+        } else {
+            tokio::task::spawn_blocking(move || read_open(f, len).map(HostsTable))
+                .await
+                .map_err(std::io::Error::other)??
+        };
+        let table = Arc::new(table);
+        if key.settled(SystemTime::now()) {
+            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, table.clone()));
+        }
+        Ok(table)
+    }
+}
+
+/// How old a hosts file's last change must be before what was read of it is kept: longer
+/// than the coarsest timestamp a Linux filesystem keeps (a second; two on FAT).
+pub const SETTLED: Duration = Duration::from_secs(3);
+
+/// What identifies a file's content without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ContentKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl ContentKey {
+    fn of(m: &std::fs::Metadata) -> Self {
+        ContentKey {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    /// Whether the last change is at least [`SETTLED`] before `now`: any later change then
+    /// carries a different ctime.
+    fn settled(&self, now: SystemTime) -> bool {
+        let (Ok(now), Ok(s)) = (
+            now.duration_since(SystemTime::UNIX_EPOCH),
+            u64::try_from(self.ctime.0),
+        ) else {
+            return false;
+        };
+        let changed = Duration::new(s, self.ctime.1.clamp(0, 999_999_999) as u32);
+        now.checked_sub(changed).is_some_and(|age| age >= SETTLED)
+    }
+}
+
+/// A hosts file's text as read. Kept as text, not as a map of its names: what the supervisor
+/// holds for a sandbox stays the size of the file (at most [`MAX_HOSTS_BYTES`]), where a map
+/// of a megabyte of two-letter names would be tens.
+#[derive(Debug, Default)]
+struct HostsTable(String);
+
+impl HostsTable {
+    /// Every address of every line that names `host` (case-insensitive, a trailing dot
+    /// ignored), in file order, without repeats.
+    fn lookup(&self, host: &str) -> Vec<IpAddr> {
+        let want = host.trim_end_matches('.');
+        let mut out = Vec::new();
+        for line in self.0.lines() {
+            let line = line.split('#').next().unwrap_or("");
+            let mut words = line.split_whitespace();
+            let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
+                continue;
+            };
+            if words.any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(want))
+                && !out.contains(&ip)
+            {
+                out.push(ip);
+            }
+        }
+        out
+    }
 }
 
 impl Resolve for SandboxResolver {
@@ -51,25 +168,12 @@ impl Resolve for SandboxResolver {
                 return Ok(vec![ip]);
             }
             if let Some(path) = &self.hosts {
-                let found = match open_hosts(path) {
-                    Ok((f, len)) if len <= INLINE_HOSTS_BYTES => {
-                        read_open(f, len).map(|t| hosts_lookup(&t, host))
-                    }
-                    Ok((f, len)) => {
-                        let name = host.to_string();
-                        tokio::task::spawn_blocking(move || {
-                            read_open(f, len).map(|t| hosts_lookup(&t, &name))
-                        })
-                        .await
-                        .map_err(|e| ResolveError::Lookup(std::io::Error::other(e)))?
-                    }
-                    Err(e) => Err(e),
-                };
                 // An unreadable hosts file is skipped, as a missing one is.
-                if let Ok(found) = found
-                    && !found.is_empty()
-                {
-                    return Ok(found);
+                if let Ok(table) = self.table(path).await {
+                    let found = table.lookup(host);
+                    if !found.is_empty() {
+                        return Ok(found);
+                    }
                 }
             }
             if !self.system {
@@ -100,13 +204,13 @@ const INLINE_HOSTS_BYTES: u64 = 64 << 10;
 
 /// Read a hosts file the sandbox may control (see the module doc).
 pub fn read_hosts(path: &std::path::Path) -> std::io::Result<String> {
-    let (f, len) = open_hosts(path)?;
-    read_open(f, len)
+    let (f, meta) = open_hosts(path)?;
+    read_open(f, meta.len())
 }
 
 /// Open a hosts file the sandbox may control: no final symlink followed, non-blocking (a
-/// FIFO planted there must not hang the proxy), a regular file; with its size.
-fn open_hosts(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
+/// FIFO planted there must not hang the proxy), a regular file; with its metadata.
+fn open_hosts(path: &std::path::Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -115,7 +219,7 @@ fn open_hosts(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
     if !m.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    Ok((f, m.len()))
+    Ok((f, m))
 }
 
 /// At most [`MAX_HOSTS_BYTES`] of an opened hosts file whose size was `len` when opened. The
@@ -129,27 +233,13 @@ fn read_open(f: std::fs::File, len: u64) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// Every address of every line of hosts(5) text that names `host` (case-insensitive), in
-/// file order, without repeats.
-pub fn hosts_lookup(text: &str, host: &str) -> Vec<IpAddr> {
-    let want = host.trim_end_matches('.');
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or("");
-        let mut words = line.split_whitespace();
-        let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
-            continue;
-        };
-        if words.any(|n| n.trim_end_matches('.').eq_ignore_ascii_case(want)) && !out.contains(&ip) {
-            out.push(ip);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hosts_lookup(text: &str, host: &str) -> Vec<IpAddr> {
+        HostsTable(text.to_string()).lookup(host)
+    }
 
     #[test]
     fn hosts_lines() {
@@ -163,6 +253,7 @@ mod tests {
         assert_eq!(hosts_lookup(t, "localhost"), [ip("::1")]);
         assert!(hosts_lookup(t, "nx.wild.test").is_empty());
         assert!(hosts_lookup(t, "line").is_empty());
+        assert_eq!(hosts_lookup(t, "pub.test."), [ip("192.88.99.10")]);
     }
 
     /// A small file is read on the worker, a large one on a blocking thread: both find the
@@ -178,10 +269,7 @@ mod tests {
         assert!(t.len() as u64 > INLINE_HOSTS_BYTES);
         std::fs::write(&large, t).unwrap();
         for (path, want) in [(small, "192.88.99.10"), (large, "192.88.99.11")] {
-            let r = SandboxResolver {
-                hosts: Some(path),
-                system: false,
-            };
+            let r = SandboxResolver::new(Some(path), false);
             let got = r.resolve("up.test", 80).await.unwrap();
             assert_eq!(got, [want.parse::<IpAddr>().unwrap()]);
             assert!(matches!(
@@ -215,21 +303,89 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("hosts");
         std::fs::write(&p, "1.2.3.4 a\n").unwrap();
-        let (f, len) = open_hosts(&p).unwrap();
+        let (f, m) = open_hosts(&p).unwrap();
         let mut w = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         w.write_all(&b"5.6.7.8 b\n".repeat(1000)).unwrap();
-        let t = read_open(f, len).unwrap();
+        let t = read_open(f, m.len()).unwrap();
         assert_eq!(t.len(), 10 + 10 * 1000);
         assert_eq!(
             hosts_lookup(&t, "b"),
             ["5.6.7.8".parse::<IpAddr>().unwrap()]
         );
-        let (f, len) = open_hosts(&p).unwrap();
+        let (f, m) = open_hosts(&p).unwrap();
         std::fs::write(&p, "9.9.9.9 c\n").unwrap();
-        assert_eq!(read_open(f, len).unwrap(), "9.9.9.9 c\n");
+        assert_eq!(read_open(f, m.len()).unwrap(), "9.9.9.9 c\n");
         let big = d.path().join("big");
         std::fs::write(&big, vec![b'#'; MAX_HOSTS_BYTES as usize + 10]).unwrap();
-        let (f, len) = open_hosts(&big).unwrap();
-        assert_eq!(read_open(f, len).unwrap().len(), MAX_HOSTS_BYTES as usize);
+        let (f, m) = open_hosts(&big).unwrap();
+        assert_eq!(
+            read_open(f, m.len()).unwrap().len(),
+            MAX_HOSTS_BYTES as usize
+        );
+    }
+
+    /// A file read once and unchanged is answered from what was kept (its content is not
+    /// read again: a name added behind the key's back is not seen), while any change the
+    /// kernel stamps (a rewrite of the same size, a new inode, a touch) is read anew.
+    #[tokio::test]
+    async fn a_settled_file_is_read_once_and_read_again_when_it_changes() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("hosts");
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        std::fs::write(&p, "192.88.99.10 up.test\n").unwrap();
+        let r = SandboxResolver::new(Some(p.clone()), false);
+        // Fresh: read each time, never kept.
+        assert_eq!(
+            r.resolve("up.test", 80).await.unwrap(),
+            [ip("192.88.99.10")]
+        );
+        assert!(
+            r.kept.lock().unwrap().is_none(),
+            "a file changed just now is not kept"
+        );
+        // Kept under the file's current key (as a read SETTLED after its change keeps it;
+        // the clock is tested on its own below): the kept table answers, the file is not read.
+        let (_, m) = open_hosts(&p).unwrap();
+        let key = ContentKey::of(&m);
+        let planted = Arc::new(HostsTable("192.88.99.77 up.test\n".into()));
+        *r.kept.lock().unwrap() = Some((key, planted));
+        assert_eq!(
+            r.resolve("up.test", 80).await.unwrap(),
+            [ip("192.88.99.77")]
+        );
+        // Any change the kernel records gives a new key: read anew.
+        std::fs::write(&p, "192.88.99.11 up.test\n").unwrap();
+        assert_eq!(
+            r.resolve("up.test", 80).await.unwrap(),
+            [ip("192.88.99.11")]
+        );
+        let other = d.path().join("other");
+        std::fs::write(&other, "192.88.99.12 up.test\n").unwrap();
+        std::fs::rename(&other, &p).unwrap();
+        assert_eq!(
+            r.resolve("up.test", 80).await.unwrap(),
+            [ip("192.88.99.12")]
+        );
+    }
+
+    #[test]
+    fn only_a_change_older_than_settled_is_kept() {
+        let key = |ctime: SystemTime| {
+            let d = ctime.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+            ContentKey {
+                dev: 1,
+                ino: 2,
+                size: 3,
+                mtime: (0, 0),
+                ctime: (d.as_secs() as i64, i64::from(d.subsec_nanos())),
+            }
+        };
+        let now = SystemTime::now();
+        assert!(key(now - SETTLED).settled(now));
+        assert!(key(now - SETTLED * 10).settled(now));
+        assert!(!key(now - SETTLED + Duration::from_millis(1)).settled(now));
+        assert!(!key(now).settled(now));
+        // A ctime in the future (a clock set back) is never settled.
+        assert!(!key(now + Duration::from_secs(60)).settled(now));
     }
 }

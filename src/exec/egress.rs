@@ -178,10 +178,10 @@ impl EgressError {
 /// Where the proxy resolves names: the sandbox's `/etc/hosts` (the view shows the
 /// supervisor's own file where it grants `/etc`), then the system resolver.
 pub fn resolver() -> Arc<dyn egress::Resolve> {
-    Arc::new(egress::SandboxResolver {
-        hosts: Some("/etc/hosts".into()),
-        system: true,
-    })
+    Arc::new(egress::SandboxResolver::new(
+        Some("/etc/hosts".into()),
+        true,
+    ))
 }
 
 /// Start `sandbox`'s proxy on 10.200.0.1:3128 in its network namespace, keeping `policy`'s

@@ -264,10 +264,10 @@ impl World {
     /// Start the proxy with these rules, the real identity and the hosts-file resolver.
     pub fn start(&mut self, yaml: &str, config: ProxyConfig) {
         let rules = self.rules(yaml);
-        let resolver = Arc::new(egress::SandboxResolver {
-            hosts: Some(self.hosts.clone()),
-            system: false,
-        });
+        let resolver = Arc::new(egress::SandboxResolver::new(
+            Some(self.hosts.clone()),
+            false,
+        ));
         self.start_with(rules, resolver, config);
     }
 
