@@ -43,6 +43,9 @@ impl Supervisor {
         let pidfd = crate::sys::process::pidfd_open(crate::sys::process::pid())
             .ok()
             .map(Arc::new);
+        // Every fork that forgets the supervisor's memory (an exec's init, a view's helper) is
+        // made through this context: where the main thread's first frame is, read before any.
+        crate::sys::forget::note_main_stack();
         Ok(Supervisor(Arc::new(Shared {
             pidfd,
             manager: OnceLock::new(),

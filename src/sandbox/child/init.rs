@@ -343,6 +343,9 @@ fn clone_exec(
         flags |= libc::CLONE_NEWPID as libc::c_ulong;
     }
     let area = args_area();
+    // Where the init's forget keeps the main thread's stack from (sys/forget.rs), read before
+    // the fork.
+    crate::sys::forget::note_main_stack();
     let stack: &[u8] = if init { command_stack() } else { &[] };
     let mut pidfd: libc::c_int = -1;
     mark(Mark::Pipes);
