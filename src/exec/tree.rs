@@ -25,6 +25,7 @@ use std::time::Duration;
 use super::reaper::Registry;
 use crate::sandbox::cgroup::{CgroupError, ExecCgroup};
 use crate::sys::process;
+use crate::sys::procstat::StatLine;
 
 /// Why the sweep could not tell which processes belong to the exec. Containment has failed
 /// then: an unreadable member list is never an empty one.
@@ -61,16 +62,14 @@ fn process_table() -> Result<HashMap<i32, ProcInfo>, SweepError> {
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => continue,
             Err(e) => return Err(proc_err(&path, e)),
         };
-        // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        // State, ppid, pgrp, session: fields 3 to 6.
+        let Some(s) = StatLine::new(&stat) else {
             continue;
         };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // rest: state ppid pgrp session ...
-        if f.len() < 4 || f[0] == "Z" {
+        if s.field(3).is_none_or(|state| state == "Z") {
             continue;
         }
-        let (Ok(ppid), Ok(pgrp), Ok(sid)) = (f[1].parse(), f[2].parse(), f[3].parse()) else {
+        let Some([ppid, pgrp, sid]) = s.nums(4) else {
             continue;
         };
         out.insert(pid, ProcInfo { ppid, pgrp, sid });

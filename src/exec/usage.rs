@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::reaper;
+use crate::sys::procstat::StatLine;
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy)]
@@ -60,15 +61,11 @@ impl ExitInfo {
 }
 
 /// One process's line of /proc/PID/stat: (ppid, user ticks, system ticks), its own plus its
-/// reaped children's. The command name may hold spaces and parentheses: the fields start
-/// after the last `)`.
+/// reaped children's (ppid is field 4, utime, stime, cutime, cstime fields 14 to 17).
 fn parse_stat(stat: &str) -> Option<(i32, u64, u64)> {
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is the state; ppid is field 4 of the line, utime..cstime fields 14..17.
-    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
-    let ppid = f.get(1)?.parse().ok()?;
-    Some((ppid, num(11)? + num(13)?, num(12)? + num(14)?))
+    let s = StatLine::new(stat)?;
+    let [utime, stime, cutime, cstime] = s.nums::<u64, 4>(14)?;
+    Some((s.num(4)?, utime + cutime, stime + cstime))
 }
 
 /// The peak resident set in KiB from /proc/PID/status (`VmHWM`; absent for a zombie).

@@ -42,11 +42,8 @@ pub fn note_main_stack() {
 /// Field 28 of a /proc/PID/stat line (`startstack`), read past the command name (which may
 /// hold spaces or parentheses): the fields after its last `)` start with field 3.
 fn start_stack(stat: &str) -> Option<usize> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace()
-        .nth(28 - 3)?
-        .parse()
-        .ok()
+    crate::sys::procstat::StatLine::new(stat)?
+        .num(28)
         .filter(|a| *a != 0)
 }
 
@@ -307,12 +304,9 @@ mod tests {
         let low = stack.start;
         assert!(low < from, "{line} {from:#x}");
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 1..];
-        let arg_start: usize = rest
-            .split_whitespace()
-            .nth(48 - 3)
+        let arg_start: usize = crate::sys::procstat::StatLine::new(&stat)
             .unwrap()
-            .parse()
+            .num(48)
             .unwrap();
         assert!(arg_start >= from);
         let mut fds = [0; 2];

@@ -7,6 +7,7 @@
 //! - [`process`]: pidfds (open, signal) and the calling process's groups;
 //! - [`clone`]: a clone child on a stack of its own with every signal blocked;
 //! - [`forget`]: a fork dropping its copy of the supervisor's heaps;
+//! - [`procstat`]: the fields of a `/proc/PID/stat` line, past the command name;
 //! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side;
 //! - [`pipe`]: a pipe whose ends close on exec;
 //! - [`shared_page`]: one page of memory shared with the children cloned after it is made.
@@ -15,6 +16,7 @@ pub mod clone;
 pub mod forget;
 pub mod mount;
 pub mod process;
+pub mod procstat;
 pub mod walk;
 
 use std::io;

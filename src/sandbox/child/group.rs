@@ -70,12 +70,9 @@ pub fn has_controlling_terminal() -> bool {
         .map_or(true, |nr| nr != 0)
 }
 
-/// `tty_nr` of a /proc/PID/stat line: the fifth field after the command name, which may itself
-/// hold spaces and parentheses (so counted from the last `)`).
+/// `tty_nr` of a /proc/PID/stat line: field 7.
 fn tty_nr(stat: &str) -> Option<i64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // rest: state ppid pgrp session tty_nr ...
-    rest.split_whitespace().nth(4)?.parse().ok()
+    crate::sys::procstat::StatLine::new(stat)?.num(7)
 }
 
 #[cfg(test)]

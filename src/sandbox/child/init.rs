@@ -414,15 +414,9 @@ pub(super) fn args_area() -> [usize; 4] {
     static AREA: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
     *AREA.get_or_init(|| {
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-        // Fields after the command name (which may hold spaces): state is field 3, so
-        // arg_start (48) is index 45 of the rest.
-        let rest = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
-        let f: Vec<usize> = rest
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        match f.get(45..49) {
-            Some(&[a, b, c, d]) if a < b && c <= d => [a, b, c, d],
+        // arg_start, arg_end, env_start, env_end: fields 48 to 51.
+        match crate::sys::procstat::StatLine::new(&stat).and_then(|s| s.nums(48)) {
+            Some([a, b, c, d]) if a < b && c <= d => [a, b, c, d],
             _ => [0; 4],
         }
     })
