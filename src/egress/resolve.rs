@@ -16,6 +16,10 @@
 //! once the file's ctime is [`SETTLED`] old, as no later change can carry a stamp that old.
 //! A kept answer is never trusted more than a fresh one: the sandbox writes this file
 //! anyway, and the address checks run on whatever a resolution returns.
+//!
+//! A kept table also keeps its last [`MAX_ANSWERS`] answers, so that a name asked again costs
+//! a comparison, not a scan of the file (tens of microseconds for a few hundred lines, on
+//! every connection); an answer lives and dies with the text it was read from.
 
 use std::future::Future;
 use std::io::Read;
@@ -80,9 +84,9 @@ impl SandboxResolver {
         }
         let len = meta.len();
         let table = if len <= INLINE_HOSTS_BYTES {
-            HostsTable(read_open(f, len)?)
+            HostsTable::new(read_open(f, len)?)
         } else {
-            tokio::task::spawn_blocking(move || read_open(f, len).map(HostsTable))
+            tokio::task::spawn_blocking(move || read_open(f, len).map(HostsTable::new))
                 .await
                 .map_err(std::io::Error::other)??
         };
@@ -133,19 +137,62 @@ impl ContentKey {
     }
 }
 
-/// A hosts file's text as read. Kept as text, not as a map of its names: what the supervisor
-/// holds for a sandbox stays the size of the file (at most [`MAX_HOSTS_BYTES`]), where a map
-/// of a megabyte of two-letter names would be tens.
+/// A hosts file's text as read, and the answers last found in it. Kept as text, not as a map
+/// of its names: what the supervisor holds for a sandbox stays the size of the file (at most
+/// [`MAX_HOSTS_BYTES`]) plus [`MAX_ANSWERS`] short answers, where a map of a megabyte of
+/// two-letter names would be tens.
 #[derive(Debug, Default)]
-struct HostsTable(String);
+struct HostsTable {
+    text: String,
+    /// Names (lower case, no trailing dot) with what [`HostsTable::scan`] found for them,
+    /// oldest first.
+    answers: Mutex<std::collections::VecDeque<Answer>>,
+}
+
+/// A name and the addresses the text gave it.
+type Answer = (Box<str>, Arc<[IpAddr]>);
+
+/// Answers a kept table holds at most.
+pub const MAX_ANSWERS: usize = 64;
+/// Addresses of one answer at most for it to be kept: a name the file lists thousands of
+/// times is scanned for each time rather than held.
+const MAX_KEPT_ADDRESSES: usize = 16;
+/// The longest name kept (a DNS name's limit); a client's longer host is scanned for.
+const MAX_KEPT_NAME: usize = 253;
 
 impl HostsTable {
+    fn new(text: String) -> Self {
+        HostsTable {
+            text,
+            answers: Mutex::default(),
+        }
+    }
+
     /// Every address of every line that names `host` (case-insensitive, a trailing dot
-    /// ignored), in file order, without repeats.
+    /// ignored), in file order, without repeats: the kept answer, else a scan of the text.
     fn lookup(&self, host: &str) -> Vec<IpAddr> {
-        let want = host.trim_end_matches('.');
+        let want = host.trim_end_matches('.').to_ascii_lowercase();
+        let answers = || self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, ips)) = answers().iter().find(|(name, _)| **name == *want) {
+            return ips.to_vec();
+        }
+        // Scanned unlocked: a megabyte's scan must not hold up other connections' names.
+        let found = self.scan(&want);
+        if found.len() <= MAX_KEPT_ADDRESSES && want.len() <= MAX_KEPT_NAME {
+            let mut answers = answers();
+            if !answers.iter().any(|(name, _)| **name == *want) {
+                if answers.len() == MAX_ANSWERS {
+                    answers.pop_front();
+                }
+                answers.push_back((want.into(), found.as_slice().into()));
+            }
+        }
+        found
+    }
+
+    fn scan(&self, want: &str) -> Vec<IpAddr> {
         let mut out = Vec::new();
-        for line in self.0.lines() {
+        for line in self.text.lines() {
             let line = line.split('#').next().unwrap_or("");
             let mut words = line.split_whitespace();
             let Some(ip) = words.next().and_then(|w| w.parse::<IpAddr>().ok()) else {
@@ -238,7 +285,7 @@ mod tests {
     use super::*;
 
     fn hosts_lookup(text: &str, host: &str) -> Vec<IpAddr> {
-        HostsTable(text.to_string()).lookup(host)
+        HostsTable::new(text.to_string()).lookup(host)
     }
 
     #[test]
@@ -347,7 +394,7 @@ mod tests {
         // the clock is tested on its own below): the kept table answers, the file is not read.
         let (_, m) = open_hosts(&p).unwrap();
         let key = ContentKey::of(&m);
-        let planted = Arc::new(HostsTable("192.88.99.77 up.test\n".into()));
+        let planted = Arc::new(HostsTable::new("192.88.99.77 up.test\n".into()));
         *r.kept.lock().unwrap() = Some((key, planted));
         assert_eq!(
             r.resolve("up.test", 80).await.unwrap(),
@@ -366,6 +413,49 @@ mod tests {
             r.resolve("up.test", 80).await.unwrap(),
             [ip("192.88.99.12")]
         );
+    }
+
+    /// A name asked again is answered from the table's kept answers (planted here: the text
+    /// is not scanned again), however the name is spelled; the answers are bounded, the
+    /// oldest going first, and a name with too many addresses or too long is not kept.
+    #[test]
+    fn a_table_keeps_its_last_answers_and_no_more() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let t = HostsTable::new("192.88.99.10 up.test\n".into());
+        assert_eq!(t.lookup("UP.test."), [ip("192.88.99.10")]);
+        assert!(t.lookup("nx.test").is_empty());
+        let kept = |t: &HostsTable| -> Vec<String> {
+            t.answers
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(n, _)| n.to_string())
+                .collect()
+        };
+        assert_eq!(kept(&t), ["up.test", "nx.test"]);
+        // What is kept is what answers (the text is not read again).
+        t.answers.lock().unwrap()[0].1 = Arc::from([ip("192.88.99.77")]);
+        assert_eq!(t.lookup("up.test"), [ip("192.88.99.77")]);
+        assert_eq!(kept(&t).len(), 2, "asked again, not kept twice");
+        for i in 0..MAX_ANSWERS {
+            t.lookup(&format!("n{i}.test"));
+        }
+        let names = kept(&t);
+        assert_eq!(names.len(), MAX_ANSWERS);
+        assert!(
+            !names.contains(&"up.test".to_string()),
+            "the oldest went first"
+        );
+        assert_eq!(t.lookup("up.test"), [ip("192.88.99.10")], "scanned again");
+        // Too many addresses, or too long a name: answered, not kept.
+        let many: String = (0..=MAX_KEPT_ADDRESSES)
+            .map(|i| format!("10.0.0.{i} many.test\n"))
+            .collect();
+        let t = HostsTable::new(many);
+        assert_eq!(t.lookup("many.test").len(), MAX_KEPT_ADDRESSES + 1);
+        let long = "a".repeat(MAX_KEPT_NAME + 1);
+        assert!(t.lookup(&long).is_empty());
+        assert!(kept(&t).is_empty());
     }
 
     #[test]
