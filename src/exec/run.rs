@@ -72,9 +72,13 @@ async fn run(args: RunArgs, tl: &mut Timeline) -> Result<i32, RunError> {
     prepare::refuse_implicit_workdir(&args, &cwd)?;
     let (prepared, launch) = prepare::prepare(&args, &cwd, tl)?;
     let report_file = open_report_file(&args, &prepared.sandbox)?;
+    // `-q` without --report-json shows no report: what only the report says is not asked of
+    // the system then (the host's cgroup version, a walk of /sys/fs/cgroup on v1).
+    let shown = report_file.is_some() || !args.quiet;
     // What every report of this run says, however it ends.
     let report_of = |reason: Reason, exit_code: i32| {
-        base_report(&args, &prepared, (started, started_at), reason, exit_code)
+        let at = (started, started_at);
+        base_report(&args, &prepared, at, shown, reason, exit_code)
     };
     // A command that could not be started ends a run that got this far: it still has its
     // report. (Its child is already reaped: nothing of the run is left.)
@@ -196,11 +200,13 @@ fn open_report_file(args: &RunArgs, sandbox: &Sandbox) -> Result<Option<ReportFi
 }
 
 /// What every report of this run says, however it ends: `reason` and `exit_code`, the
-/// sandbox's layers, who ran what under which limits, and the proxy's counts so far.
+/// sandbox's layers, who ran what under which limits, and the proxy's counts so far. The
+/// host's cgroup version only where the report is `shown` (else `None`).
 fn base_report(
     args: &RunArgs,
     prepared: &prepare::Prepared,
     (started, started_at): (Instant, std::time::SystemTime),
+    shown: bool,
     reason: Reason,
     exit_code: i32,
 ) -> ExitReport {
@@ -238,7 +244,11 @@ fn base_report(
             max_output_bytes: args.max_output,
         },
         started_at: crate::logging::rfc3339(started_at),
-        cgroup_version: report::host_cgroup_version(),
+        cgroup_version: if shown {
+            report::host_cgroup_version()
+        } else {
+            None
+        },
         egress: prepared.egress.as_ref().map(|e| e.counts().into()),
     }
 }

@@ -81,6 +81,25 @@ pub(super) fn refuse_implicit_workdir(args: &RunArgs, cwd: &Path) -> Result<(), 
     }
 }
 
+/// A uid of our own for this run (see [`leases`]).
+fn take_lease(args: &RunArgs) -> Result<UidLease, RunError> {
+    UidLease::take(args.uid_range.start, args.uid_range.end).map_err(RunError::Identity)
+}
+
+/// The per-run uid of a run as root whose identity only [`leases`] would decide (no `--uid`,
+/// no `--gid`, no policy file that could name one), taken before its policy is loaded: the
+/// policy is then validated as the uid the sandbox is made for, and the sandbox's second
+/// validation finds every grant already walked for that uid (the memo answers per uid; as
+/// `nobody` first, each grant was walked twice, about ninety system calls each time).
+fn lease_before_policy(args: &RunArgs, root: bool) -> Result<Option<UidLease>, RunError> {
+    if root && args.policy_file.is_none() && args.policy.uid.is_none() && args.policy.gid.is_none()
+    {
+        take_lease(args).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 /// The uid leases of a run as root. With no --uid (or OPENSHELL_SANDBOX_UID): a uid of our
 /// own for this run. Per-uid kernel budgets (inotify instances, fanotify groups, queued
 /// signals, POSIX timers, RLIMIT_NPROC) are shared by every process of a uid, so with one
@@ -88,25 +107,27 @@ pub(super) fn refuse_implicit_workdir(args: &RunArgs, cwd: &Path) -> Result<(), 
 /// too, shared: no per-run run may get it meanwhile, and it is refused while one has it.
 fn leases(
     args: &RunArgs,
+    taken: Option<UidLease>,
     file_sets_identity: bool,
     policy: &mut Policy,
     root: bool,
 ) -> Result<(Option<UidLease>, Option<UidLease>), RunError> {
-    if let Some(dir) = &args.uid_lease_dir {
-        identity::set_lease_dir(dir.clone());
-    }
-    let lease =
-        if root && args.policy.uid.is_none() && args.policy.gid.is_none() && !file_sets_identity {
-            let lease = UidLease::take(args.uid_range.start, args.uid_range.end)
-                .map_err(RunError::Identity)?;
+    let lease = match taken {
+        Some(lease) => Some(lease),
+        None if root
+            && args.policy.uid.is_none()
+            && args.policy.gid.is_none()
+            && !file_sets_identity =>
+        {
+            let lease = take_lease(args)?;
             policy.set_identity(Identity {
                 uid: lease.uid,
                 gid: lease.uid,
             });
             Some(lease)
-        } else {
-            None
-        };
+        }
+        None => None,
+    };
     // What the run writes to its workdir and `--rw` grants belongs to each one's owner
     // (idmapped mounts); where they are refused, a workdir of the sandbox's uids is handed to
     // the run's uid for the run (sandbox/ownership.rs, exec/workdir).
@@ -157,8 +178,18 @@ pub(super) fn prepare(
     // scratch grant, when the sandbox is made: one memo over both asks each path's canonical
     // form once (sys::walk::Memo; the sandbox forgets it where it falls back).
     let memo = crate::sys::walk::Memo::begin();
+    let root = crate::sys::process::euid() == 0;
+    if let Some(dir) = &args.uid_lease_dir {
+        identity::set_lease_dir(dir.clone());
+    }
+    let taken = lease_before_policy(args, root)?;
+    let leased_flags = taken.as_ref().map(|l| crate::policy::PolicyFlags {
+        uid: Some(l.uid),
+        gid: Some(l.uid),
+        ..args.flags.clone()
+    });
     let loaded = load_policy(
-        &args.flags,
+        leased_flags.as_ref().unwrap_or(&args.flags),
         args.policy_file.as_deref(),
         cwd,
         &args.allow_net,
@@ -166,8 +197,8 @@ pub(super) fn prepare(
     log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
     let mut policy = loaded.policy;
     tl.stamp("policy");
-    let root = crate::sys::process::euid() == 0;
-    let (lease, explicit_lease) = leases(args, loaded.file_sets_identity, &mut policy, root)?;
+    let (lease, explicit_lease) =
+        leases(args, taken, loaded.file_sets_identity, &mut policy, root)?;
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
     } else {
