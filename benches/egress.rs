@@ -15,7 +15,8 @@
 //!
 //! Run: `cargo bench --bench egress` (`make bench` runs it with the others); `-- --quick` for
 //! fewer samples, `-- --latency-only` for the connect + first byte rounds alone,
-//! `-- --download-only` for the 256 MiB downloads alone.
+//! `-- --download-only` for the 256 MiB downloads alone, `-- --lookup-only` for the identity
+//! lookup alone (quick A/B of the lookup).
 //!
 //! The world is the egress tests': an outer network namespace made by this process with the
 //! upstream address 192.88.99.10 on its `lo` and no route anywhere (checked), and a sandbox
@@ -488,6 +489,12 @@ fn world(
     yardstick::start_async(hyard.listener, UPSTREAM.into(), true, proxy_rt.handle());
     std::thread::sleep(Duration::from_millis(200));
 
+    if std::env::args().any(|a| a == "--lookup-only") {
+        lookups(quick, &inner, &*lookup);
+        proxy_rt.block_on(fixed.shutdown());
+        proxy_rt.block_on(proxy.shutdown());
+        return;
+    }
     if !download_only {
         latency(quick, &inner, &*lookup);
     }
@@ -690,16 +697,47 @@ fn hold(inner: &OwnedFd, args: &[&str]) -> (std::process::Child, String) {
 }
 
 /// The identity lookup alone, on this thread (no hop, no proxy): one held tunnel's client
-/// looked up again and again, as each new connection of a process is.
+/// looked up again and again, as each new connection of a process is. Twice: with the client
+/// in this process's cgroups (no group of its own to freeze: the scan is not a snapshot), and,
+/// where there is a v1 freezer hierarchy, with the client in a freezer group of its own, as
+/// `run` and `serve` place an exec (each lookup freezes and thaws it).
 fn lookups(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
+    let n = if quick { 300 } else { 1000 };
+    let p50 = lookup_p50(n, inner, lookup, None);
+    println!("identity lookup alone p50: {p50:.0} µs ({n} lookups of one connection)");
+    let group = std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/freezer/osb-bench-{}",
+        std::process::id()
+    ));
+    if std::fs::create_dir(&group).is_err() {
+        println!("identity lookup alone, frozen: not measured (no v1 freezer hierarchy here)");
+        return;
+    }
+    let p50 = lookup_p50(n, inner, lookup, Some(&group));
+    println!(
+        "identity lookup alone p50, the client in a freezer group of its own (frozen and thawed by each lookup): {p50:.0} µs ({n} lookups)"
+    );
+    let _ = std::fs::remove_dir(&group);
+}
+
+/// The p50 of `n` lookups of one held client's connection, the client moved into the freezer
+/// group `group` first if one is given.
+fn lookup_p50(
+    n: usize,
+    inner: &OwnedFd,
+    lookup: &dyn egress::Identify,
+    group: Option<&std::path::Path>,
+) -> f64 {
     let (mut holder, line) = hold_idle(inner, 1);
+    if let Some(g) = group {
+        std::fs::write(g.join("cgroup.procs"), holder.id().to_string()).unwrap();
+    }
     let peer: SocketAddr = line
         .trim()
         .strip_prefix("READY 1 ")
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
     let local: SocketAddr = "10.200.0.1:3128".parse().unwrap();
-    let n = if quick { 300 } else { 1000 };
     let mut took: Vec<f64> = (0..n)
         .map(|_| {
             let t = Instant::now();
@@ -709,10 +747,7 @@ fn lookups(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
         .collect();
     drop(holder.stdin.take());
     holder.wait().unwrap();
-    println!(
-        "identity lookup alone p50: {:.0} µs ({n} lookups of one connection)",
-        median(&mut took)
-    );
+    median(&mut took)
 }
 
 /// HTTPS through interception (`secure.bench`) against `tls: skip` (`raw.bench`).

@@ -239,9 +239,9 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
     let frozen = freezer.freeze(&pids);
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
-    // The namespaces' unix sockets, read once after the freeze: only theirs have a queue to
-    // look at, and a sandbox may hold thousands of other sockets.
-    let unix = unix_inodes(&first);
+    // Which sockets' queues are read: the first few directly, then only the namespaces' unix
+    // sockets, listed once after the freeze ([`Queues`]).
+    let mut queues = Queues::new();
     // Frozen, the namespaces are listed again: a child forked before the freeze took hold is
     // in a frozen group but not in the first list. Not frozen, nothing stands still anyway.
     let now = if frozen.is_ok() {
@@ -253,7 +253,7 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
         if ns == own {
             snap.any_member.get_or_insert(pid);
         }
-        scan_process(pid, unix.as_ref(), &mut snap);
+        scan_process(pid, ns, &mut queues, &mut snap);
         seen.push(pid);
     }
     // A snapshot only if the processes read are the ones frozen, and stayed so throughout.
@@ -272,36 +272,68 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
     snap
 }
 
-/// The inodes of every unix socket of the members' namespaces (`/proc/<pid>/net/unix` of one
-/// member of each, which lists unbound and paired sockets too); `None` when one cannot be
-/// read, and then every socket's fdinfo is read instead.
-fn unix_inodes(members: &[(u32, u64)]) -> Option<HashSet<u64>> {
-    let mut done = Vec::new();
-    let mut out = HashSet::new();
-    for (pid, ns) in members {
-        if done.contains(ns) {
-            continue;
+/// Sockets whose queue of descriptors in flight is read directly before the namespace's unix
+/// sockets are listed: a fdinfo read costs a few microseconds, and most callers hold one to
+/// three sockets, where the listing (`/proc/<pid>/net/unix`, a walk of the namespace's whole
+/// unix socket table) costs several times that.
+const DIRECT_QUEUES: usize = 4;
+
+/// Which sockets of a scan have their fdinfo read for `scm_fds:`. Only a unix socket has a
+/// queue; a sandbox may hold thousands of other sockets. The first [`DIRECT_QUEUES`] sockets
+/// are read whatever they are (a non-unix one has no such line); after those, each
+/// namespace's unix sockets are listed once, when its first further socket is met, and only
+/// those are read. The listing is made during the scan, so after the freeze: a unix socket
+/// made before the freeze took hold is in it.
+struct Queues {
+    direct: usize,
+    /// netns -> the inodes of its unix sockets; `None` when the listing cannot be read, and
+    /// then every socket of that namespace is read.
+    listed: HashMap<u64, Option<HashSet<u64>>>,
+}
+
+impl Queues {
+    fn new() -> Queues {
+        Queues {
+            direct: DIRECT_QUEUES,
+            listed: HashMap::new(),
         }
-        let text = proctext::read_text(&format!("/proc/{pid}/net/unix")).ok()?;
-        // Num RefCount Protocol Flags Type St Inode [Path]
-        out.extend(
-            text.lines()
-                .skip(1)
-                .filter_map(|l| l.split_whitespace().nth(6)?.parse::<u64>().ok()),
-        );
-        done.push(*ns);
     }
-    Some(out)
+
+    /// Whether the queue of socket `ino`, held by `pid` of namespace `ns`, is to be read.
+    fn wanted(&mut self, pid: u32, ns: u64, ino: u64) -> bool {
+        if self.direct > 0 {
+            self.direct -= 1;
+            return true;
+        }
+        self.listed
+            .entry(ns)
+            .or_insert_with(|| unix_inodes(pid))
+            .as_ref()
+            .is_none_or(|u| u.contains(&ino))
+    }
+}
+
+/// The inodes of every unix socket of `pid`'s network namespace (`/proc/<pid>/net/unix`, which
+/// lists unbound and paired sockets too); `None` when it cannot be read.
+fn unix_inodes(pid: u32) -> Option<HashSet<u64>> {
+    let text = proctext::read_text(&format!("/proc/{pid}/net/unix")).ok()?;
+    // Num RefCount Protocol Flags Type St Inode [Path]
+    Some(
+        text.lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().nth(6)?.parse::<u64>().ok())
+            .collect(),
+    )
 }
 
 /// Every distinct fd table of `pid`'s tasks.
-fn scan_process(pid: u32, unix: Option<&HashSet<u64>>, snap: &mut Snapshot) {
+fn scan_process(pid: u32, ns: u64, queues: &mut Queues, snap: &mut Snapshot) {
     let mut read: Vec<u32> = Vec::new();
     for tid in tasks(pid) {
         if read.iter().any(|&r| same_table(r, tid)) {
             continue;
         }
-        match scan_table(pid, tid, unix, snap) {
+        match scan_table(pid, tid, ns, queues, snap) {
             Ok(()) => read.push(tid),
             // The task exited.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
@@ -333,7 +365,8 @@ fn same_table(a: u32, b: u32) -> bool {
 fn scan_table(
     pid: u32,
     tid: u32,
-    unix: Option<&HashSet<u64>>,
+    ns: u64,
+    queues: &mut Queues,
     snap: &mut Snapshot,
 ) -> io::Result<()> {
     let path = format!("/proc/{pid}/task/{tid}/fd");
@@ -387,7 +420,7 @@ fn scan_table(
         if !v.iter().any(|h| h.pid == pid) {
             v.push(Holder { pid, tid });
         }
-        if unix.is_some_and(|u| !u.contains(&ino)) {
+        if !queues.wanted(pid, ns, ino) {
             continue;
         }
         match queued_fds(pid, tid, num) {
@@ -416,6 +449,7 @@ fn queued_fds(pid: u32, tid: u32, fd: u32) -> io::Result<u32> {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::net::UnixStream;
 
     #[test]
@@ -433,6 +467,52 @@ mod tests {
         assert_eq!(queued_fds(me, me, a.as_raw_fd() as u32).unwrap(), 0);
         // Not a unix socket: no line.
         assert_eq!(queued_fds(me, me, held.as_raw_fd() as u32).unwrap(), 0);
+    }
+
+    fn inode_of(fd: &impl AsRawFd) -> u64 {
+        fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .unwrap()
+            .ino()
+    }
+
+    /// Past the sockets read directly, only the namespace's unix sockets have their queue
+    /// read; a descriptor in flight is seen either way.
+    #[test]
+    fn a_queue_is_read_among_the_first_sockets_and_after_them() {
+        let me = std::process::id();
+        let ns = ns_inode(me, "net").unwrap();
+        let Ok(tcp) = std::net::TcpListener::bind("127.0.0.1:0") else {
+            eprintln!("SKIPPED: no loopback to bind");
+            return;
+        };
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut q = Queues::new();
+        for _ in 0..DIRECT_QUEUES {
+            assert!(q.wanted(me, ns, inode_of(&tcp)));
+        }
+        assert!(!q.wanted(me, ns, inode_of(&tcp)));
+        assert!(q.wanted(me, ns, inode_of(&b)));
+        assert!(q.wanted(me, ns, inode_of(&a)));
+
+        // A receiver with a descriptor queued, after more sockets than are read directly.
+        let more: Vec<std::net::TcpListener> = (0..DIRECT_QUEUES + 2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let (c, d) = UnixStream::pair().unwrap();
+        send_fd(&c, tcp.as_raw_fd());
+        let mut snap = Snapshot::default();
+        scan_process(me, ns, &mut Queues::new(), &mut snap);
+        assert!(
+            snap.in_flight.contains(&(me, d.as_raw_fd() as u32, 1)),
+            "{:?} (fd {})",
+            snap.in_flight,
+            d.as_raw_fd()
+        );
+        // Every socket is indexed, whichever way its queue was looked at.
+        for s in &more {
+            assert!(snap.owners.contains_key(&inode_of(s)));
+        }
+        drop((a, b, more));
     }
 
     /// The walk finds a grandchild, and an orphan re-parented to us, and the members it
