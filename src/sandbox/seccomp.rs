@@ -3,19 +3,22 @@
 //!
 //! The program is one filter, so installing it costs one `seccomp(2)` call:
 //!
-//! 1. a prefix of 17 instructions for the cases a per-syscall rule cannot express in a few
-//!    instructions (a foreign architecture, the x32 table, clone3 answered with ENOSYS, the
-//!    CLONE_NEW* flags of clone and unshare), then
-//! 2. a hand-written binary search over the syscall numbers that have rules: EPERM at once for
-//!    the syscalls denied outright (ENOSYS for openat2), allow for every number without a
-//!    rule, otherwise a jump to
-//! 3. the hand-written argument checks (`Block`), some shared by several syscalls (socket
-//!    families; scheduling, I/O priority and prlimit64 only on the caller; no set-uid or
-//!    set-gid bit in a mode; the terminal ioctls; the default persona).
+//! 1. the architecture check (any other is killed), then the syscall number loaded once;
+//! 2. a hand-written binary search over the *runs* of numbers that share a fate (a run of
+//!    consecutive denied numbers, such as io_uring and the new mount API, is one range; the
+//!    x32 table is one range, killed; every number outside a run is allowed): each leaf
+//!    returns EPERM (ENOSYS for openat2 and clone3) at once, allows, or jumps to
+//! 3. the hand-written argument checks (`Block`), some shared by several syscalls (the
+//!    CLONE_NEW* flags of clone and unshare; socket families; scheduling, I/O priority and
+//!    prlimit64 only on the caller; no set-uid or set-gid bit in a mode; the terminal
+//!    ioctls; the default persona).
 //!
 //! seccompiler builds no instruction of it (its chain spent 28 instructions on the five
 //! comparisons of ioctl and personality, against 7 here); its types stay. Every instruction
-//! costs at install, in every exec: the kernel converts the program and JIT-compiles it.
+//! costs at install, in every exec: the kernel converts the program to eBPF, JIT-compiles it
+//! in several passes, and runs it for every syscall number to build its allow cache, all
+//! linear in the length (112 instructions for a sandbox with a network namespace; a search
+//! over single numbers behind a prefix of its own took 168, and 13 µs more to install).
 //!
 //! Default-allow is deliberate: the filter removes kernel attack surface and escape routes;
 //! what files and sockets a child may use is Landlock's and the identity layer's job. Each
@@ -44,8 +47,6 @@ const BPF_JMP_JA: u16 = 0x05;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
-/// Low 32 bits of args[0] (little endian).
-const SECCOMP_DATA_ARG0_LO: u32 = 16;
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// Syscall numbers at or above this have the x32 ABI bit set.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -84,46 +85,42 @@ const CLONE_NEW_MASK: u32 = (libc::CLONE_NEWNS
 const CLONE_NEWTIME: u32 = 0x80;
 const UNSHARE_NEW_MASK: u32 = CLONE_NEW_MASK | CLONE_NEWTIME;
 
-/// The instructions that run before the dispatch tree: the cases a per-syscall rule cannot
-/// express in a few instructions.
+/// The instructions that run before the search: any other architecture (int 0x80 enters as
+/// AUDIT_ARCH_I386) has different syscall numbers, so the whole deny-list would be
+/// meaningless there: kill (the jump's false branch is patched to the program's kill return
+/// by [`build`]).
 fn prefix() -> Vec<sock_filter> {
-    let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
     vec![
-        // 0-2: any other architecture (int 0x80 enters as AUDIT_ARCH_I386) has different
-        // syscall numbers, so the whole deny-list would be meaningless there: kill.
         stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
-        jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
-        stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-        // 3-6: x32 syscalls share AUDIT_ARCH_X86_64 but set bit 30 of the number; the rule
-        // chain compares exact numbers and would allow them: kill the x32 table's range.
-        // Above it (syscall(-1) is 0xffffffff) nothing runs on any ABI: on to the tree, which
-        // allows it, so the kernel itself answers ENOSYS, as it does without the filter.
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
-        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 2),
-        jump(BPF_JMP_JGE_K, X32_SYSCALL_END, 1, 0),
-        stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
-        // 7-8: clone3 passes its flags in memory, which seccomp cannot read, so the CLONE_NEW*
-        // check on clone() below could be dodged through it. ENOSYS (not EPERM) makes glibc
-        // and musl fall back to clone(), whose flags we can check.
-        jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1),
-        stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-        // 9-16: clone/unshare with any CLONE_NEW* bit: EPERM, as the kernel itself answers an
-        // unprivileged caller. A new user namespace would bring a full capability set, a new
-        // mount namespace could remount around Landlock. seccompiler compares
-        // `arg & mask == value`, which needs one rule per flag; a single JSET tests them all.
-        // The kernel reads only the low 32 bits of clone's flags, and unshare refuses unknown
-        // high bits with EINVAL, so the low word is the whole story.
-        jump(BPF_JMP_JEQ_K, libc::SYS_clone as u32, 2, 0),
-        jump(BPF_JMP_JEQ_K, libc::SYS_unshare as u32, 3, 0),
-        stmt(BPF_JMP_JA, 5),
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0_LO),
-        jump(BPF_JMP_JSET_K, CLONE_NEW_MASK, 2, 3),
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0_LO),
-        jump(BPF_JMP_JSET_K, UNSHARE_NEW_MASK, 0, 1),
-        stmt(BPF_RET_K, eperm),
-        // 17: the dispatch tree follows; it reloads the syscall number itself.
+        jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 0, 0),
     ]
 }
+
+/// The x32 table: x32 syscalls share AUDIT_ARCH_X86_64 but set bit 30 of the number, and every
+/// rule here compares x86_64 numbers, so it would allow them all: the whole range is killed.
+/// Above it (syscall(-1) is 0xffffffff) nothing runs on any ABI: allowed, so the kernel itself
+/// answers ENOSYS, as it does without the filter.
+const X32_TABLE: (u32, u32) = (X32_SYSCALL_BIT, X32_SYSCALL_END - 1);
+
+/// Syscalls that answer ENOSYS, as a kernel without them does, because their arguments are in
+/// memory the filter cannot read.
+const ENOSYS_ALWAYS: &[(i64, &str)] = &[
+    // clone3 passes its flags in memory, so the CLONE_NEW* check on clone() below could be
+    // dodged through it. ENOSYS (not EPERM) makes glibc and musl fall back to clone(), whose
+    // flags we can check.
+    (
+        libc::SYS_clone3,
+        "its flags are in memory the filter cannot read; libc falls back to clone",
+    ),
+    // openat2 passes its flags and mode in a struct: the set-id check on open and openat
+    // below could be dodged through it. glibc and musl never call it for open(3); programs
+    // that do (for RESOLVE_*) fall back to openat on ENOSYS, as they must on kernels before
+    // 5.6.
+    (
+        libc::SYS_openat2,
+        "its mode is in a struct the filter cannot read; callers fall back to openat",
+    ),
+];
 
 /// Syscalls denied outright with EPERM. EPERM is what each of these returns to an
 /// unprivileged caller anyway, so well-behaved programs already handle it.
@@ -199,19 +196,6 @@ const DENY_ALWAYS: &[(i64, &str)] = &[
     (libc::SYS_syslog, "read or clear the kernel log"),
 ];
 
-/// Syscalls that answer ENOSYS, as a kernel without them does, because their arguments are in
-/// memory the filter cannot read.
-const ENOSYS_ALWAYS: &[(i64, &str)] = &[
-    // openat2 passes its flags and mode in a struct: the set-id check on open and openat
-    // below could be dodged through it. glibc and musl never call it for open(3); programs
-    // that do (for RESOLVE_*) fall back to openat on ENOSYS, as they must on kernels before
-    // 5.6.
-    (
-        libc::SYS_openat2,
-        "its mode is in a struct the filter cannot read; callers fall back to openat",
-    ),
-];
-
 /// S_ISUID | S_ISGID.
 const SETID_BITS: u32 = 0o6000;
 /// The open flags that make open and openat read their mode: O_CREAT, and __O_TMPFILE (the
@@ -233,6 +217,10 @@ const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 /// (or jumps to a block further down, never back: classic BPF only jumps forward).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Block {
+    /// clone(2): no CLONE_NEW* flag.
+    Clone,
+    /// unshare(2): no CLONE_NEW* flag, CLONE_NEWTIME included.
+    Unshare,
     /// socket(2) and socketpair(2): the family allow-list of the network mode.
     Socket,
     /// setpriority(2): which must be PRIO_PROCESS, then [`Block::WhoZero`].
@@ -299,6 +287,14 @@ fn jset(k: u32, jt: Target, jf: Target) -> Insn {
 fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
     use Target::{Allow, Deny, Rel};
     let next = Rel(0);
+    // clone/unshare with any CLONE_NEW* bit: EPERM, as the kernel itself answers an
+    // unprivileged caller. A new user namespace would bring a full capability set, a new
+    // mount namespace could remount around Landlock. seccompiler compares
+    // `arg & mask == value`, which needs one rule per flag; a single JSET tests them all.
+    // The kernel reads only the low 32 bits of clone's flags, and unshare refuses unknown
+    // high bits with EINVAL, so the low word is the whole story.
+    let clone = vec![ld(arg(0, false)), jset(CLONE_NEW_MASK, Deny, Allow)];
+    let unshare = vec![ld(arg(0, false)), jset(UNSHARE_NEW_MASK, Deny, Allow)];
     // Sockets. EPERM is what socket(2) returns when a security module refuses the family, so
     // programs report "Operation not permitted" instead of misreading EAFNOSUPPORT.
     // socketpair(2) creates its sockets through the same per-family code, with the family and
@@ -398,6 +394,8 @@ fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
         jeq(PERSONALITY_QUERY, Allow, Deny),
     ];
     vec![
+        (Block::Clone, vec![libc::SYS_clone], clone),
+        (Block::Unshare, vec![libc::SYS_unshare], unshare),
         (
             Block::Socket,
             vec![libc::SYS_socket, libc::SYS_socketpair],
@@ -469,21 +467,34 @@ pub fn build(network: NetworkMode) -> Result<BpfProgram, SeccompError> {
         numbers.windows(2).all(|w| w[0].0 != w[1].0),
         "a syscall has two entries"
     );
+    let mut runs = runs(&numbers);
+    debug_assert!(runs.last().is_none_or(|r| r.last < X32_TABLE.0));
+    runs.push(Run {
+        first: X32_TABLE.0,
+        last: X32_TABLE.1,
+        to: Target::Kill,
+    });
     let mut program = prefix();
     let blocks: Vec<(Block, Vec<Insn>)> = blocks.into_iter().map(|(b, _, c)| (b, c)).collect();
-    program.extend(dispatch(&numbers, &blocks, program.len())?);
+    program.extend(dispatch(&runs, &blocks, program.len())?);
+    // The architecture check's false branch: the kill return, the program's last instruction.
+    let kill = program.len() - 1;
+    program[1].jf = u8::try_from(kill - 2).map_err(|_| SeccompError::TooFar)?;
     Ok(program)
 }
 
-/// A jump target while the dispatch tree is assembled.
-#[derive(Clone, Copy, Debug)]
+/// A jump target while the program is assembled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Target {
+    /// This many instructions further on.
     Rel(usize),
     Allow,
     /// Return EPERM.
     Deny,
     /// Return ENOSYS.
     Enosys,
+    /// Kill the process.
+    Kill,
     /// A hand-written argument check.
     Block(Block),
 }
@@ -496,47 +507,141 @@ struct Insn {
     jf: Target,
 }
 
-/// Binary search over the syscall numbers that have rules: every other syscall is allowed
-/// after about log2(n) comparisons instead of walking seccompiler's linear chain. That matters
-/// twice: at every syscall of the child, and at install time, when the kernel emulates the
-/// filter for every syscall number to build its allow-cache, which for a linear chain costs
-/// hundreds of microseconds per exec.
-fn tree(nrs: &[(u32, Target)]) -> Vec<Insn> {
-    if nrs.len() <= 3 {
-        let mut v: Vec<Insn> = nrs
-            .iter()
-            .map(|&(n, to)| jeq(n, to, Target::Rel(0)))
-            .collect();
-        v.push(Insn {
-            code: BPF_JMP_JA,
-            k: 0,
-            jt: Target::Allow,
-            jf: Target::Allow,
-        });
-        return v;
-    }
-    let mid = nrs.len() / 2;
-    let left = tree(&nrs[..mid]);
-    let right = tree(&nrs[mid..]);
-    let mut v = vec![Insn {
+fn jge(k: u32, jt: Target, jf: Target) -> Insn {
+    Insn {
         code: BPF_JMP_JGE_K,
-        k: nrs[mid].0,
-        jt: Target::Rel(left.len()),
-        jf: Target::Rel(0),
-    }];
+        k,
+        jt,
+        jf,
+    }
+}
+
+/// Consecutive syscall numbers `first..=last` with one fate.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    first: u32,
+    last: u32,
+    to: Target,
+}
+
+/// The sorted numbers merged into runs: io_uring's three calls and the new mount API's six
+/// that follow them are one run, tested by two comparisons instead of nine.
+fn runs(numbers: &[(u32, Target)]) -> Vec<Run> {
+    let mut v: Vec<Run> = Vec::new();
+    for &(nr, to) in numbers {
+        match v.last_mut() {
+            Some(r) if r.to == to && r.last.checked_add(1) == Some(nr) => r.last = nr,
+            _ => v.push(Run {
+                first: nr,
+                last: nr,
+                to,
+            }),
+        }
+    }
+    v
+}
+
+/// A node of the search: a fate reached without an instruction (its whole range has one), or
+/// instructions that begin with its test.
+enum Node {
+    To(Target),
+    Code(Vec<Insn>),
+}
+
+/// A leaf of the search tests at most this many runs one after the other.
+const LEAF_RUNS: usize = 3;
+
+/// Binary search over the runs, for the numbers in `from..end` (`end` up to 2^32); every
+/// number outside a run is allowed. Every syscall without a rule is allowed after about
+/// log2(runs) comparisons instead of walking a linear chain. That matters twice: at every
+/// syscall of the child the kernel's allow cache does not answer, and at install time, when
+/// the kernel runs the filter for every syscall number to build that cache.
+///
+/// A run that starts or ends at its node's bound needs one comparison less, so each split
+/// tries both places beside the middle run (its start, and just after the run before it)
+/// and keeps the shorter code; 45 runs make a tree of about 60 instructions.
+fn search(runs: &[Run], from: u64, end: u64) -> Node {
+    match runs {
+        [] => return Node::To(Target::Allow),
+        [r] if u64::from(r.first) == from && u64::from(r.last) + 1 == end => {
+            return Node::To(r.to);
+        }
+        _ if runs.len() <= LEAF_RUNS => return Node::Code(chain(runs, from, end)),
+        _ => {}
+    }
+    let mid = runs.len() / 2;
+    let at_start = split(runs, mid, u64::from(runs[mid].first), from, end);
+    let after_previous = split(runs, mid, u64::from(runs[mid - 1].last) + 1, from, end);
+    Node::Code(if after_previous.len() < at_start.len() {
+        after_previous
+    } else {
+        at_start
+    })
+}
+
+/// `nr >= pivot`: the runs from `mid` on, else those before it (which follow at once).
+fn split(runs: &[Run], mid: usize, pivot: u64, from: u64, end: u64) -> Vec<Insn> {
+    let (jf, left) = match search(&runs[..mid], from, pivot) {
+        Node::To(t) => (t, Vec::new()),
+        Node::Code(c) => (Target::Rel(0), c),
+    };
+    let (jt, right) = match search(&runs[mid..], pivot, end) {
+        Node::To(t) => (t, Vec::new()),
+        Node::Code(c) => (Target::Rel(left.len()), c),
+    };
+    // A pivot is the first number of a run or the one after a run below `end`: it fits.
+    let mut v = vec![jge(pivot as u32, jt, jf)];
     v.extend(left);
     v.extend(right);
     v
 }
 
-/// `ld nr`, the tree, the blocks, `ret ALLOW`, `ret EPERM`, `ret ENOSYS`.
+/// A leaf: each run tested in turn (one comparison for a single number or a run that touches
+/// the leaf's bound, two otherwise); what no run takes is allowed.
+fn chain(runs: &[Run], from: u64, end: u64) -> Vec<Insn> {
+    let mut v = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        let last = i + 1 == runs.len();
+        // Not this run: the next run's test, `skip` instructions on, or allow after the last.
+        let other = |skip| {
+            if last {
+                Target::Allow
+            } else {
+                Target::Rel(skip)
+            }
+        };
+        let (first, after) = (u64::from(r.first), u64::from(r.last) + 1);
+        if r.first == r.last {
+            v.push(jeq(r.first, r.to, other(0)));
+        } else if first == from {
+            // Below `end`, since another run follows or the run does not fill the leaf.
+            v.push(jge(after as u32, other(0), r.to));
+        } else if after == end {
+            v.push(jge(r.first, r.to, other(0)));
+        } else {
+            v.push(jge(r.first, Target::Rel(0), other(1)));
+            v.push(jge(after as u32, other(0), r.to));
+        }
+    }
+    v
+}
+
+/// `ld nr`, the search, the blocks, `ret ALLOW`, `ret EPERM`, `ret ENOSYS`, `ret KILL`.
 /// `base` is the index of the first instruction emitted here.
 fn dispatch(
-    nrs: &[(u32, Target)],
+    runs: &[Run],
     blocks: &[(Block, Vec<Insn>)],
     base: usize,
 ) -> Result<Vec<sock_filter>, SeccompError> {
-    let mut body = tree(nrs);
+    let mut body = match search(runs, 0, 1 << 32) {
+        Node::Code(c) => c,
+        Node::To(t) => vec![Insn {
+            code: BPF_JMP_JA,
+            k: 0,
+            jt: t,
+            jf: t,
+        }],
+    };
     let mut starts: Vec<(Block, usize)> = Vec::new();
     for (b, code) in blocks {
         starts.push((*b, body.len()));
@@ -546,6 +651,7 @@ fn dispatch(
     let allow = first + body.len();
     let deny = allow + 1;
     let enosys = deny + 1;
+    let kill = enosys + 1;
     let mut out = vec![stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR)];
     for (i, ins) in body.iter().enumerate() {
         let at = first + i;
@@ -555,6 +661,7 @@ fn dispatch(
                 Target::Allow => allow - at - 1,
                 Target::Deny => deny - at - 1,
                 Target::Enosys => enosys - at - 1,
+                Target::Kill => kill - at - 1,
                 Target::Block(b) => {
                     let start = starts.iter().find(|(s, _)| *s == b).map(|(_, i)| first + i);
                     // Classic BPF has no backward jumps: a block may only enter a later one.
@@ -580,6 +687,7 @@ fn dispatch(
     out.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
     out.push(stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32));
     out.push(stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
+    out.push(stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS));
     Ok(out)
 }
 
@@ -630,7 +738,6 @@ pub fn describe(network: NetworkMode) -> Vec<String> {
     v.push("unshare/clone with CLONE_NEW*: EPERM".into());
     v.push("ioctl TIOCSTI/TIOCLINUX/TIOCSETD (low 32 bits): EPERM".into());
     v.push("personality other than PER_LINUX: EPERM".into());
-    v.push("clone3: ENOSYS (libc falls back to clone)".into());
     v.push(
         "x32 syscalls (0x40000000..0x400003ff) and foreign architectures: kill; \
          higher numbers (syscall(-1)): the kernel's own ENOSYS"

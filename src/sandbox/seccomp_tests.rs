@@ -3,15 +3,23 @@
 use super::*;
 
 #[test]
-fn program_is_small_and_starts_with_our_prefix() {
+fn program_is_small_and_starts_with_the_architecture_check() {
     for mode in [NetworkMode::None, NetworkMode::All] {
         let p = build(mode).unwrap();
         let pre = prefix();
-        assert_eq!(&p[..pre.len()], &pre[..]);
-        // Verifying and JIT-compiling at install cost linear time in the length (the allow
-        // cache the kernel builds walks only each number's path through the tree); keep an
-        // eye on it.
-        assert!(p.len() < 200, "filter grew to {} instructions", p.len());
+        assert_eq!((p[0].code, p[0].k), (pre[0].code, pre[0].k));
+        assert_eq!((p[1].code, p[1].k, p[1].jt), (pre[1].code, pre[1].k, 0));
+        // Its false branch: kill.
+        let kill = &p[2 + p[1].jf as usize];
+        assert_eq!(
+            (kill.code, kill.k),
+            (BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
+            "a foreign architecture is not killed"
+        );
+        assert_eq!((p[2].code, p[2].k), (BPF_LD_W_ABS, SECCOMP_DATA_NR));
+        // Converting, JIT-compiling and running the program for every syscall number at
+        // install cost linear time in the length, in every exec; keep an eye on it.
+        assert!(p.len() <= 120, "filter grew to {} instructions", p.len());
         // Every jump stays inside the program.
         for (i, ins) in p.iter().enumerate() {
             if ins.code == BPF_JMP_JA {
@@ -24,6 +32,30 @@ fn program_is_small_and_starts_with_our_prefix() {
             }
         }
     }
+}
+
+/// The runs a leaf or a split tests: io_uring and the new mount API after it are one run.
+#[test]
+fn consecutive_numbers_with_one_fate_are_one_run() {
+    let nrs: Vec<(u32, Target)> = (425..=433)
+        .map(|n| (n, Target::Deny))
+        .chain([
+            (435, Target::Enosys),
+            (437, Target::Enosys),
+            (438, Target::Deny),
+        ])
+        .collect();
+    let r = runs(&nrs);
+    let got: Vec<(u32, u32, Target)> = r.iter().map(|r| (r.first, r.last, r.to)).collect();
+    assert_eq!(
+        got,
+        [
+            (425, 433, Target::Deny),
+            (435, 435, Target::Enosys),
+            (437, 437, Target::Enosys),
+            (438, 438, Target::Deny),
+        ]
+    );
 }
 
 /// Run a filter in a forked child (never in the test runner) and report the errno of a

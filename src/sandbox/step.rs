@@ -77,6 +77,7 @@ steps! {
     InitSignals => "install the init's signal handlers",
     ForkCommand => "fork the command",
     // The command, in the order of child/mod.rs.
+    RestoreAffinity => "restore the CPU affinity the init narrowed for the command's clone",
     Stdio => "connect stdin, stdout and stderr",
     Chdir => "change to the working directory",
     Subreaper => "become the child subreaper of the exec",

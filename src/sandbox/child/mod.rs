@@ -17,11 +17,14 @@
 //!    namespace needs a single-threaded caller, which only a forked child is), then a mount
 //!    namespace of its own with a fresh /proc for the new PID namespace;
 //! 4. block the forwarded signals and install their relaying handlers;
-//! 5. clone the command (CLONE_VM|CLONE_VFORK), then hold nothing of the supervisor's (its
-//!    descriptors closed, its heaps and other threads' stacks dropped: sys/forget.rs) and reap
-//!    until the command exits.
+//! 5. clone the command (CLONE_VM|CLONE_VFORK) with our affinity narrowed to the CPU we run
+//!    on, so that the command starts there at once while we sleep, then hold nothing of the
+//!    supervisor's (its descriptors closed, its heaps and other threads' stacks dropped:
+//!    sys/forget.rs) and reap until the command exits.
 //!
 //! **The command** (`command_main` in init.rs, then [`enforce_in_child`]):
+//! 0. under an init, the init's affinity back on itself and on the init, before anything else
+//!    (the init, suspended until our exec, cannot do its own);
 //! 1. stdio onto 0..2, the view (only without an init), the working directory, and without
 //!    an init the child-subreaper bit;
 //! 2. a process group of its own: a new session (and, for a pty, the controlling terminal)
