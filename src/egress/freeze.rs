@@ -21,8 +21,30 @@
 //! frozen leaves it frozen (v1 tasks do not die frozen); the next supervisor's sweep of stale
 //! groups freezes, kills and thaws them. A freeze lasts one scan: about 0.6 ms for a group of
 //! five idle tasks (v1, measured with a loop of 200 freezes and thaws).
+//!
+//! The anchor. In v1, the first group frozen anywhere on the machine switches the kernel's
+//! freezer on (a static key: code patched on every CPU, which traps in a VM) and the last one
+//! thawed switches it off again: so with nothing else frozen, each write of `FROZEN` and of
+//! `THAWED` costs ≈ 100–125 µs here, against ≈ 13 µs while any group stays frozen. At its first
+//! v1 freeze, a supervisor therefore makes an empty group of its own beside itself
+//! (`openshell-freeze-anchor.<pid>.<n>`, [`Anchor`]) and keeps it frozen for its life: an empty
+//! group has nothing to stop, and every later freeze and thaw of a scan is the cheap kind.
+//! It carries an exclusive flock on its directory, as the exec groups' bases do: one whose
+//! lock anyone can take belongs to a supervisor that was killed, and the next anchor's maker
+//! removes it. The cost is the freezer's check, switched on machine-wide for the supervisor's
+//! life: a test of a flag on paths that may stop a task (signal delivery, some sleeps).
+//!
+//! With the switch already on, a task asleep in a read is stopped ≈ 12 µs after the write of
+//! `FROZEN` (it wakes, and stops on its way back to user space); a wait that slept 200 µs
+//! before its second look at the state paid for that sleep in every scan. So the state is
+//! looked at again at once for the first [`FREEZE_SPIN`], and only then between sleeps.
+//! Measured (`benches/egress.rs --lookup-only`, the client in a freezer group of its own, as
+//! `run` places an exec): a frozen lookup 450–690 µs without both, 500 µs with the anchor alone
+//! (the sleep), 270 µs with both, against 150 µs unfrozen; BENCHMARKS.md has the rounds.
 
 use std::fs;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, OnceLock};
 
 use super::proctext;
 use std::path::{Path, PathBuf};
@@ -30,12 +52,94 @@ use std::time::{Duration, Instant};
 
 /// How long to wait for a group to report frozen before scanning without a snapshot.
 const FREEZE_WAIT: Duration = Duration::from_millis(100);
+/// How long a freeze is watched without sleeping between looks: a sleep costs at least the
+/// timer slack (50 µs), several times what a task asleep takes to stop.
+const FREEZE_SPIN: Duration = Duration::from_micros(100);
 
 /// Where the freezer hierarchies are mounted, and the supervisor's own groups in them.
 #[derive(Debug, Clone, Default)]
 pub struct Freezer {
     v1: Option<Hierarchy>,
     v2: Option<Hierarchy>,
+    /// Made at the first v1 freeze (see the module docs); `None` inside when it could not be
+    /// (a read-only hierarchy): freezes then cost what they cost.
+    anchor: Arc<OnceLock<Option<Anchor>>>,
+}
+
+/// The name of an anchor group, before the supervisor's pid.
+const ANCHOR_PREFIX: &str = "openshell-freeze-anchor.";
+
+/// An empty v1 freezer group kept frozen while it lives (see the module docs), removed when
+/// dropped.
+#[derive(Debug)]
+struct Anchor {
+    dir: PathBuf,
+    /// Held for the anchor's life: a free lock marks a dead supervisor's anchor.
+    _lock: fs::File,
+}
+
+impl Anchor {
+    /// Made in `h`'s own group, after removing the anchors there whose lock is free.
+    fn make(h: &Hierarchy) -> Option<Anchor> {
+        let rel = h.own.strip_prefix(h.root.trim_end_matches('/'))?;
+        let parent = h.mount.join(rel.trim_start_matches('/'));
+        sweep_anchors(&parent);
+        // One per freezer (each sandbox's proxy has its own), so that one's end never thaws
+        // another's.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("{ANCHOR_PREFIX}{}.{n}", std::process::id()));
+        // A dead supervisor's anchor of that name was just swept: one still here is a live
+        // one's, or a race with another sweep; either way not ours to use.
+        fs::create_dir(&dir).ok()?;
+        let lock = match fs::File::open(&dir) {
+            Ok(f) if lock_free(&f) => f,
+            _ => {
+                let _ = fs::remove_dir(&dir);
+                return None;
+            }
+        };
+        let anchor = Anchor { dir, _lock: lock };
+        // If this fails (a sweep took the directory between the mkdir and the lock), the
+        // anchor is dropped and removed: freezes cost what they cost.
+        Group {
+            dir: anchor.dir.clone(),
+            v2: false,
+        }
+        .set(true)?;
+        tracing::debug!(target: "egress", anchor = %anchor.dir.display(), "kept an empty freezer group frozen, so that each scan's freeze and thaw is cheap");
+        Some(anchor)
+    }
+}
+
+impl Drop for Anchor {
+    fn drop(&mut self) {
+        // An empty group is removed frozen or not; its lock goes with the file.
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// Take the exclusive lock without waiting: whether nobody else holds it.
+fn lock_free(f: &fs::File) -> bool {
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Remove the anchors in `parent` whose supervisor is gone (their lock is free). A group
+/// with members, or one a live supervisor holds, stays.
+fn sweep_anchors(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with(ANCHOR_PREFIX) {
+            continue;
+        }
+        let dir = e.path();
+        if fs::File::open(&dir).is_ok_and(|f| lock_free(&f)) {
+            let _ = fs::remove_dir(&dir);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -177,6 +281,11 @@ impl Freezer {
                 None => return Err(NotFrozen::Unavailable),
             }
         }
+        if !groups.is_empty()
+            && let Some(h) = &self.v1
+        {
+            self.anchor.get_or_init(|| Anchor::make(h));
+        }
         let mut f = Frozen {
             freezer: self.clone(),
             ours: Vec::new(),
@@ -212,7 +321,14 @@ impl Freezer {
                     "its cgroups did not freeze within {FREEZE_WAIT:?}"
                 )));
             }
-            std::thread::sleep(Duration::from_micros(200));
+            // A task stops at its next return to user space, usually within tens of
+            // microseconds (≈ 12 µs for a task asleep in a read, with the anchor): look again at
+            // once for the first FREEZE_SPIN, then less often.
+            if start.elapsed() < FREEZE_SPIN {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
         }
         Ok(f)
     }
@@ -393,6 +509,7 @@ mod tests {
             let f = Freezer {
                 v1: full.v1.clone().filter(|_| !v2),
                 v2: full.v2.clone().filter(|_| v2),
+                ..Freezer::default()
             };
             let Some(h) = f.v1.as_ref().or(f.v2.as_ref()) else {
                 continue;
@@ -438,6 +555,84 @@ mod tests {
             eprintln!("SKIPPED: no writable freezer hierarchy");
         }
         eprintln!("froze and thawed: {tried:?}");
+    }
+
+    /// The anchor: made frozen and empty at a freezer's first v1 freeze, a dead supervisor's
+    /// (its lock free) swept, a live one's left, and removed with the last clone of its
+    /// freezer.
+    #[test]
+    fn the_first_v1_freeze_keeps_an_anchor_frozen_until_the_freezer_goes() {
+        if crate::sys::process::euid() != 0 {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("root is required to make cgroups (CI=true turns this skip into a failure)");
+            }
+            eprintln!("SKIPPED: not root, cannot make a cgroup to freeze");
+            return;
+        }
+        let full = Freezer::new();
+        let Some(h) = full.v1.clone() else {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("no v1 freezer hierarchy (CI=true turns this skip into a failure)");
+            }
+            eprintln!("SKIPPED: no v1 freezer hierarchy");
+            return;
+        };
+        let parent = h.mount.join(h.own.trim_start_matches('/'));
+        let me = std::process::id();
+        // A dead supervisor's anchor (nobody holds its lock), and a live one's.
+        let dead = parent.join(format!("{ANCHOR_PREFIX}{me}.dead-test"));
+        let live = parent.join(format!("{ANCHOR_PREFIX}{me}.live-test"));
+        fs::create_dir(&dead).unwrap();
+        fs::create_dir(&live).unwrap();
+        let live_lock = fs::File::open(&live).unwrap();
+        assert!(lock_free(&live_lock));
+
+        let group = parent.join(format!("osb-anchor-test-{me}"));
+        fs::create_dir(&group).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        fs::write(group.join("cgroup.procs"), child.id().to_string()).unwrap();
+        let f = Freezer {
+            v1: Some(h),
+            ..Freezer::default()
+        };
+        drop(f.freeze(&[child.id()]).expect("the group freezes"));
+        let anchor = f
+            .anchor
+            .get()
+            .and_then(|a| a.as_ref())
+            .expect("an anchor was made")
+            .dir
+            .clone();
+        let anchor_group = Group {
+            dir: anchor.clone(),
+            v2: false,
+        };
+        assert_eq!(anchor_group.state(), Some(State::Frozen));
+        assert_eq!(fs::read_to_string(anchor.join("cgroup.procs")).unwrap(), "");
+        assert!(!dead.exists(), "a dead supervisor's anchor is swept");
+        assert!(live.exists(), "a live supervisor's anchor stays");
+        // The scanned group itself was thawed; the anchor stays frozen across scans.
+        assert_eq!(
+            Group {
+                dir: group.clone(),
+                v2: false
+            }
+            .state(),
+            Some(State::Thawed)
+        );
+        let clone = f.clone();
+        drop(f);
+        assert!(anchor.exists(), "a clone of the freezer still holds it");
+        drop(clone);
+        assert!(!anchor.exists(), "removed with the last clone");
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir(&group);
+        drop(live_lock);
+        fs::remove_dir(&live).unwrap();
     }
 
     #[test]
