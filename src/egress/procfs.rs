@@ -487,9 +487,8 @@ fn pin_or_check(
 /// one with the same pid.
 fn stat(pid: u32) -> Option<(u32, u64)> {
     let s = proctext::read_text(&format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses; the fields start after the last ')'.
-    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
-    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+    let line = crate::sys::procstat::StatLine::new(&s)?;
+    Some((line.num(4)?, line.num(22)?))
 }
 
 /// Whether `parent` is still the parent of `child`. A process's parent changes only when the
