@@ -91,7 +91,7 @@ fn dial_via(proxy: Option<&str>, port: u16) -> TcpStream {
 
 fn client(args: &[String]) {
     let via = match args.get(1).map(String::as_str) {
-        Some("proxy") | Some("scan") => Some("10.200.0.1:3128"),
+        Some("proxy") | Some("scan") | Some("frozen") => Some("10.200.0.1:3128"),
         Some("fixed") => Some(FIXED_PROXY),
         Some("yard") => Some(yardstick::ADDR),
         Some("tyard") => Some(yardstick::ASYNC_ADDR),
@@ -169,10 +169,37 @@ fn client_cmd(inner: Option<&OwnedFd>, args: &[&str]) -> Command {
 }
 
 fn run_client(inner: Option<&OwnedFd>, args: &[&str]) -> String {
-    let out = client_cmd(inner, args)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
+    run_client_in(inner, None, args)
+}
+
+/// [`run_client`], the client first moved into the v1 freezer group `group` if one is given
+/// (as `run` and `serve` place an exec: each lookup then freezes and thaws it).
+fn run_client_in(
+    inner: Option<&OwnedFd>,
+    group: Option<&std::path::Path>,
+    args: &[&str],
+) -> String {
+    let mut c = client_cmd(inner, args);
+    let procs = group.map(|g| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(g.join("cgroup.procs"))
+            .unwrap()
+    });
+    if let Some(f) = &procs {
+        let fd = f.as_raw_fd();
+        // SAFETY: a raw write on a descriptor that stays open until the spawn returns; "0"
+        // moves the writer, the child, into the group.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let out = c.stderr(Stdio::inherit()).output().unwrap();
     assert!(out.status.success(), "client {args:?} failed");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -531,22 +558,49 @@ fn latency(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
     // before the walk). "tyard" and "yard" are the yardsticks (`egress_parts/yardstick.rs`):
     // the least relay on tokio (on the proxy's runtime) and on blocking threads; "hyard" the
     // tokio one with the proxy's hop to a blocking thread and back.
-    let sides = ["direct", "proxy", "fixed", "scan", "tyard", "hyard", "yard"];
+    // "frozen" is the same proxy as "proxy" with the client in a v1 freezer group of its own,
+    // as `run` and `serve` place an exec: each lookup freezes and thaws it. In the bench's own
+    // groups (the other sides) no freeze is possible and the scan is best effort.
+    let group = freezer_group();
+    let sides = [
+        "direct", "proxy", "frozen", "fixed", "scan", "tyard", "hyard", "yard",
+    ];
     let mut took: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
     let per_s = per.to_string();
     for _ in 0..rounds {
         for (side, v) in sides.iter().zip(took.iter_mut()) {
             let inner = (*side != "direct").then_some(inner);
             set_subreaper(*side != "scan");
-            let out = run_client(inner, &["lat", side, &per_s]);
+            let out = match (*side, &group) {
+                ("frozen", None) => continue,
+                ("frozen", Some(g)) => run_client_in(inner, Some(g), &["lat", side, &per_s]),
+                _ => run_client(inner, &["lat", side, &per_s]),
+            };
             v.extend(out.lines().map(|l| l.parse::<f64>().unwrap() / 1000.0));
         }
     }
     set_subreaper(true);
-    let p50: Vec<f64> = took.iter_mut().map(|v| median(v)).collect();
-    let [d50, p50, g50, s50, t50, h50, y50] = p50[..] else {
+    if let Some(g) = &group {
+        let _ = std::fs::remove_dir(g);
+    }
+    let p50: Vec<f64> = took
+        .iter_mut()
+        .map(|v| if v.is_empty() { f64::NAN } else { median(v) })
+        .collect();
+    let [d50, p50, f50, g50, s50, t50, h50, y50] = p50[..] else {
         unreachable!()
     };
+    if group.is_some() {
+        println!(
+            "connect + first byte p50 as `run` places the client (a freezer group of its own, frozen and thawed by each lookup): {f50:.0} µs, overhead {:.0} µs ({} samples)",
+            f50 - d50,
+            took[2].len()
+        );
+    } else {
+        println!(
+            "connect + first byte, frozen as `run` places the client: not measured (no v1 freezer hierarchy here)"
+        );
+    }
     println!(
         "connect + first byte p50: direct {d50:.0} µs, proxied {p50:.0} µs, overhead {:.0} µs; with the caller given (no lookup) {g50:.0} µs, overhead {:.0} µs; with the lookup reading all of /proc {s50:.0} µs, overhead {:.0} µs ({} samples each)",
         p50 - d50,
@@ -705,19 +759,26 @@ fn lookups(quick: bool, inner: &OwnedFd, lookup: &dyn egress::Identify) {
     let n = if quick { 300 } else { 1000 };
     let p50 = lookup_p50(n, inner, lookup, None);
     println!("identity lookup alone p50: {p50:.0} µs ({n} lookups of one connection)");
-    let group = std::path::PathBuf::from(format!(
-        "/sys/fs/cgroup/freezer/osb-bench-{}",
-        std::process::id()
-    ));
-    if std::fs::create_dir(&group).is_err() {
+    let Some(group) = freezer_group() else {
         println!("identity lookup alone, frozen: not measured (no v1 freezer hierarchy here)");
         return;
-    }
+    };
     let p50 = lookup_p50(n, inner, lookup, Some(&group));
     println!(
         "identity lookup alone p50, the client in a freezer group of its own (frozen and thawed by each lookup): {p50:.0} µs ({n} lookups)"
     );
     let _ = std::fs::remove_dir(&group);
+}
+
+/// A new v1 freezer group of the bench's own (removed by the caller), if the hierarchy is there.
+fn freezer_group() -> Option<std::path::PathBuf> {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let group = std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/freezer/osb-bench-{}.{n}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&group).ok().map(|()| group)
 }
 
 /// The p50 of `n` lookups of one held client's connection, the client moved into the freezer
