@@ -84,6 +84,12 @@ impl Anchor {
         let rel = h.own.strip_prefix(h.root.trim_end_matches('/'))?;
         let parent = h.mount.join(rel.trim_start_matches('/'));
         sweep_anchors(&parent);
+        // Between our mkdir and our lock, a new anchor looks like a dead supervisor's to
+        // another one's sweep, which may take it: then a next name is tried.
+        (0..3).find_map(|_| Anchor::make_in(&parent))
+    }
+
+    fn make_in(parent: &Path) -> Option<Anchor> {
         // One per freezer (each sandbox's proxy has its own), so that one's end never thaws
         // another's.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -101,7 +107,7 @@ impl Anchor {
         };
         let anchor = Anchor { dir, _lock: lock };
         // If this fails (a sweep took the directory between the mkdir and the lock), the
-        // anchor is dropped and removed: freezes cost what they cost.
+        // anchor is dropped and removed.
         Group {
             dir: anchor.dir.clone(),
             v2: false,
