@@ -498,15 +498,24 @@ mod tests {
         assert_eq!(f.v2.as_ref().unwrap().own, "/sup");
     }
 
+    /// Whether the test runs as root, which making cgroups needs; a skip says so, and fails
+    /// under CI=true.
+    fn root_or_skip() -> bool {
+        if crate::sys::process::euid() == 0 {
+            return true;
+        }
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("root is required to make cgroups (CI=true turns this skip into a failure)");
+        }
+        eprintln!("SKIPPED: not root, cannot make a cgroup to freeze");
+        false
+    }
+
     /// The real hierarchies: a child in a fresh group of each freezer this machine has (v1,
     /// and v2 on its own), frozen, seen frozen, and thawed when the guard drops.
     #[test]
     fn each_hierarchy_freezes_a_group_and_thaws_it() {
-        if crate::sys::process::euid() != 0 {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("root is required to make cgroups (CI=true turns this skip into a failure)");
-            }
-            eprintln!("SKIPPED: not root, cannot make a cgroup to freeze");
+        if !root_or_skip() {
             return;
         }
         let full = Freezer::new();
@@ -568,11 +577,7 @@ mod tests {
     /// freezer.
     #[test]
     fn the_first_v1_freeze_keeps_an_anchor_frozen_until_the_freezer_goes() {
-        if crate::sys::process::euid() != 0 {
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("root is required to make cgroups (CI=true turns this skip into a failure)");
-            }
-            eprintln!("SKIPPED: not root, cannot make a cgroup to freeze");
+        if !root_or_skip() {
             return;
         }
         let full = Freezer::new();
