@@ -43,7 +43,7 @@
 //! (the sleep), 270 µs with both, against 150 µs unfrozen; BENCHMARKS.md has the rounds.
 
 use std::fs;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::{Arc, OnceLock};
 
 use super::proctext;
@@ -127,8 +127,7 @@ impl Drop for Anchor {
 
 /// Take the exclusive lock without waiting: whether nobody else holds it.
 fn lock_free(f: &fs::File) -> bool {
-    // SAFETY: flock on a descriptor we own.
-    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    crate::sys::try_lock_exclusive(f.as_fd())
 }
 
 /// Remove the anchors in `parent` whose supervisor is gone (their lock is free). A group

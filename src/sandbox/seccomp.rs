@@ -295,29 +295,7 @@ fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
     // high bits with EINVAL, so the low word is the whole story.
     let clone = vec![ld(arg(0, false)), jset(CLONE_NEW_MASK, Deny, Allow)];
     let unshare = vec![ld(arg(0, false)), jset(UNSHARE_NEW_MASK, Deny, Allow)];
-    // Sockets. EPERM is what socket(2) returns when a security module refuses the family, so
-    // programs report "Operation not permitted" instead of misreading EAFNOSUPPORT.
-    // socketpair(2) creates its sockets through the same per-family code, with the family and
-    // protocol in the same argument slots, so it gets the same check.
-    let socket = match network {
-        // Only AF_UNIX: no IP, no netlink, no packet, no vsock.
-        NetworkMode::None => vec![ld(arg(0, false)), jeq(libc::AF_UNIX as u32, Allow, Deny)],
-        // AF_UNIX, IP and route netlink (what getaddrinfo and `ip addr` need); every other
-        // family is kernel code an ordinary build or test never needs, and several have a
-        // history of exploits (AF_ALG, TIPC, RDS, KCM, CAN, Bluetooth, XDP); packet sockets
-        // sniff and forge the pod's traffic, vsock reaches the hypervisor host, the other
-        // netlink families (audit, xfrm, netfilter, uevents) are more surface; and socket()
-        // would autoload the module of a family not yet loaded.
-        NetworkMode::All => vec![
-            ld(arg(0, false)),
-            jeq(libc::AF_UNIX as u32, Allow, next),
-            jeq(libc::AF_INET as u32, Allow, next),
-            jeq(libc::AF_INET6 as u32, Allow, next),
-            jeq(libc::AF_NETLINK as u32, next, Deny),
-            ld(arg(2, false)),
-            jeq(libc::NETLINK_ROUTE as u32, Allow, Deny),
-        ],
-    };
+    let socket = socket_check(network);
     // Other processes' scheduling, I/O priority and limits. The kernel lets a process change
     // these for any process of its own uid: a run could renice, pin, idle or rlimit another
     // run and, when it shares the supervisor's uid (a non-root
@@ -442,6 +420,36 @@ fn blocks(network: NetworkMode) -> Vec<(Block, Vec<i64>, Vec<Insn>)> {
         (Block::Ioctl, vec![libc::SYS_ioctl], ioctl),
         (Block::Personality, vec![libc::SYS_personality], personality),
     ]
+}
+
+/// The socket(2) and socketpair(2) check: the families (and for netlink, the protocol) each
+/// network mode allows.
+fn socket_check(network: NetworkMode) -> Vec<Insn> {
+    use Target::{Allow, Deny, Rel};
+    let next = Rel(0);
+    // Sockets. EPERM is what socket(2) returns when a security module refuses the family, so
+    // programs report "Operation not permitted" instead of misreading EAFNOSUPPORT.
+    // socketpair(2) creates its sockets through the same per-family code, with the family and
+    // protocol in the same argument slots, so it gets the same check.
+    match network {
+        // Only AF_UNIX: no IP, no netlink, no packet, no vsock.
+        NetworkMode::None => vec![ld(arg(0, false)), jeq(libc::AF_UNIX as u32, Allow, Deny)],
+        // AF_UNIX, IP and route netlink (what getaddrinfo and `ip addr` need); every other
+        // family is kernel code an ordinary build or test never needs, and several have a
+        // history of exploits (AF_ALG, TIPC, RDS, KCM, CAN, Bluetooth, XDP); packet sockets
+        // sniff and forge the pod's traffic, vsock reaches the hypervisor host, the other
+        // netlink families (audit, xfrm, netfilter, uevents) are more surface; and socket()
+        // would autoload the module of a family not yet loaded.
+        NetworkMode::All => vec![
+            ld(arg(0, false)),
+            jeq(libc::AF_UNIX as u32, Allow, next),
+            jeq(libc::AF_INET as u32, Allow, next),
+            jeq(libc::AF_INET6 as u32, Allow, next),
+            jeq(libc::AF_NETLINK as u32, next, Deny),
+            ld(arg(2, false)),
+            jeq(libc::NETLINK_ROUTE as u32, Allow, Deny),
+        ],
+    }
 }
 
 /// Compile the whole program for one network mode.

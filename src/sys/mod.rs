@@ -20,7 +20,7 @@ pub mod procstat;
 pub mod walk;
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// errno of the last failed libc call on this thread. Async-signal-safe.
 pub fn errno() -> i32 {
@@ -39,6 +39,14 @@ pub fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both fds were just created and are owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Take the exclusive flock on `fd` without waiting: whether it was free (a lock held on an
+/// open description, released when its last descriptor closes; how a supervisor marks the
+/// directories it owns, so that one whose lock anyone can take has no live owner).
+pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: flock on a descriptor the caller keeps open through the call.
+    unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 /// One zeroed page, read-write, shared with every child cloned after this call (a fork keeps
