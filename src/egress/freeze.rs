@@ -127,7 +127,7 @@ impl Drop for Anchor {
 
 /// Take the exclusive lock without waiting: whether nobody else holds it.
 fn lock_free(f: &fs::File) -> bool {
-    crate::sys::try_lock_exclusive(f.as_fd())
+    matches!(crate::sys::try_lock_exclusive(f.as_fd()), Ok(true))
 }
 
 /// Remove the anchors in `parent` whose supervisor is gone (their lock is free). A group

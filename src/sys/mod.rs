@@ -41,12 +41,20 @@ pub fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Take the exclusive flock on `fd` without waiting: whether it was free (a lock held on an
-/// open description, released when its last descriptor closes; how a supervisor marks the
-/// directories it owns, so that one whose lock anyone can take has no live owner).
-pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> bool {
+/// Take the exclusive flock on `fd` without waiting: `Ok(true)` when it was free, `Ok(false)`
+/// when someone else holds it. A lock lives on the open description, released when its last
+/// descriptor closes: how a supervisor marks the directories it owns, so that one whose lock
+/// anyone can take has no live owner.
+pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<bool> {
     // SAFETY: flock on a descriptor the caller keeps open through the call.
-    unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
 }
 
 /// One zeroed page, read-write, shared with every child cloned after this call (a fork keeps

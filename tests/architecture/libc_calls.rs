@@ -90,10 +90,6 @@ const LIBC_CALLS: &[(&str, &str)] = &[
         "write: the child joins its cgroup between fork and exec (async-signal-safe)",
     ),
     (
-        "sandbox/cgroup/owner.rs",
-        "flock: which supervisor owns a cgroup root, held on a descriptor",
-    ),
-    (
         "sandbox/cgroup/system.rs",
         "access(W_OK): whether a cgroup hierarchy is writable",
     ),

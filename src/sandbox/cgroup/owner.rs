@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,17 +30,18 @@ pub(super) fn own_dir(dir: &Path) -> Result<File, CgroupError> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(create(e)),
         };
-        // SAFETY: flock on an fd we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        match crate::sys::try_lock_exclusive(f.as_fd()) {
+            Ok(true) => {}
+            Ok(false) => {
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(source) => {
                 return Err(CgroupError::Lock {
                     path: dir.to_path_buf(),
-                    source: e,
+                    source,
                 });
             }
-            std::thread::sleep(Duration::from_millis(2));
-            continue;
         }
         let same = match (f.metadata(), fs::metadata(dir)) {
             (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
@@ -66,8 +67,7 @@ pub(super) fn sweep_stale(parent: &Path, freezer: bool) {
         let Ok(f) = File::open(&path) else {
             continue;
         };
-        // SAFETY: flock on an fd we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if !matches!(crate::sys::try_lock_exclusive(f.as_fd()), Ok(true)) {
             continue; // a live owner holds it (or another sweeper does)
         }
         tracing::info!(group = %path.display(), "removing the group of a dead supervisor");
