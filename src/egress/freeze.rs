@@ -19,8 +19,8 @@
 //! kill froze after us, a member may fork between its read and its signal, and the kill's
 //! loop until the group is empty takes the child. A supervisor killed while a v1 group is
 //! frozen leaves it frozen (v1 tasks do not die frozen); the next supervisor's sweep of stale
-//! groups freezes, kills and thaws them. A freeze lasts one scan: about 0.6 ms for a group of
-//! five idle tasks (v1, measured with a loop of 200 freezes and thaws).
+//! groups freezes, kills and thaws them. A freeze lasts one scan (a lookup of a caller in a
+//! v1 group of its own took 263–277 µs frozen against 145 µs not: the anchor, below).
 //!
 //! The anchor. In v1, the first group frozen anywhere on the machine switches the kernel's
 //! freezer on (a static key: code patched on every CPU, which traps in a VM) and the last one
