@@ -44,6 +44,7 @@
 
 use std::fs;
 use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
 use std::sync::{Arc, OnceLock};
 
 use super::proctext;
@@ -254,12 +255,7 @@ impl Freezer {
         }
         let rel = path.strip_prefix(h.root.trim_end_matches('/'))?;
         let dir = h.mount.join(rel.trim_start_matches('/'));
-        let file = if is_v2 {
-            "cgroup.freeze"
-        } else {
-            "freezer.state"
-        };
-        dir.join(file).exists().then_some(Group { dir, v2: is_v2 })
+        Some(Group { dir, v2: is_v2 })
     }
 
     /// Freeze the groups of `pids`. [`NotFrozen::Unavailable`] when one of them is not ours to
@@ -271,18 +267,21 @@ impl Freezer {
             tracing::debug!(target: "egress", "no freezer hierarchy with a group of the supervisor's: scans are not frozen");
             return Err(NotFrozen::Unavailable);
         }
-        let mut groups: Vec<Group> = Vec::new();
+        let mut groups: Vec<Held> = Vec::new();
         for &pid in pids {
+            // A process that exited since it was listed holds nothing; asking only after a
+            // read failed leaves no moment at which a process of the sandbox that exits makes
+            // the whole scan unfrozen.
+            let gone = || !Path::new(&format!("/proc/{pid}")).exists();
             match self.group_of(pid) {
-                Some(g) => {
-                    if !groups.contains(&g) {
-                        groups.push(g);
-                    }
-                }
-                // A process that exited since it was listed holds nothing; asking only after
-                // the read failed leaves no moment at which a process of the sandbox that
-                // exits makes the whole scan unfrozen.
-                None if !Path::new(&format!("/proc/{pid}")).exists() => {}
+                Some(g) if groups.iter().any(|h| h.group == g) => {}
+                Some(g) => match Held::open(g) {
+                    Ok(h) => groups.push(h),
+                    Err(_) if gone() => {}
+                    // No freezer file: not a group this can freeze.
+                    Err(_) => return Err(NotFrozen::Unavailable),
+                },
+                None if gone() => {}
                 None => return Err(NotFrozen::Unavailable),
             }
         }
@@ -294,25 +293,25 @@ impl Freezer {
         let mut f = Frozen {
             freezer: self.clone(),
             ours: Vec::new(),
-            all: groups.clone(),
+            all: groups,
         };
-        for g in groups {
+        for (i, g) in f.all.iter().enumerate() {
             match g.state() {
                 Some(State::Thawed) => {
                     if g.set(true).is_none() {
                         return Err(NotFrozen::Failed(format!(
                             "{} could not be frozen",
-                            g.dir.display()
+                            g.group.dir.display()
                         )));
                     }
-                    f.ours.push(g);
+                    f.ours.push(i);
                 }
                 // Someone else's freeze (the exec's kill): left to them.
                 Some(State::Frozen | State::Freezing) => {}
                 None => {
                     return Err(NotFrozen::Failed(format!(
                         "the state of {} could not be read",
-                        g.dir.display()
+                        g.group.dir.display()
                     )));
                 }
             }
@@ -351,11 +350,11 @@ pub enum NotFrozen {
     Failed(String),
 }
 
-/// The groups of one scan, frozen; the ones this froze thaw on drop.
+/// The groups of one scan, frozen; the ones this froze (indices into `all`) thaw on drop.
 pub struct Frozen {
     freezer: Freezer,
-    ours: Vec<Group>,
-    all: Vec<Group>,
+    ours: Vec<usize>,
+    all: Vec<Held>,
 }
 
 impl Frozen {
@@ -367,7 +366,7 @@ impl Frozen {
                 || self
                     .freezer
                     .group_of(*p)
-                    .is_some_and(|g| self.all.contains(&g))
+                    .is_some_and(|g| self.all.iter().any(|h| h.group == g))
         })
     }
 
@@ -379,9 +378,9 @@ impl Frozen {
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        for g in &self.ours {
+        for g in self.ours.iter().map(|i| &self.all[*i]) {
             if g.set(false).is_none() {
-                tracing::error!(target: "egress", group = %g.dir.display(), "could not thaw a sandbox cgroup frozen for an identity scan");
+                tracing::error!(target: "egress", group = %g.group.dir.display(), "could not thaw a sandbox cgroup frozen for an identity scan");
             }
         }
     }
@@ -395,10 +394,55 @@ enum State {
 }
 
 impl Group {
+    #[cfg(test)]
     fn state(&self) -> Option<State> {
-        if self.v2 {
-            let want = fs::read_to_string(self.dir.join("cgroup.freeze")).ok()?;
-            let events = fs::read_to_string(self.dir.join("cgroup.events")).ok()?;
+        Held::open(self.clone()).ok()?.state()
+    }
+
+    fn set(&self, frozen: bool) -> Option<()> {
+        Held::open(self.clone()).ok()?.set(frozen)
+    }
+}
+
+/// A group's freezer files, open for one freeze. A freeze reads the state at least three
+/// times and writes it twice; through open descriptors each is one `pread` or `pwrite`, where
+/// a read by path is an open, a size query, two reads and a close (a v1 frozen lookup paid
+/// ≈ 25 system calls for them).
+struct Held {
+    group: Group,
+    /// v1: `freezer.state`; v2: `cgroup.freeze`. Open for reading and writing.
+    control: fs::File,
+    /// v2 only: `cgroup.events`, where the kernel says whether the group is frozen yet.
+    events: Option<fs::File>,
+}
+
+impl Held {
+    fn open(group: Group) -> std::io::Result<Held> {
+        let file = |name: &str, write: bool| {
+            fs::OpenOptions::new()
+                .read(true)
+                .write(write)
+                .open(group.dir.join(name))
+        };
+        let (control, events) = if group.v2 {
+            (
+                file("cgroup.freeze", true)?,
+                Some(file("cgroup.events", false)?),
+            )
+        } else {
+            (file("freezer.state", true)?, None)
+        };
+        Ok(Held {
+            group,
+            control,
+            events,
+        })
+    }
+
+    fn state(&self) -> Option<State> {
+        if self.group.v2 {
+            let want = read_at_start(&self.control)?;
+            let events = read_at_start(self.events.as_ref()?)?;
             let frozen = events.lines().any(|l| l.trim() == "frozen 1");
             Some(match (want.trim(), frozen) {
                 (_, true) => State::Frozen,
@@ -406,8 +450,7 @@ impl Group {
                 _ => State::Thawed,
             })
         } else {
-            let s = fs::read_to_string(self.dir.join("freezer.state")).ok()?;
-            Some(match s.trim() {
+            Some(match read_at_start(&self.control)?.trim() {
                 "FROZEN" => State::Frozen,
                 "FREEZING" => State::Freezing,
                 _ => State::Thawed,
@@ -416,14 +459,28 @@ impl Group {
     }
 
     fn set(&self, frozen: bool) -> Option<()> {
-        let (file, value) = match (self.v2, frozen) {
-            (true, true) => ("cgroup.freeze", "1"),
-            (true, false) => ("cgroup.freeze", "0"),
-            (false, true) => ("freezer.state", "FROZEN"),
-            (false, false) => ("freezer.state", "THAWED"),
+        let value: &[u8] = match (self.group.v2, frozen) {
+            (true, true) => b"1",
+            (true, false) => b"0",
+            (false, true) => b"FROZEN",
+            (false, false) => b"THAWED",
         };
-        fs::write(self.dir.join(file), value).ok()
+        // A cgroup file takes each write whole, whatever its offset.
+        let n = self.control.write_at(value, 0).ok()?;
+        (n == value.len()).then_some(())
     }
+}
+
+/// The whole of a small cgroup file, read again from its start: the kernel builds the text
+/// anew for a read at offset 0. `freezer.state`, `cgroup.freeze` and `cgroup.events` are one
+/// record each (at most a few dozen bytes), so a read shorter than the buffer is all of it.
+fn read_at_start(f: &fs::File) -> Option<String> {
+    let mut buf = [0u8; 128];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    if n == buf.len() {
+        return None;
+    }
+    String::from_utf8(buf[..n].to_vec()).ok()
 }
 
 /// The v1 freezer group and the v2 group of a `/proc/<pid>/cgroup` text.
@@ -556,6 +613,17 @@ mod tests {
             }
             drop(f.freeze(&[pid]).expect("already frozen"));
             assert_eq!(g.state(), Some(State::Frozen));
+            // One open descriptor sees each change: a read at offset 0 is made anew.
+            let held = Held::open(g.clone()).unwrap();
+            assert_eq!(held.state(), Some(State::Frozen));
+            held.set(false).unwrap();
+            assert_eq!(held.state(), Some(State::Thawed));
+            held.set(true).unwrap();
+            let start = Instant::now();
+            while held.state() != Some(State::Frozen) && start.elapsed() < FREEZE_WAIT {
+                std::thread::yield_now();
+            }
+            assert_eq!(held.state(), Some(State::Frozen));
             g.set(false).unwrap();
             let _ = child.kill();
             let _ = child.wait();
