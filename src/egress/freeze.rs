@@ -45,7 +45,7 @@
 use std::fs;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::proctext;
 use std::path::{Path, PathBuf};
@@ -65,6 +65,9 @@ pub struct Freezer {
     /// Made at the first v1 freeze (see the module docs); `None` inside when it could not be
     /// (a read-only hierarchy): freezes then cost what they cost.
     anchor: Arc<OnceLock<Option<Anchor>>>,
+    /// The groups of the last scan that was a snapshot, open: the next scan freezes them
+    /// first ([`Freezer::freeze_last`]).
+    last: Arc<Mutex<Vec<Arc<Held>>>>,
 }
 
 /// The name of an anchor group, before the supervisor's pid.
@@ -172,6 +175,19 @@ impl Freezer {
         Freezer::from_texts(&mountinfo, &own)
     }
 
+    /// The directory of the v1 freezer hierarchy's root group, for tests that make groups.
+    #[cfg(test)]
+    pub fn v1_mount(&self) -> Option<PathBuf> {
+        self.v1.as_ref().map(|h| h.mount.clone())
+    }
+
+    /// The groups the next scan freezes first.
+    #[cfg(test)]
+    pub fn remembered(&self) -> Vec<PathBuf> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.iter().map(|h| h.group.dir.clone()).collect()
+    }
+
     /// No freezing: every scan is best effort.
     pub fn none() -> Freezer {
         Freezer::default()
@@ -267,7 +283,7 @@ impl Freezer {
             tracing::debug!(target: "egress", "no freezer hierarchy with a group of the supervisor's: scans are not frozen");
             return Err(NotFrozen::Unavailable);
         }
-        let mut groups: Vec<Held> = Vec::new();
+        let mut groups: Vec<Arc<Held>> = Vec::new();
         for &pid in pids {
             // A process that exited since it was listed holds nothing; asking only after a
             // read failed leaves no moment at which a process of the sandbox that exits makes
@@ -275,7 +291,7 @@ impl Freezer {
             let gone = || !Path::new(&format!("/proc/{pid}")).exists();
             match self.group_of(pid) {
                 Some(g) if groups.iter().any(|h| h.group == g) => {}
-                Some(g) => match Held::open(g) {
+                Some(g) => match self.held(g) {
                     Ok(h) => groups.push(h),
                     Err(_) if gone() => {}
                     // No freezer file: not a group this can freeze.
@@ -285,6 +301,37 @@ impl Freezer {
                 None => return Err(NotFrozen::Unavailable),
             }
         }
+        self.freeze_groups(groups)
+    }
+
+    /// Freeze the groups of the last scan that was a snapshot, before the namespaces are
+    /// listed: when every process listed then is in one of them, that listing, made while
+    /// they stand still, is the snapshot's, and the listing [`Freezer::freeze`] needs first
+    /// (to know which groups to freeze) is saved. `None` when there is no such scan or one of
+    /// its groups is gone (the caller then freezes by `pids`, as on a first scan).
+    pub fn freeze_last(&self) -> Option<Result<Frozen, NotFrozen>> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if last.is_empty() {
+            return None;
+        }
+        // A removed group's descriptor reads ENODEV: forgotten, and opened anew next time.
+        if last.iter().any(|g| g.state().is_none()) {
+            self.last.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            return None;
+        }
+        Some(self.freeze_groups(last))
+    }
+
+    /// The group of `g`, open: the last snapshot's descriptor when it is one of those.
+    fn held(&self, g: Group) -> std::io::Result<Arc<Held>> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        match last.iter().find(|h| h.group == g) {
+            Some(h) => Ok(h.clone()),
+            None => Held::open(g).map(Arc::new),
+        }
+    }
+
+    fn freeze_groups(&self, groups: Vec<Arc<Held>>) -> Result<Frozen, NotFrozen> {
         if !groups.is_empty()
             && let Some(h) = &self.v1
         {
@@ -354,7 +401,7 @@ pub enum NotFrozen {
 pub struct Frozen {
     freezer: Freezer,
     ours: Vec<usize>,
-    all: Vec<Held>,
+    all: Vec<Arc<Held>>,
 }
 
 impl Frozen {
@@ -373,6 +420,12 @@ impl Frozen {
     /// Whether no group was thawed meanwhile (by whoever froze it, when not this).
     pub fn still_frozen(&self) -> bool {
         self.all.iter().all(|g| g.state() == Some(State::Frozen))
+    }
+
+    /// These groups made a snapshot: the next scan freezes them first
+    /// ([`Freezer::freeze_last`]).
+    pub fn remember(&self) {
+        *self.freezer.last.lock().unwrap_or_else(|p| p.into_inner()) = self.all.clone();
     }
 }
 
@@ -408,6 +461,7 @@ impl Group {
 /// times and writes it twice; through open descriptors each is one `pread` or `pwrite`, where
 /// a read by path is an open, a size query, two reads and a close (a v1 frozen lookup paid
 /// ≈ 25 system calls for them).
+#[derive(Debug)]
 struct Held {
     group: Group,
     /// v1: `freezer.state`; v2: `cgroup.freeze`. Open for reading and writing.

@@ -39,7 +39,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::time::Instant;
 
-use super::freeze::{Freezer, NotFrozen};
+use super::freeze::{Freezer, Frozen, NotFrozen};
 use super::identity::ns_inode;
 use super::proctext;
 
@@ -234,21 +234,12 @@ fn tasks(pid: u32) -> Vec<u32> {
 pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
     crate::pause::point("identity-scan");
     let started = Instant::now();
-    let first = members(netns);
-    let pids: Vec<u32> = first.iter().map(|m| m.0).collect();
-    let frozen = freezer.freeze(&pids);
+    let (frozen, now, covered) = listed_frozen(netns, freezer);
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
     // Which sockets' queues are read: the first few directly, then only the namespaces' unix
     // sockets, listed once after the freeze ([`Queues`]).
     let mut queues = Queues::new();
-    // Frozen, the namespaces are listed again: a child forked before the freeze took hold is
-    // in a frozen group but not in the first list. Not frozen, nothing stands still anyway.
-    let now = if frozen.is_ok() {
-        members(netns)
-    } else {
-        first
-    };
     for (pid, ns) in now {
         if ns == own {
             snap.any_member.get_or_insert(pid);
@@ -258,18 +249,61 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
     }
     // A snapshot only if the processes read are the ones frozen, and stayed so throughout.
     snap.frozen = match &frozen {
-        Ok(f) if !f.covers(&seen) => Err(NotFrozen::Failed(
+        Ok(f) if !covered && !f.covers(&seen) => Err(NotFrozen::Failed(
             "a process joined the sandbox from outside its frozen cgroups while it was read".into(),
         )),
         Ok(f) if !f.still_frozen() => Err(NotFrozen::Failed(
             "its cgroups were thawed while it was read".into(),
         )),
-        Ok(_) => Ok(()),
+        Ok(f) => {
+            f.remember();
+            Ok(())
+        }
         Err(e) => Err(e.clone()),
     };
     drop(frozen);
     snap.built = Some(started);
     snap
+}
+
+/// The namespaces' processes, listed while their cgroups are frozen where they can be; and
+/// whether every one listed was seen in a frozen group after the listing (then nothing
+/// listed can have moved out of one: the supervisor places a process once, as it starts).
+///
+/// Frozen, nothing forks, exits or is re-parented while the listing runs, so it holds every
+/// process of the frozen groups ([`members`]). Which groups to freeze comes from the last
+/// snapshot's when its groups still hold every process listed (one listing), else from a
+/// listing made before the freeze: a child forked before the freeze took hold is in a frozen
+/// group but not in that listing, so the namespaces are listed again once frozen. Not
+/// frozen, nothing stands still anyway, and the first listing is the one read.
+fn listed_frozen(
+    netns: &[u64],
+    freezer: &Freezer,
+) -> (Result<Frozen, NotFrozen>, Vec<(u32, u64)>, bool) {
+    let pids = |l: &[(u32, u64)]| l.iter().map(|m| m.0).collect::<Vec<u32>>();
+    let mut listed = None;
+    match freezer.freeze_last() {
+        Some(Ok(f)) => {
+            let now = members(netns);
+            if f.covers(&pids(&now)) {
+                return (Ok(f), now, true);
+            }
+            // A process of a group the last snapshot did not have (a new exec): its groups
+            // are frozen with the others below, and the namespaces listed again.
+            listed = Some(now);
+        }
+        // The same groups would not freeze again now.
+        Some(Err(e)) => return (Err(e), members(netns), false),
+        None => {}
+    }
+    let first = listed.unwrap_or_else(|| members(netns));
+    let frozen = freezer.freeze(&pids(&first));
+    let now = if frozen.is_ok() {
+        members(netns)
+    } else {
+        first
+    };
+    (frozen, now, false)
 }
 
 /// Sockets whose queue of descriptors in flight is read directly before the namespace's unix
@@ -568,6 +602,117 @@ mod tests {
             }
         }
         parent.wait().unwrap();
+    }
+
+    /// A process in a network namespace of its own (`netns: None`) or in `netns`'s, holding
+    /// one TCP socket, moved into the freezer group `group`; with that socket's inode.
+    fn socket_holder(netns: Option<u32>, group: &Path) -> (std::process::Child, u64) {
+        let script = "import socket, time\ns = socket.socket()\nprint(flush=True)\ntime.sleep(30)";
+        let mut cmd = match netns {
+            None => std::process::Command::new("unshare"),
+            Some(_) => std::process::Command::new("nsenter"),
+        };
+        match netns {
+            None => cmd.arg("--net"),
+            Some(p) => cmd.arg(format!("--net=/proc/{p}/ns/net")),
+        };
+        let mut child = cmd
+            .args(["--", "python3", "-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        fs::write(group.join("cgroup.procs"), child.id().to_string()).unwrap();
+        let ino = fs::read_dir(format!("/proc/{}/fd", child.id()))
+            .unwrap()
+            .flatten()
+            .find_map(|e| {
+                let l = fs::read_link(e.path()).ok()?;
+                let l = l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
+                l.parse().ok()
+            })
+            .expect("the child's socket");
+        (child, ino)
+    }
+
+    /// A scan after a snapshot freezes that snapshot's groups first and lists once; a
+    /// process of a group it did not have (a new exec's) is still found and read frozen, and
+    /// the next scan has both groups.
+    #[test]
+    fn a_scan_finds_a_process_outside_the_last_snapshots_groups() {
+        if crate::sys::process::euid() != 0 {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "root is required to make cgroups (CI=true turns this skip into a failure)"
+            );
+            eprintln!("SKIPPED: not root, cannot make freezer cgroups");
+            return;
+        }
+        let freezer = Freezer::new();
+        let Some(mount) = freezer.v1_mount() else {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "no v1 freezer hierarchy (CI=true turns this skip into a failure)"
+            );
+            eprintln!("SKIPPED: no v1 freezer hierarchy");
+            return;
+        };
+        let me = std::process::id();
+        let groups: Vec<std::path::PathBuf> = (0..2)
+            .map(|i| mount.join(format!("osb-holders-test-{me}-{i}")))
+            .collect();
+        for g in &groups {
+            fs::create_dir(g).unwrap();
+        }
+        let (mut first, s1) = socket_holder(None, &groups[0]);
+        let ns = ns_inode(first.id(), "net").unwrap();
+        let owner = |snap: &Snapshot, ino: u64| -> Vec<u32> {
+            snap.owners
+                .get(&ino)
+                .map(|v| v.iter().map(|h| h.pid).collect())
+                .unwrap_or_default()
+        };
+
+        let snap = scan(ns, &[ns], &freezer);
+        assert_eq!(snap.frozen, Ok(()));
+        assert_eq!(owner(&snap, s1), vec![first.id()]);
+        assert_eq!(freezer.remembered(), groups[..1]);
+
+        let (mut second, s2) = socket_holder(Some(first.id()), &groups[1]);
+        let snap = scan(ns, &[ns], &freezer);
+        assert_eq!(snap.frozen, Ok(()), "the new group is frozen with the others");
+        assert_eq!(owner(&snap, s1), vec![first.id()]);
+        assert_eq!(owner(&snap, s2), vec![second.id()]);
+        let mut both = freezer.remembered();
+        both.sort();
+        assert_eq!(both, groups, "the second scan froze the new group too");
+
+        // Both groups remembered: one listing, both read, both thawed after.
+        let snap = scan(ns, &[ns], &freezer);
+        assert_eq!(snap.frozen, Ok(()));
+        assert_eq!(owner(&snap, s2), vec![second.id()]);
+        for g in &groups {
+            assert_eq!(fs::read_to_string(g.join("freezer.state")).unwrap(), "THAWED\n");
+        }
+
+        // A remembered group removed: forgotten, and the scan still a snapshot.
+        second.kill().unwrap();
+        second.wait().unwrap();
+        fs::remove_dir(&groups[1]).unwrap();
+        let snap = scan(ns, &[ns], &freezer);
+        assert_eq!(snap.frozen, Ok(()));
+        assert_eq!(owner(&snap, s1), vec![first.id()]);
+        assert!(owner(&snap, s2).is_empty());
+        assert_eq!(freezer.remembered(), groups[..1]);
+
+        first.kill().unwrap();
+        first.wait().unwrap();
+        fs::remove_dir(&groups[0]).unwrap();
     }
 
     fn send_fd(s: &UnixStream, fd: i32) {
