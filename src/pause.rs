@@ -43,3 +43,17 @@ pub fn point(name: &str) {
 #[cfg(not(feature = "test-pause-points"))]
 #[inline(always)]
 pub fn point(_name: &str) {}
+
+/// Whether a test asked for any pause point: work that must never stop on the proxy's own
+/// thread (an identity lookup, whose points a test holds) then runs where it may.
+#[cfg(feature = "test-pause-points")]
+pub fn armed() -> bool {
+    std::env::var_os("OSB_PAUSE_AT").is_some_and(|v| !v.is_empty())
+}
+
+/// Whether a test asked for any pause point: never in this build.
+#[cfg(not(feature = "test-pause-points"))]
+#[inline(always)]
+pub fn armed() -> bool {
+    false
+}

@@ -20,7 +20,7 @@
 //! loop until the group is empty takes the child. A supervisor killed while a v1 group is
 //! frozen leaves it frozen (v1 tasks do not die frozen); the next supervisor's sweep of stale
 //! groups freezes, kills and thaws them. A freeze lasts one scan (a lookup of a caller in a
-//! v1 group of its own took 263–277 µs frozen against 145 µs not: the anchor, below).
+//! v1 group of its own takes ≈ 175 µs frozen against ≈ 150 µs not: the anchor, below).
 //!
 //! The anchor. In v1, the first group frozen anywhere on the machine switches the kernel's
 //! freezer on (a static key: code patched on every CPU, which traps in a VM) and the last one
@@ -40,7 +40,9 @@
 //! looked at again at once for the first [`FREEZE_SPIN`], and only then between sleeps.
 //! Measured (`benches/egress.rs --lookup-only`, the client in a freezer group of its own, as
 //! `run` places an exec): a frozen lookup 450–690 µs without both, 500 µs with the anchor alone
-//! (the sleep), 270 µs with both, against 150 µs unfrozen; BENCHMARKS.md has the rounds.
+//! (the sleep), 270 µs with both, against 150 µs unfrozen; ≈ 175 µs since each group's file
+//! stays open ([`Held`]) and a scan freezes the last snapshot's groups before it lists
+//! ([`Freezer::freeze_last`]); BENCHMARKS.md has the rounds.
 
 use std::fs;
 use std::os::fd::AsFd;
@@ -278,7 +280,11 @@ impl Freezer {
     /// freeze (no hierarchy, the root group, the supervisor's own); [`NotFrozen::Failed`] when
     /// they are but did not freeze, which the sandbox can cause (a task the freezer cannot
     /// stop for a while): nothing is left frozen either way.
-    pub fn freeze(&self, pids: &[u32]) -> Result<Frozen, NotFrozen> {
+    ///
+    /// With `until`, the wait for the groups to stop is a spin that gives up then (a lookup
+    /// on the proxy's own thread, which never sleeps); without, it sleeps between looks for
+    /// up to [`FREEZE_WAIT`].
+    pub fn freeze(&self, pids: &[u32], until: Option<Instant>) -> Result<Frozen, NotFrozen> {
         if self.v1.is_none() && self.v2.is_none() {
             tracing::debug!(target: "egress", "no freezer hierarchy with a group of the supervisor's: scans are not frozen");
             return Err(NotFrozen::Unavailable);
@@ -301,7 +307,7 @@ impl Freezer {
                 None => return Err(NotFrozen::Unavailable),
             }
         }
-        self.freeze_groups(groups)
+        self.freeze_groups(groups, until)
     }
 
     /// Freeze the groups of the last scan that was a snapshot, before the namespaces are
@@ -309,7 +315,7 @@ impl Freezer {
     /// they stand still, is the snapshot's, and the listing [`Freezer::freeze`] needs first
     /// (to know which groups to freeze) is saved. `None` when there is no such scan or one of
     /// its groups is gone (the caller then freezes by `pids`, as on a first scan).
-    pub fn freeze_last(&self) -> Option<Result<Frozen, NotFrozen>> {
+    pub fn freeze_last(&self, until: Option<Instant>) -> Option<Result<Frozen, NotFrozen>> {
         let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if last.is_empty() {
             return None;
@@ -319,7 +325,7 @@ impl Freezer {
             self.last.lock().unwrap_or_else(|p| p.into_inner()).clear();
             return None;
         }
-        Some(self.freeze_groups(last))
+        Some(self.freeze_groups(last, until))
     }
 
     /// The group of `g`, open: the last snapshot's descriptor when it is one of those.
@@ -331,7 +337,11 @@ impl Freezer {
         }
     }
 
-    fn freeze_groups(&self, groups: Vec<Arc<Held>>) -> Result<Frozen, NotFrozen> {
+    fn freeze_groups(
+        &self,
+        groups: Vec<Arc<Held>>,
+        until: Option<Instant>,
+    ) -> Result<Frozen, NotFrozen> {
         if !groups.is_empty()
             && let Some(h) = &self.v1
         {
@@ -366,6 +376,15 @@ impl Freezer {
         crate::pause::point("identity-freeze");
         let start = Instant::now();
         while !f.all.iter().all(|g| g.state() == Some(State::Frozen)) {
+            if let Some(until) = until {
+                if Instant::now() >= until {
+                    return Err(NotFrozen::Failed(
+                        "its cgroups did not freeze within the lookup's budget".to_string(),
+                    ));
+                }
+                std::thread::yield_now();
+                continue;
+            }
             if start.elapsed() > FREEZE_WAIT {
                 tracing::debug!(target: "egress", "the sandbox's cgroups did not freeze within {FREEZE_WAIT:?}");
                 return Err(NotFrozen::Failed(format!(
@@ -654,7 +673,7 @@ mod tests {
                 dir: dir.clone(),
                 v2,
             };
-            let frozen = f.freeze(&[pid]).expect("the group freezes");
+            let frozen = f.freeze(&[pid], None).expect("the group freezes");
             assert!(frozen.still_frozen() && frozen.covers(&[pid]));
             assert_eq!(g.state(), Some(State::Frozen));
             drop(frozen);
@@ -665,7 +684,7 @@ mod tests {
             while g.state() != Some(State::Frozen) && start.elapsed() < FREEZE_WAIT {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            drop(f.freeze(&[pid]).expect("already frozen"));
+            drop(f.freeze(&[pid], None).expect("already frozen"));
             assert_eq!(g.state(), Some(State::Frozen));
             // One open descriptor sees each change: a read at offset 0 is made anew.
             let held = Held::open(g.clone()).unwrap();
@@ -730,7 +749,7 @@ mod tests {
             v1: Some(h),
             ..Freezer::default()
         };
-        drop(f.freeze(&[child.id()]).expect("the group freezes"));
+        drop(f.freeze(&[child.id()], None).expect("the group freezes"));
         let anchor = f
             .anchor
             .get()
@@ -770,7 +789,7 @@ mod tests {
     #[test]
     fn nothing_to_freeze_without_a_hierarchy() {
         assert_eq!(
-            Freezer::none().freeze(&[std::process::id()]).err(),
+            Freezer::none().freeze(&[std::process::id()], None).err(),
             Some(NotFrozen::Unavailable)
         );
     }

@@ -43,6 +43,45 @@ use super::freeze::{Freezer, Frozen, NotFrozen};
 use super::identity::ns_inode;
 use super::proctext;
 
+/// How long a scan may run: unbounded on a blocking thread, until a deadline on the proxy's
+/// own thread, where a scan past it gives up ([`Spent`]) and the lookup moves to a blocking
+/// thread. The sandbox decides how long a scan takes (its processes, its descriptors), and
+/// the proxy's thread carries every other connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget(Option<Instant>);
+
+impl Budget {
+    /// No deadline.
+    pub const NONE: Budget = Budget(None);
+
+    pub fn until(deadline: Instant) -> Budget {
+        Budget(Some(deadline))
+    }
+
+    /// Whether there is a deadline.
+    pub fn limited(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        self.0
+    }
+
+    /// Whether the deadline has passed.
+    pub fn spent(&self) -> bool {
+        self.0.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// `Err(Spent)` once the deadline has passed.
+    pub fn check(&self) -> Result<(), Spent> {
+        if self.spent() { Err(Spent) } else { Ok(()) }
+    }
+}
+
+/// A scan given up at its [`Budget`]'s deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spent;
+
 /// One process holding a socket: its thread-group id, and a task whose fd table holds it
 /// (the one to read the process through: a zombie leader has no `exe` of its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -115,26 +154,34 @@ impl Snapshot {
 ///   maker, the child of a descendant or of us.
 /// - A child is listed in the `children` file of the thread that forked it, so every task's
 ///   file is read, of processes outside the namespaces too (one that moved out could still
-///   have children inside). A process forked after its parent's file was read is in the
-///   second listing [`scan`] makes once the sandbox is frozen; frozen, nothing forks, exits
-///   or is re-parented while it is read, so that listing is as complete as a walk of all of
-///   `/proc`. Not frozen, both are best effort against a process that forks or exits while
-///   they run.
+///   have children inside). [`scan`] reads the listing made while the sandbox is frozen
+///   ([`listed_frozen`]); frozen, nothing forks, exits or is re-parented while it is read, so
+///   that listing is as complete as a walk of all of `/proc`. Not frozen, it is best effort
+///   against a process that forks or exits while it runs.
 ///
 /// The walk reads the supervisor's threads and the sandbox's processes, where the scan of
 /// `/proc` reads a namespace link of every process of the machine: that was most of the
 /// proxy's time to first byte (BENCHMARKS.md).
-pub fn members(netns: &[u64]) -> Vec<(u32, u64)> {
+pub fn members(netns: &[u64], budget: Budget) -> Result<Vec<(u32, u64)>, Spent> {
     let candidates = if is_subreaper() {
-        descendants_of_self()
+        descendants_of_self(budget)?
     } else {
         None
     };
-    candidates
-        .unwrap_or_else(every_pid)
-        .into_iter()
-        .filter_map(|pid| Some((pid, netns_of(pid).filter(|ns| netns.contains(ns))?)))
-        .collect()
+    let candidates = match candidates {
+        Some(c) => c,
+        // A namespace link of every process of the machine: never on a budget.
+        None if budget.limited() => return Err(Spent),
+        None => every_pid(),
+    };
+    let mut out = Vec::new();
+    for pid in candidates {
+        budget.check()?;
+        if let Some(ns) = netns_of(pid).filter(|ns| netns.contains(ns)) {
+            out.push((pid, ns));
+        }
+    }
+    Ok(out)
 }
 
 /// Every process of `/proc`.
@@ -158,19 +205,25 @@ fn is_subreaper() -> bool {
 /// Every descendant of this process, each once; `None` when a `children` file cannot be read
 /// for another reason than its task having exited (a kernel without `CONFIG_PROC_CHILDREN`),
 /// and then the caller reads all of `/proc`.
-fn descendants_of_self() -> Option<Vec<u32>> {
+fn descendants_of_self(budget: Budget) -> Result<Option<Vec<u32>>, Spent> {
     let me = std::process::id();
     let mut out = Vec::new();
     let mut seen = HashSet::new();
-    let mut todo = children(me).ok()?;
+    let Ok(mut todo) = children(me) else {
+        return Ok(None);
+    };
     while let Some(pid) = todo.pop() {
         if pid == me || !seen.insert(pid) {
             continue;
         }
+        budget.check()?;
         out.push(pid);
-        todo.extend(children(pid).ok()?);
+        match children(pid) {
+            Ok(c) => todo.extend(c),
+            Err(_) => return Ok(None),
+        }
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 /// The children of every thread of `pid` (none for a process or thread that has exited).
@@ -231,10 +284,14 @@ fn tasks(pid: u32) -> Vec<u32> {
 /// Build a snapshot of every socket reference of the processes of the namespaces `netns`,
 /// frozen where `freezer` can freeze them all. `own` (one of them) is the namespace whose
 /// member the snapshot names for the `/proc/<pid>/net/tcp` fallback.
-pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
+pub fn scan(own: u64, netns: &[u64], freezer: &Freezer, budget: Budget) -> Result<Snapshot, Spent> {
     crate::pause::point("identity-scan");
     let started = Instant::now();
-    let (frozen, now, covered) = listed_frozen(netns, freezer);
+    let Listed {
+        frozen,
+        members: now,
+        covered,
+    } = listed_frozen(netns, freezer, budget)?;
     let mut snap = Snapshot::default();
     let mut seen = Vec::new();
     // Which sockets' queues are read: the first few directly, then only the namespaces' unix
@@ -244,7 +301,8 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
         if ns == own {
             snap.any_member.get_or_insert(pid);
         }
-        scan_process(pid, ns, &mut queues, &mut snap);
+        budget.check()?;
+        scan_process(pid, ns, &mut queues, &mut snap, budget)?;
         seen.push(pid);
     }
     // A snapshot only if the processes read are the ones frozen, and stayed so throughout.
@@ -263,7 +321,7 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
     };
     drop(frozen);
     snap.built = Some(started);
-    snap
+    Ok(snap)
 }
 
 /// The namespaces' processes, listed while their cgroups are frozen where they can be; and
@@ -276,34 +334,57 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer) -> Snapshot {
 /// listing made before the freeze: a child forked before the freeze took hold is in a frozen
 /// group but not in that listing, so the namespaces are listed again once frozen. Not
 /// frozen, nothing stands still anyway, and the first listing is the one read.
-fn listed_frozen(
-    netns: &[u64],
-    freezer: &Freezer,
-) -> (Result<Frozen, NotFrozen>, Vec<(u32, u64)>, bool) {
+fn listed_frozen(netns: &[u64], freezer: &Freezer, budget: Budget) -> Result<Listed, Spent> {
     let pids = |l: &[(u32, u64)]| l.iter().map(|m| m.0).collect::<Vec<u32>>();
+    let until = budget.deadline();
     let mut listed = None;
-    match freezer.freeze_last() {
+    match freezer.freeze_last(until) {
         Some(Ok(f)) => {
-            let now = members(netns);
+            let now = members(netns, budget)?;
             if f.covers(&pids(&now)) {
-                return (Ok(f), now, true);
+                return Ok(Listed {
+                    frozen: Ok(f),
+                    members: now,
+                    covered: true,
+                });
             }
             // A process of a group the last snapshot did not have (a new exec): its groups
             // are frozen with the others below, and the namespaces listed again.
             listed = Some(now);
         }
         // The same groups would not freeze again now.
-        Some(Err(e)) => return (Err(e), members(netns), false),
+        Some(Err(e)) => {
+            return Ok(Listed {
+                frozen: Err(e),
+                members: members(netns, budget)?,
+                covered: false,
+            });
+        }
         None => {}
     }
-    let first = listed.unwrap_or_else(|| members(netns));
-    let frozen = freezer.freeze(&pids(&first));
+    let first = match listed {
+        Some(l) => l,
+        None => members(netns, budget)?,
+    };
+    let frozen = freezer.freeze(&pids(&first), until);
     let now = if frozen.is_ok() {
-        members(netns)
+        members(netns, budget)?
     } else {
         first
     };
-    (frozen, now, false)
+    Ok(Listed {
+        frozen,
+        members: now,
+        covered: false,
+    })
+}
+
+/// What [`listed_frozen`] gives: the freeze, the processes listed while it held (or without
+/// one), and whether each of them was already seen in a frozen group.
+struct Listed {
+    frozen: Result<Frozen, NotFrozen>,
+    members: Vec<(u32, u64)>,
+    covered: bool,
 }
 
 /// Sockets whose queue of descriptors in flight is read directly before the namespace's unix
@@ -361,14 +442,22 @@ fn unix_inodes(pid: u32) -> Option<HashSet<u64>> {
 }
 
 /// Every distinct fd table of `pid`'s tasks.
-fn scan_process(pid: u32, ns: u64, queues: &mut Queues, snap: &mut Snapshot) {
+fn scan_process(
+    pid: u32,
+    ns: u64,
+    queues: &mut Queues,
+    snap: &mut Snapshot,
+    budget: Budget,
+) -> Result<(), Spent> {
     let mut read: Vec<u32> = Vec::new();
     for tid in tasks(pid) {
+        budget.check()?;
         if read.iter().any(|&r| same_table(r, tid)) {
             continue;
         }
-        match scan_table(pid, tid, ns, queues, snap) {
-            Ok(()) => read.push(tid),
+        match scan_table(pid, tid, ns, queues, snap, budget) {
+            Ok(Ok(())) => read.push(tid),
+            Ok(Err(Spent)) => return Err(Spent),
             // The task exited.
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => {
@@ -381,6 +470,7 @@ fn scan_process(pid: u32, ns: u64, queues: &mut Queues, snap: &mut Snapshot) {
             }
         }
     }
+    Ok(())
 }
 
 /// `include/uapi/linux/kcmp.h`.
@@ -402,7 +492,8 @@ fn scan_table(
     ns: u64,
     queues: &mut Queues,
     snap: &mut Snapshot,
-) -> io::Result<()> {
+    budget: Budget,
+) -> io::Result<Result<(), Spent>> {
     let path = format!("/proc/{pid}/task/{tid}/fd");
     let dir = fs::read_dir(&path)?;
     let c = std::ffi::CString::new(path).map_err(io::Error::other)?;
@@ -419,7 +510,11 @@ fn scan_table(
     // SAFETY: a fresh descriptor owned by nobody else.
     let dirfd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut buf = [0u8; 64];
-    for e in dir {
+    for (i, e) in dir.enumerate() {
+        // A table may hold many thousands of descriptors.
+        if i % 256 == 255 && budget.spent() {
+            return Ok(Err(Spent));
+        }
         let e = e?;
         let Some(num) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
@@ -464,7 +559,7 @@ fn scan_table(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 /// The `scm_fds:` of a socket's fdinfo: descriptors queued on it (0 for any socket that is
@@ -535,7 +630,7 @@ mod tests {
         let (c, d) = UnixStream::pair().unwrap();
         send_fd(&c, tcp.as_raw_fd());
         let mut snap = Snapshot::default();
-        scan_process(me, ns, &mut Queues::new(), &mut snap);
+        scan_process(me, ns, &mut Queues::new(), &mut snap, Budget::NONE).unwrap();
         assert!(
             snap.in_flight.contains(&(me, d.as_raw_fd() as u32, 1)),
             "{:?} (fd {})",
@@ -577,12 +672,14 @@ mod tests {
         let mut gone = spawn("sleep 30 & echo $!");
         let orphan = read_pid(&mut gone);
         gone.wait().unwrap();
-        let walk = descendants_of_self().expect("children files on this kernel");
+        let walk = descendants_of_self(Budget::NONE)
+            .unwrap()
+            .expect("children files on this kernel");
         for pid in [parent.id(), grandchild, orphan] {
             assert!(walk.contains(&pid), "{pid} not among {walk:?}");
         }
         let own = ns_inode(std::process::id(), "net").unwrap();
-        let mut walked = members(&[own]);
+        let mut walked = members(&[own], Budget::NONE).unwrap();
         let mut scanned: Vec<(u32, u64)> = every_pid()
             .into_iter()
             .filter(|p| walk.contains(p))
@@ -678,14 +775,18 @@ mod tests {
                 .unwrap_or_default()
         };
 
-        let snap = scan(ns, &[ns], &freezer);
+        let snap = scan(ns, &[ns], &freezer, Budget::NONE).unwrap();
         assert_eq!(snap.frozen, Ok(()));
         assert_eq!(owner(&snap, s1), vec![first.id()]);
         assert_eq!(freezer.remembered(), groups[..1]);
 
         let (mut second, s2) = socket_holder(Some(first.id()), &groups[1]);
-        let snap = scan(ns, &[ns], &freezer);
-        assert_eq!(snap.frozen, Ok(()), "the new group is frozen with the others");
+        let snap = scan(ns, &[ns], &freezer, Budget::NONE).unwrap();
+        assert_eq!(
+            snap.frozen,
+            Ok(()),
+            "the new group is frozen with the others"
+        );
         assert_eq!(owner(&snap, s1), vec![first.id()]);
         assert_eq!(owner(&snap, s2), vec![second.id()]);
         let mut both = freezer.remembered();
@@ -693,18 +794,31 @@ mod tests {
         assert_eq!(both, groups, "the second scan froze the new group too");
 
         // Both groups remembered: one listing, both read, both thawed after.
-        let snap = scan(ns, &[ns], &freezer);
+        let snap = scan(ns, &[ns], &freezer, Budget::NONE).unwrap();
         assert_eq!(snap.frozen, Ok(()));
         assert_eq!(owner(&snap, s2), vec![second.id()]);
         for g in &groups {
-            assert_eq!(fs::read_to_string(g.join("freezer.state")).unwrap(), "THAWED\n");
+            assert_eq!(
+                fs::read_to_string(g.join("freezer.state")).unwrap(),
+                "THAWED\n"
+            );
+        }
+
+        // A scan out of budget gives up and leaves nothing frozen.
+        let past = Budget::until(Instant::now());
+        assert_eq!(scan(ns, &[ns], &freezer, past).err(), Some(Spent));
+        for g in &groups {
+            assert_eq!(
+                fs::read_to_string(g.join("freezer.state")).unwrap(),
+                "THAWED\n"
+            );
         }
 
         // A remembered group removed: forgotten, and the scan still a snapshot.
         second.kill().unwrap();
         second.wait().unwrap();
         fs::remove_dir(&groups[1]).unwrap();
-        let snap = scan(ns, &[ns], &freezer);
+        let snap = scan(ns, &[ns], &freezer, Budget::NONE).unwrap();
         assert_eq!(snap.frozen, Ok(()));
         assert_eq!(owner(&snap, s1), vec![first.id()]);
         assert!(owner(&snap, s2).is_empty());

@@ -111,6 +111,12 @@ pub enum IdentityError {
         cached: String,
         current: String,
     },
+    /// Only from [`Identify::identify_now`]'s work, which then gives way to
+    /// [`Identify::identify`]: never a connection's answer.
+    #[error(
+        "the lookup needs more time than the proxy's own thread gives one (it runs on a blocking thread instead)"
+    )]
+    Deferred,
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -132,6 +138,20 @@ pub trait Identify: Send + Sync + 'static {
         local: SocketAddr,
         accepted: Instant,
     ) -> Result<Caller, IdentityError>;
+
+    /// The caller, found on the proxy's own thread when that is quick: `None` when finding
+    /// it would take longer than a short budget, wait, or end in a refusal; the proxy then
+    /// calls [`Identify::identify`] on a blocking thread, whose answer is the connection's.
+    /// Handing a lookup to a blocking thread and back costs two wake-ups across CPUs,
+    /// ≈ 60 µs of a connection's first byte here (BENCHMARKS.md, egress).
+    fn identify_now(
+        &self,
+        _peer: SocketAddr,
+        _local: SocketAddr,
+        _accepted: Instant,
+    ) -> Option<Caller> {
+        None
+    }
 }
 
 /// A fixed caller for every connection: for tests of the proxy without processes, and for a
@@ -141,6 +161,10 @@ pub struct FixedCaller(pub Caller);
 impl Identify for FixedCaller {
     fn identify(&self, _: SocketAddr, _: SocketAddr, _: Instant) -> Result<Caller, IdentityError> {
         Ok(self.0.clone())
+    }
+
+    fn identify_now(&self, _: SocketAddr, _: SocketAddr, _: Instant) -> Option<Caller> {
+        Some(self.0.clone())
     }
 }
 

@@ -29,12 +29,13 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
 use super::freeze::{Freezer, NotFrozen};
-use super::holders::{self, Holder, Snapshot};
+use super::holders::{self, Budget, Holder, Snapshot, Spent};
 use super::identity::{Caller, ExecKey, Identify, IdentityError, UntrustedCode, ns_inode};
 use super::loaded::CodeCheck;
 use super::proctext;
@@ -89,6 +90,12 @@ struct Known {
     chain: Vec<(u32, u64, u32, String)>,
     caller: Caller,
 }
+
+/// How long a lookup may run on the proxy's own thread ([`Identify::identify_now`]); one
+/// usually takes 150–200 µs.
+const QUICK_BUDGET: Duration = Duration::from_millis(1);
+/// Connections that go straight to a blocking thread after a lookup ran out of that budget.
+const QUICK_PAUSE: u32 = 64;
 
 /// Callers remembered at most; the table is cleared when full.
 const KNOWN_MAX: usize = 4096;
@@ -147,6 +154,9 @@ pub struct ProcIdentity {
     code: CodeCheck,
     pins: Mutex<HashMap<String, Pin>>,
     known: Mutex<HashMap<u32, Known>>,
+    /// Connections whose lookup skips [`Identify::identify_now`] after one that ran out of
+    /// its budget.
+    quick_paused: AtomicU32,
 }
 
 impl ProcIdentity {
@@ -167,6 +177,7 @@ impl ProcIdentity {
             code: CodeCheck::default(),
             pins: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
+            quick_paused: AtomicU32::new(0),
         })
     }
 
@@ -174,9 +185,9 @@ impl ProcIdentity {
         ns_inode(pid, "net").is_ok_and(|i| i == self.netns)
     }
 
-    /// A fresh snapshot of the namespace's socket references.
-    fn scan(&self, idx: &mut Snapshot) {
-        *idx = holders::scan(self.netns, &self.registered.all(), &self.freezer);
+    /// A fresh snapshot of the namespace's socket references, unless `budget` runs out first.
+    fn scan(&self, idx: &mut Snapshot, budget: Budget) -> Result<(), Spent> {
+        *idx = holders::scan(self.netns, &self.registered.all(), &self.freezer, budget)?;
         match &idx.frozen {
             Ok(()) => {}
             Err(NotFrozen::Unavailable) => {
@@ -186,6 +197,7 @@ impl ProcIdentity {
                 tracing::debug!(target: "egress", "identity scan not frozen: {why}")
             }
         }
+        Ok(())
     }
 
     fn inode(
@@ -204,7 +216,7 @@ impl ProcIdentity {
             None => {
                 let mut idx = self.index.lock().unwrap_or_else(|p| p.into_inner());
                 if idx.any_member.is_none() || idx.built.is_none_or(|b| b < accepted) {
-                    self.scan(&mut idx);
+                    let _ = self.scan(&mut idx, Budget::NONE);
                 }
                 match idx.any_member {
                     Some(pid) => tcp_table_inode(pid, peer, local)
@@ -226,7 +238,7 @@ impl ProcIdentity {
         let mut first = true;
         loop {
             if !first || idx.built.is_none_or(|b| b < accepted) {
-                self.scan(&mut idx);
+                let _ = self.scan(&mut idx, Budget::NONE);
             }
             first = false;
             let pause = if matches!(idx.frozen, Err(NotFrozen::Failed(_))) {
@@ -287,8 +299,10 @@ impl ProcIdentity {
         fs::metadata(format!("/proc/{pid}/exe")).is_ok_and(|m| (m.dev(), m.ino()) == self.own_exe)
     }
 
-    /// Pin (or check) the image of `pid`'s executable, known as `path`.
-    fn verify(&self, pid: u32, path: &str) -> Result<(), IdentityError> {
+    /// Pin (or check) the image of `pid`'s executable, known as `path`. On a budget, an
+    /// image that would have to be hashed (a path not pinned yet, or a changed file) is
+    /// [`IdentityError::Deferred`]: hashing reads the whole file.
+    fn verify(&self, pid: u32, path: &str, budget: Budget) -> Result<(), IdentityError> {
         let mut f = fs::File::open(format!("/proc/{pid}/exe"))
             .map_err(io_err(format!("opening /proc/{pid}/exe")))?;
         let m = f.metadata().map_err(io_err("fstat of the executable"))?;
@@ -301,6 +315,9 @@ impl ProcIdentity {
             && pin.fingerprint == fp
         {
             return Ok(());
+        }
+        if budget.limited() {
+            return Err(IdentityError::Deferred);
         }
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 256 * 1024];
@@ -321,7 +338,7 @@ impl ProcIdentity {
     /// A remembered caller, re-checked: a few reads per process of its chain instead of the
     /// whole walk (cmdlines, namespaces), which a burst of connections from one process
     /// would otherwise repeat for each.
-    fn known(&self, pid: u32) -> Option<(Caller, Vec<u32>)> {
+    fn known(&self, pid: u32, budget: Budget) -> Option<(Caller, Vec<u32>)> {
         let (chain, caller) = {
             let k = self.known.lock().unwrap_or_else(|p| p.into_inner());
             let e = k.get(&pid)?;
@@ -332,28 +349,31 @@ impl ProcIdentity {
                 return None;
             }
             // A changed image falls back to the whole walk, which reports it.
-            self.verify(*p, exe).ok()?;
+            self.verify(*p, exe, budget).ok()?;
         }
         Some((caller, chain.iter().map(|c| c.0).collect()))
     }
 
     /// The whole walk from `pid` (a task id) up its ancestors: the caller, and the pids of
     /// its chain (itself first).
-    fn walk(&self, pid: u32) -> Result<(Caller, Vec<u32>), IdentityError> {
+    fn walk(&self, pid: u32, budget: Budget) -> Result<(Caller, Vec<u32>), IdentityError> {
         let first = stat(pid);
         let exe = self.exe(pid)?;
-        self.verify(pid, &exe)?;
+        self.verify(pid, &exe, budget)?;
         let mut ancestors = Vec::new();
         let mut chain = vec![pid];
         let mut cur = pid;
         while ancestors.len() < MAX_DEPTH {
+            if budget.spent() {
+                return Err(IdentityError::Deferred);
+            }
             let Some(ppid) = ppid(cur) else { break };
             if ppid <= 1 || !self.in_netns(ppid) || self.is_own_binary(ppid) {
                 break;
             }
             crate::pause::point("identity-ancestor");
             let Ok(a) = self.exe(ppid) else { break };
-            self.verify(ppid, &a).map_err(|e| match e {
+            self.verify(ppid, &a, budget).map_err(|e| match e {
                 IdentityError::Integrity { .. } => IdentityError::Io {
                     what: format!("ancestor integrity check failed for {a}"),
                     source: io::Error::other(e.to_string()),
@@ -407,9 +427,16 @@ impl ProcIdentity {
     }
     /// The evidence of untrusted code for each process of a chain (index = depth). What
     /// cannot be read counts as evidence: a rule that cares refuses it.
-    fn untrusted(&self, chain: &[u32]) -> Vec<UntrustedCode> {
+    fn untrusted(
+        &self,
+        chain: &[u32],
+        budget: Budget,
+    ) -> Result<Vec<UntrustedCode>, IdentityError> {
         let mut out = Vec::new();
         for (depth, pid) in chain.iter().enumerate() {
+            if budget.spent() {
+                return Err(IdentityError::Deferred);
+            }
             if depth > 0 {
                 crate::pause::point("identity-code");
             }
@@ -429,18 +456,71 @@ impl ProcIdentity {
                 out.push(UntrustedCode { depth, what });
             }
         }
-        out
+        Ok(out)
     }
 
     /// One holder, read through the task whose table holds the socket.
-    fn holder(&self, h: Holder) -> Result<Caller, IdentityError> {
-        let (mut c, chain) = match self.known(h.tid) {
+    fn holder(&self, h: Holder, budget: Budget) -> Result<Caller, IdentityError> {
+        let (mut c, chain) = match self.known(h.tid, budget) {
             Some(k) => k,
-            None => self.walk(h.tid)?,
+            None => self.walk(h.tid, budget)?,
         };
         c.pid = h.pid;
-        c.untrusted_code = self.untrusted(&chain);
+        c.untrusted_code = self.untrusted(&chain, budget)?;
         Ok(c)
+    }
+
+    /// The lookup of [`Identify::identify_now`]: `None` wherever the blocking one would
+    /// wait (a lock another lookup holds, a retry), hash, or refuse, and when `budget` runs
+    /// out. What it finds is what [`Identify::identify`] finds from the same snapshot; the
+    /// snapshot it makes is kept for that one to use.
+    fn quick(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        accepted: Instant,
+        budget: Budget,
+    ) -> Option<Caller> {
+        let inode = self
+            .diag
+            .as_ref()?
+            .try_lock()
+            .ok()?
+            .inode(peer, local)
+            .ok()??;
+        let holders = {
+            let mut idx = self.index.try_lock().ok()?;
+            if idx.built.is_none_or(|b| b < accepted) {
+                self.scan(&mut idx, budget).ok()?;
+            }
+            if matches!(idx.frozen, Err(NotFrozen::Failed(_))) {
+                // Not kept: the blocking lookup would take it for its first try and sleep
+                // before the next, where a freeze that needed more than this budget (a busy
+                // machine) usually takes hold within the blocking one's own wait.
+                idx.built = None;
+                return None;
+            }
+            let (unreadable, flight) = idx.gaps();
+            if unreadable.is_some() || flight.is_some() {
+                return None;
+            }
+            let mut v = idx.owners.get(&inode).cloned().unwrap_or_default();
+            if v.is_empty() {
+                return None;
+            }
+            v.sort_unstable();
+            v
+        };
+        let mut callers: Vec<Caller> = Vec::new();
+        for h in holders {
+            let c = self.holder(h, budget).ok()?;
+            if !callers.iter().any(|o| same_identity(o, &c)) {
+                callers.push(c);
+            }
+        }
+        let mut first = callers.remove(0);
+        first.other_holders = callers;
+        Some(first)
     }
 }
 
@@ -559,7 +639,7 @@ impl Identify for ProcIdentity {
         for h in self.holders(inode, accepted)? {
             // A holder seen but not readable now (it exited, or exec'd away) is not skipped:
             // it may have passed the socket on after the scan.
-            let c = self.holder(h).map_err(|e| match e {
+            let c = self.holder(h, Budget::NONE).map_err(|e| match e {
                 IdentityError::Io { what, source } => IdentityError::Holder {
                     inode,
                     pid: h.pid,
@@ -575,6 +655,34 @@ impl Identify for ProcIdentity {
         let mut first = callers.remove(0);
         first.other_holders = callers;
         Ok(first)
+    }
+
+    fn identify_now(
+        &self,
+        peer: SocketAddr,
+        local: SocketAddr,
+        accepted: Instant,
+    ) -> Option<Caller> {
+        // A pause point held here would hold every connection of the proxy.
+        if crate::pause::armed() {
+            return None;
+        }
+        // After a lookup that ran out of its budget, the next ones go straight to a blocking
+        // thread: a sandbox that makes every scan long costs the proxy's thread one budget
+        // per QUICK_PAUSE connections, not one each.
+        if self
+            .quick_paused
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return None;
+        }
+        let budget = Budget::until(Instant::now() + QUICK_BUDGET);
+        let found = self.quick(peer, local, accepted, budget);
+        if found.is_none() && budget.spent() {
+            self.quick_paused.store(QUICK_PAUSE, Ordering::Relaxed);
+        }
+        found
     }
 }
 

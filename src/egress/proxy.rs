@@ -340,8 +340,12 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
     };
     let accepted = std::time::Instant::now();
     // Bounded like the head: a connection does not wait for ever behind a queue of lookups.
-    // The permit goes with the blocking task, so an abandoned lookup still counts.
+    // The permit goes with the blocking task, so an abandoned lookup still counts. A lookup
+    // that is quick is made here, on this thread, at the first poll (`identify_now`).
     let identify = tokio::time::timeout(shared.config.head_timeout, async {
+        if let Some(c) = shared.identity.identify_now(peer, local, accepted) {
+            return Ok(c);
+        }
         let Ok(permit) = shared.identify_slots.clone().acquire_owned().await else {
             return Err(None);
         };
