@@ -35,13 +35,14 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{self, BufRead};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::time::Instant;
 
 use super::freeze::{Freezer, Frozen, NotFrozen};
 use super::identity::ns_inode;
 use super::proctext;
+use crate::sys::dirents;
 
 /// How long a scan may run: unbounded on a blocking thread, until a deadline on the proxy's
 /// own thread, where a scan past it gives up ([`Spent`]) and the lookup moves to a blocking
@@ -270,13 +271,10 @@ fn read_ns(path: &str) -> Option<u64> {
 }
 
 fn tasks(pid: u32) -> Vec<u32> {
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Ok(dir) = dirents::open_dir(&format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
-    let mut v: Vec<u32> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut v = dirents::numbered(dir.as_fd()).unwrap_or_default();
     v.sort_unstable();
     v
 }
@@ -473,6 +471,26 @@ fn scan_process(
     Ok(())
 }
 
+/// The protocol name of the socket at `path` (a `/proc/.../fd/N` link, followed).
+fn protocol(path: &str) -> io::Result<Vec<u8>> {
+    let c = std::ffi::CString::new(path).map_err(io::Error::other)?;
+    let mut buf = [0u8; 32];
+    // SAFETY: getxattr into our buffer, its length given; both names NUL-terminated.
+    let n = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            c"system.sockprotoname".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let name = &buf[..n as usize];
+    Ok(name.strip_suffix(b"\0").unwrap_or(name).to_vec())
+}
+
 /// `include/uapi/linux/kcmp.h`.
 const KCMP_FILES: libc::c_int = 2;
 
@@ -494,31 +512,13 @@ fn scan_table(
     snap: &mut Snapshot,
     budget: Budget,
 ) -> io::Result<Result<(), Spent>> {
-    let path = format!("/proc/{pid}/task/{tid}/fd");
-    let dir = fs::read_dir(&path)?;
-    let c = std::ffi::CString::new(path).map_err(io::Error::other)?;
-    // SAFETY: open(2) of a NUL-terminated path; the result is checked and owned.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor owned by nobody else.
-    let dirfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let dirfd = dirents::open_dir(&format!("/proc/{pid}/task/{tid}/fd"))?;
     let mut buf = [0u8; 64];
-    for (i, e) in dir.enumerate() {
+    for (i, num) in dirents::numbered(dirfd.as_fd())?.into_iter().enumerate() {
         // A table may hold many thousands of descriptors.
         if i % 256 == 255 && budget.spent() {
             return Ok(Err(Spent));
         }
-        let e = e?;
-        let Some(num) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
         let name = std::ffi::CString::new(num.to_string()).map_err(io::Error::other)?;
         // SAFETY: readlinkat into our buffer, its length given; the result is checked.
         let n = unsafe {
@@ -565,6 +565,15 @@ fn scan_table(
 /// The `scm_fds:` of a socket's fdinfo: descriptors queued on it (0 for any socket that is
 /// not a unix one, which has no such line).
 fn queued_fds(pid: u32, tid: u32, fd: u32) -> io::Result<u32> {
+    // Only a unix socket queues descriptors. The socket's protocol (sockfs's
+    // `system.sockprotoname`: `TCP`, `UNIX-STREAM`, ...) is one getxattr, where the fdinfo is
+    // an open, two reads and a close: every other socket is answered with it. A name that
+    // cannot be read (the descriptor is now something else) leaves it to the fdinfo.
+    match protocol(&format!("/proc/{pid}/task/{tid}/fd/{fd}")) {
+        Ok(p) if !p.starts_with(b"UNIX") => return Ok(0),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err(e),
+        _ => {}
+    }
     let f = fs::File::open(format!("/proc/{pid}/task/{tid}/fdinfo/{fd}"))?;
     for line in io::BufReader::new(f).lines() {
         if let Some(v) = line?.strip_prefix("scm_fds:") {
@@ -596,6 +605,12 @@ mod tests {
         assert_eq!(queued_fds(me, me, a.as_raw_fd() as u32).unwrap(), 0);
         // Not a unix socket: no line.
         assert_eq!(queued_fds(me, me, held.as_raw_fd() as u32).unwrap(), 0);
+        let proto = |fd: i32| protocol(&format!("/proc/self/fd/{fd}")).unwrap();
+        assert_eq!(proto(held.as_raw_fd()), b"TCP");
+        assert!(proto(b.as_raw_fd()).starts_with(b"UNIX"));
+        // Not a socket at all: no such name.
+        let file = fs::File::open("/dev/null").unwrap();
+        assert!(protocol(&format!("/proc/self/fd/{}", file.as_raw_fd())).is_err());
     }
 
     fn inode_of(fd: &impl AsRawFd) -> u64 {

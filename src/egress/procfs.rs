@@ -303,22 +303,26 @@ impl ProcIdentity {
     /// image that would have to be hashed (a path not pinned yet, or a changed file) is
     /// [`IdentityError::Deferred`]: hashing reads the whole file.
     fn verify(&self, pid: u32, path: &str, budget: Budget) -> Result<(), IdentityError> {
-        let mut f = fs::File::open(format!("/proc/{pid}/exe"))
-            .map_err(io_err(format!("opening /proc/{pid}/exe")))?;
-        let m = f.metadata().map_err(io_err("fstat of the executable"))?;
-        let fp = (m.len(), m.mtime(), m.ctime(), m.dev(), m.ino());
+        let fingerprint = |m: fs::Metadata| (m.len(), m.mtime(), m.ctime(), m.dev(), m.ino());
+        // The image the link leads to now, by one statx; the file is opened only to be hashed
+        // (and the pin then takes the fingerprint of the file it hashed).
+        let now = fs::metadata(format!("/proc/{pid}/exe"))
+            .map_err(io_err(format!("stat of /proc/{pid}/exe")))?;
         if let Some(pin) = self
             .pins
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(path)
-            && pin.fingerprint == fp
+            && pin.fingerprint == fingerprint(now)
         {
             return Ok(());
         }
         if budget.limited() {
             return Err(IdentityError::Deferred);
         }
+        let mut f = fs::File::open(format!("/proc/{pid}/exe"))
+            .map_err(io_err(format!("opening /proc/{pid}/exe")))?;
+        let fp = fingerprint(f.metadata().map_err(io_err("fstat of the executable"))?);
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 256 * 1024];
         loop {

@@ -6,6 +6,8 @@
 //!   move_mount), which libc does not carry;
 //! - [`process`]: pidfds (open, signal) and the calling process's groups;
 //! - [`clone`]: a clone child on a stack of its own with every signal blocked;
+//! - [`dirents`]: a directory's numbered entries (`/proc`'s tasks and descriptors), listed
+//!   on a descriptor the caller keeps;
 //! - [`forget`]: a fork dropping its copy of the supervisor's heaps;
 //! - [`procstat`]: the fields of a `/proc/PID/stat` line, past the command name;
 //! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side;
@@ -13,6 +15,7 @@
 //! - [`shared_page`]: one page of memory shared with the children cloned after it is made.
 
 pub mod clone;
+pub mod dirents;
 pub mod forget;
 pub mod mount;
 pub mod process;

@@ -53,7 +53,7 @@ const LIBC_CALLS: &[(&str, &str)] = &[
     // The egress proxy.
     (
         "egress/holders.rs",
-        "prctl(PR_GET_CHILD_SUBREAPER), kcmp, open, readlinkat: holders of a socket read from /proc with the sandbox frozen",
+        "prctl(PR_GET_CHILD_SUBREAPER), kcmp, readlinkat, getxattr(system.sockprotoname): holders of a socket read from /proc with the sandbox frozen",
     ),
     (
         "egress/loaded.rs",
