@@ -28,6 +28,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
@@ -91,8 +92,10 @@ impl CodeCheck {
     }
 
     /// The first executable mapping of `pid` that comes from a file the sandbox could write,
-    /// described, if any.
-    pub fn mappings(&self, pid: u32) -> io::Result<Option<String>> {
+    /// described, if any. With `until`, the check of the mappings gives up at that instant
+    /// (`ErrorKind::TimedOut`): a lookup on the proxy's own thread then moves to a blocking
+    /// one, and never takes that error for evidence.
+    pub fn mappings(&self, pid: u32, until: Option<Instant>) -> io::Result<Option<String>> {
         let exe = fs::metadata(format!("/proc/{pid}/exe"))?;
         let mntns = ns_inode(pid, "mnt")?;
         let root = sandboxed_root(pid)?;
@@ -119,7 +122,11 @@ impl CodeCheck {
         {
             return Ok(l.answer.clone());
         }
-        let answer = self.parse(pid, &text, mntns, (exe.dev(), exe.ino()), root);
+        let answer = self
+            .parse(pid, &text, mntns, (exe.dev(), exe.ino()), root, until)
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::TimedOut, "the check of the mappings gave up")
+            })?;
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if last.len() >= VERDICTS_MAX {
             last.clear();
@@ -135,7 +142,9 @@ impl CodeCheck {
         Ok(answer)
     }
 
-    /// The first untrusted executable mapping of one maps text.
+    /// The first untrusted executable mapping of one maps text; `None` when `until` passed
+    /// first (a file is looked at for each mapping not seen before, and the sandbox chooses
+    /// how many there are).
     fn parse(
         &self,
         pid: u32,
@@ -143,8 +152,12 @@ impl CodeCheck {
         mntns: u64,
         exe: (u64, u64),
         root: bool,
-    ) -> Option<String> {
-        for line in text.lines() {
+        until: Option<Instant>,
+    ) -> Option<Option<String>> {
+        for (i, line) in text.lines().enumerate() {
+            if i % 64 == 63 && until.is_some_and(|u| Instant::now() >= u) {
+                return None;
+            }
             let Some(m) = Mapping::parse(line) else {
                 continue;
             };
@@ -171,10 +184,10 @@ impl CodeCheck {
                 }
             };
             if verdict.is_some() {
-                return verdict;
+                return Some(verdict);
             }
         }
-        None
+        Some(None)
     }
 }
 
@@ -328,7 +341,7 @@ mod tests {
         let maps = fs::read_to_string("/proc/self/maps").unwrap();
         // The test binary itself is excluded; the system's libraries are root's, which is
         // enough for a process that is not root.
-        if let Some(why) = c.parse(me, &maps, mntns, exe, false) {
+        if let Some(why) = c.parse(me, &maps, mntns, exe, false, None).unwrap() {
             panic!("the test runner maps untrusted code: {why}");
         }
         // For a root process, only a read-only mount vouches for them.
@@ -346,13 +359,26 @@ mod tests {
             });
         if libc_ro == Some(false) {
             let why = c
-                .parse(me, &maps, mntns, exe, true)
+                .parse(me, &maps, mntns, exe, true, None)
+                .unwrap()
                 .expect("untrusted as root");
             assert!(why.ends_with(", a file the sandbox could write"), "{why}");
         }
         assert_eq!(
-            c.mappings(me).unwrap().is_some(),
+            c.mappings(me, None).unwrap().is_some(),
             sandboxed_root(me).unwrap() && libc_ro == Some(false)
+        );
+        // Past its deadline the check gives up (it looks every 64 lines); before it, the
+        // same text gives the same answer.
+        let long = maps.repeat(64 / maps.lines().count().max(1) + 1);
+        assert_eq!(
+            c.parse(me, &long, mntns, exe, false, Some(Instant::now())),
+            None
+        );
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        assert_eq!(
+            c.parse(me, &long, mntns, exe, false, Some(later)),
+            Some(None)
         );
         let env = c.environment(me).unwrap();
         assert_eq!(

@@ -447,11 +447,16 @@ impl ProcIdentity {
             let mut what = match self.code.environment(*pid) {
                 Ok(Some(w)) => Some(w),
                 Err(e) => Some(format!("its environment could not be read: {e}")),
-                Ok(None) => match self.code.mappings(*pid) {
+                Ok(None) => match self.code.mappings(*pid, budget.deadline()) {
                     Ok(w) => w,
                     Err(e) => Some(format!("its mappings could not be read: {e}")),
                 },
             };
+            // A read given up at the budget (`mappings`) is no evidence: the lookup moves to
+            // a blocking thread, which reads it whole.
+            if budget.spent() {
+                return Err(IdentityError::Deferred);
+            }
             // What was read is the ancestor's only if it was still the parent afterwards.
             if depth > 0 && !is_parent(chain[depth - 1], *pid) {
                 what = Some("it exited while its code was checked".to_string());
