@@ -86,17 +86,30 @@ fn take_lease(args: &RunArgs) -> Result<UidLease, RunError> {
     UidLease::take(args.uid_range.start, args.uid_range.end).map_err(RunError::Identity)
 }
 
-/// The per-run uid of a run as root whose identity only [`leases`] would decide (no `--uid`,
-/// no `--gid`, no policy file that could name one), taken before its policy is loaded: the
-/// policy is then validated as the uid the sandbox is made for, and the sandbox's second
-/// validation finds every grant already walked for that uid (the memo answers per uid; as
-/// `nobody` first, each grant was walked twice, about ninety system calls each time).
-fn lease_before_policy(args: &RunArgs, root: bool) -> Result<Option<UidLease>, RunError> {
-    if root && args.policy_file.is_none() && args.policy.uid.is_none() && args.policy.gid.is_none()
-    {
-        take_lease(args).map(Some)
+/// Whether and when a run takes a uid of its own ([`leases`] says why it does): decided once,
+/// from the flags, before anything is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PerRunUid {
+    /// Root, and nothing can name an identity (no `--uid`, no `--gid`, no policy file): taken
+    /// before the policy is loaded, so that the policy is validated as the uid the sandbox is
+    /// made for, and the sandbox's second validation finds every grant already walked for that
+    /// uid (the memo answers per uid; as `nobody` first, each grant was walked twice, about
+    /// ninety system calls each time).
+    BeforePolicy,
+    /// Root, no `--uid` or `--gid`, and a policy file: taken once it is loaded, unless it
+    /// names an identity.
+    UnlessTheFileNamesOne,
+    /// Not root, or an identity given by flag: none.
+    Never,
+}
+
+fn per_run_uid(args: &RunArgs, root: bool) -> PerRunUid {
+    if !root || args.policy.uid.is_some() || args.policy.gid.is_some() {
+        PerRunUid::Never
+    } else if args.policy_file.is_none() {
+        PerRunUid::BeforePolicy
     } else {
-        Ok(None)
+        PerRunUid::UnlessTheFileNamesOne
     }
 }
 
@@ -105,20 +118,17 @@ fn lease_before_policy(args: &RunArgs, root: bool) -> Result<Option<UidLease>, R
 /// signals, POSIX timers, RLIMIT_NPROC) are shared by every process of a uid, so with one
 /// fixed uid a run could drain them for every concurrent run. A uid named explicitly is held
 /// too, shared: no per-run run may get it meanwhile, and it is refused while one has it.
+/// `taken` is the lease [`PerRunUid::BeforePolicy`] took.
 fn leases(
     args: &RunArgs,
-    taken: Option<UidLease>,
+    (when, taken): (PerRunUid, Option<UidLease>),
     file_sets_identity: bool,
     policy: &mut Policy,
     root: bool,
 ) -> Result<(Option<UidLease>, Option<UidLease>), RunError> {
-    let lease = match taken {
-        Some(lease) => Some(lease),
-        None if root
-            && args.policy.uid.is_none()
-            && args.policy.gid.is_none()
-            && !file_sets_identity =>
-        {
+    let lease = match (when, taken) {
+        (_, Some(lease)) => Some(lease),
+        (PerRunUid::UnlessTheFileNamesOne, None) if !file_sets_identity => {
             let lease = take_lease(args)?;
             policy.set_identity(Identity {
                 uid: lease.uid,
@@ -126,7 +136,7 @@ fn leases(
             });
             Some(lease)
         }
-        None => None,
+        _ => None,
     };
     // What the run writes to its workdir and `--rw` grants belongs to each one's owner
     // (idmapped mounts); where they are refused, a workdir of the sandbox's uids is handed to
@@ -182,7 +192,11 @@ pub(super) fn prepare(
     if let Some(dir) = &args.uid_lease_dir {
         identity::set_lease_dir(dir.clone());
     }
-    let taken = lease_before_policy(args, root)?;
+    let when = per_run_uid(args, root);
+    let taken = match when {
+        PerRunUid::BeforePolicy => Some(take_lease(args)?),
+        _ => None,
+    };
     let leased_flags = taken.as_ref().map(|l| crate::policy::PolicyFlags {
         uid: Some(l.uid),
         gid: Some(l.uid),
@@ -197,8 +211,13 @@ pub(super) fn prepare(
     log_policy_warnings(args.policy_file.as_deref(), &loaded.warnings);
     let mut policy = loaded.policy;
     tl.stamp("policy");
-    let (lease, explicit_lease) =
-        leases(args, taken, loaded.file_sets_identity, &mut policy, root)?;
+    let (lease, explicit_lease) = leases(
+        args,
+        (when, taken),
+        loaded.file_sets_identity,
+        &mut policy,
+        root,
+    )?;
     let scratch = if args.scratch {
         Some(Scratch::create(policy.identity)?)
     } else {
@@ -281,4 +300,42 @@ pub(super) fn prepare(
             check,
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(flags: &[&str]) -> RunArgs {
+        let mut argv: Vec<std::ffi::OsString> = vec!["run".into()];
+        argv.extend(flags.iter().map(|f| f.into()));
+        argv.extend(["--", "/bin/true"].map(Into::into));
+        RunArgs::parse_argv(&argv).unwrap()
+    }
+
+    /// One place says whether a run takes a uid of its own, and when.
+    #[test]
+    fn a_per_run_uid_is_decided_from_the_flags_once() {
+        // The variable is read as `--uid`'s default.
+        if std::env::var_os("OPENSHELL_SANDBOX_UID").is_some() {
+            eprintln!("SKIPPED: OPENSHELL_SANDBOX_UID is set in this environment");
+            return;
+        }
+        use PerRunUid::*;
+        assert_eq!(per_run_uid(&args(&[]), true), BeforePolicy);
+        assert_eq!(per_run_uid(&args(&[]), false), Never);
+        assert_eq!(per_run_uid(&args(&["--uid", "1234"]), true), Never);
+        assert_eq!(per_run_uid(&args(&["--gid", "1234"]), true), Never);
+        assert_eq!(
+            per_run_uid(&args(&["--policy", "/nonexistent.yaml"]), true),
+            UnlessTheFileNamesOne
+        );
+        assert_eq!(
+            per_run_uid(
+                &args(&["--policy", "/nonexistent.yaml", "--uid", "7"]),
+                true
+            ),
+            Never
+        );
+    }
 }
