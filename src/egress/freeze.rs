@@ -328,12 +328,14 @@ impl Freezer {
         Some(self.freeze_groups(last, until))
     }
 
-    /// The group of `g`, open: the last snapshot's descriptor when it is one of those.
+    /// The group of `g`, open: the last snapshot's descriptor when it is one of those and
+    /// still reads (a group removed and made again under the same name is a new group, and
+    /// the old descriptor reads ENODEV).
     fn held(&self, g: Group) -> std::io::Result<Arc<Held>> {
         let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         match last.iter().find(|h| h.group == g) {
-            Some(h) => Ok(h.clone()),
-            None => Held::open(g).map(Arc::new),
+            Some(h) if h.state().is_some() => Ok(h.clone()),
+            _ => Held::open(g).map(Arc::new),
         }
     }
 

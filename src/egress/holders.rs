@@ -839,6 +839,24 @@ mod tests {
         assert!(owner(&snap, s2).is_empty());
         assert_eq!(freezer.remembered(), groups[..1]);
 
+        // A group made again under a remembered name is a new group: frozen as one.
+        fs::create_dir(&groups[1]).unwrap();
+        let (mut third, s3) = socket_holder(Some(first.id()), &groups[1]);
+        let snap = scan(ns, &[ns], &freezer, Budget::NONE).unwrap();
+        assert_eq!(snap.frozen, Ok(()));
+        assert_eq!(owner(&snap, s3), vec![third.id()]);
+        third.kill().unwrap();
+        third.wait().unwrap();
+        fs::remove_dir(&groups[1]).unwrap();
+        fs::create_dir(&groups[1]).unwrap();
+        let (mut fourth, s4) = socket_holder(Some(first.id()), &groups[1]);
+        let snap = scan(ns, &[ns], &freezer, Budget::NONE).unwrap();
+        assert_eq!(snap.frozen, Ok(()));
+        assert_eq!(owner(&snap, s4), vec![fourth.id()]);
+        fourth.kill().unwrap();
+        fourth.wait().unwrap();
+        fs::remove_dir(&groups[1]).unwrap();
+
         first.kill().unwrap();
         first.wait().unwrap();
         fs::remove_dir(&groups[0]).unwrap();
