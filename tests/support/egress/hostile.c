@@ -128,13 +128,19 @@ static void talk(int s) {
     char *body = strstr(buf, "\r\n\r\n");
     char *eol = strstr(buf, "\r\n");
     if (eol) *eol = 0;
-    printf("%s\n", got ? buf : "(nothing)");
+    /* Both lines in one write: several processes of one run answer at once on the same
+     * stdout, and a line of another's between a status and its BODY would give the body to
+     * the wrong answer. (A pipe keeps a write of up to PIPE_BUF bytes whole.) */
+    char out[sizeof buf + 64];
+    int len = snprintf(out, sizeof out, "%s\n", got ? buf : "(nothing)");
     if (body) {
         body += 4;
         for (char *c = body; *c; c++) if (*c == '\n' || *c == '\r') *c = ' ';
-        printf("BODY %s\n", body);
+        len += snprintf(out + len, sizeof out - len, "BODY %s\n", body);
     }
+    if (len > (int)sizeof out - 1) len = (int)sizeof out - 1;
     fflush(stdout);
+    if (write(1, out, len) != len) die("write stdout");
 }
 
 static void *zombie_thread(void *arg) {
