@@ -520,16 +520,7 @@ impl ProcIdentity {
             v.sort_unstable();
             v
         };
-        let mut callers: Vec<Caller> = Vec::new();
-        for h in holders {
-            let c = self.holder(h, budget).ok()?;
-            if !callers.iter().any(|o| same_identity(o, &c)) {
-                callers.push(c);
-            }
-        }
-        let mut first = callers.remove(0);
-        first.other_holders = callers;
-        Some(first)
+        caller_of(holders.into_iter().map(|h| self.holder(h, budget))).ok()
     }
 }
 
@@ -630,6 +621,22 @@ fn cmdline(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// The caller of a socket from its holders (at least one, lowest PID first): the first,
+/// with each later one the decision can tell from those before it as `other_holders`. The
+/// first holder that cannot be read is the answer.
+fn caller_of<E>(holders: impl Iterator<Item = Result<Caller, E>>) -> Result<Caller, E> {
+    let mut callers: Vec<Caller> = Vec::new();
+    for c in holders {
+        let c = c?;
+        if !callers.iter().any(|o| same_identity(o, &c)) {
+            callers.push(c);
+        }
+    }
+    let mut first = callers.remove(0);
+    first.other_holders = callers;
+    Ok(first)
+}
+
 /// Two holders the decision cannot tell apart.
 fn same_identity(a: &Caller, b: &Caller) -> bool {
     (&a.exe, &a.ancestors, &a.cmdline_paths, &a.untrusted_code)
@@ -644,11 +651,10 @@ impl Identify for ProcIdentity {
         accepted: Instant,
     ) -> Result<Caller, IdentityError> {
         let inode = self.inode(peer, local, accepted)?;
-        let mut callers: Vec<Caller> = Vec::new();
-        for h in self.holders(inode, accepted)? {
-            // A holder seen but not readable now (it exited, or exec'd away) is not skipped:
-            // it may have passed the socket on after the scan.
-            let c = self.holder(h, Budget::NONE).map_err(|e| match e {
+        // A holder seen but not readable now (it exited, or exec'd away) is not skipped: it
+        // may have passed the socket on after the scan.
+        caller_of(self.holders(inode, accepted)?.into_iter().map(|h| {
+            self.holder(h, Budget::NONE).map_err(|e| match e {
                 IdentityError::Io { what, source } => IdentityError::Holder {
                     inode,
                     pid: h.pid,
@@ -656,14 +662,8 @@ impl Identify for ProcIdentity {
                     source,
                 },
                 e => e,
-            })?;
-            if !callers.iter().any(|o| same_identity(o, &c)) {
-                callers.push(c);
-            }
-        }
-        let mut first = callers.remove(0);
-        first.other_holders = callers;
-        Ok(first)
+            })
+        }))
     }
 
     fn identify_now(
