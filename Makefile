@@ -50,7 +50,10 @@ test-deps:
 	bash scripts/install-test-deps.sh
 
 # Everything: unit and integration tests, the static-binary test (needs `static`).
+# The tests are built first, on their own, so that a build error (or a full disk) is printed
+# rather than hidden by the filter below.
 test: test-deps static tools
+	$(CARGO) test --features test-pause-points --no-run --quiet
 	$(FUZZ_ENV) $(CARGO) test --features test-pause-points --no-fail-fast -- --nocapture 2>&1 | tee .test.log | grep -E '^(test |SKIPPED|running|test result)|panicked' ; \
 	  status=$${PIPESTATUS[0]}; \
 	  if [ $$status -ne 0 ]; then grep -B2 -A30 -E '^---- |panicked' .test.log | head -300; fi; \
