@@ -241,7 +241,7 @@ impl Freezer {
             let (v1, v2) = paths(t);
             v1.or(v2).is_some_and(|p| p != "/")
         };
-        let text = match proctext::read_text(&format!("/proc/{pid}/cgroup")).ok() {
+        let text = match proctext::read_record(&format!("/proc/{pid}/cgroup")).ok() {
             Some(t) if placed(&t) => t,
             // A zombie leader shows the root group: its live threads show where the process
             // is. A process whose threads all show the root is in the root (read once).
@@ -252,7 +252,7 @@ impl Freezer {
                 .filter_map(|t| {
                     let tid = t.file_name();
                     let tid = tid.to_string_lossy();
-                    proctext::read_text(&format!("/proc/{pid}/task/{tid}/cgroup")).ok()
+                    proctext::read_record(&format!("/proc/{pid}/task/{tid}/cgroup")).ok()
                 })
                 .find(placed)
                 .or(own)?,
@@ -307,7 +307,10 @@ impl Freezer {
                 None => return Err(NotFrozen::Unavailable),
             }
         }
-        self.freeze_groups(groups, until)
+        self.freeze_groups(groups, until).map_err(|s| match s {
+            Stopped::Unreadable(why) => NotFrozen::Failed(why),
+            Stopped::Not(e) => e,
+        })
     }
 
     /// Freeze the groups of the last scan that was a snapshot, before the namespaces are
@@ -320,12 +323,16 @@ impl Freezer {
         if last.is_empty() {
             return None;
         }
-        // A removed group's descriptor reads ENODEV: forgotten, and opened anew next time.
-        if last.iter().any(|g| g.state().is_none()) {
-            self.last.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            return None;
+        match self.freeze_groups(last, until) {
+            Ok(f) => Some(Ok(f)),
+            Err(Stopped::Not(e)) => Some(Err(e)),
+            // A removed group's descriptor reads ENODEV: forgotten, and opened anew next time
+            // (what this froze before it is thawed as the freeze is dropped).
+            Err(Stopped::Unreadable(_)) => {
+                self.last.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                None
+            }
         }
-        Some(self.freeze_groups(last, until))
     }
 
     /// The group of `g`, open: the last snapshot's descriptor when it is one of those and
@@ -339,11 +346,13 @@ impl Freezer {
         }
     }
 
+    /// Freeze `groups`, each state read once before it is changed; nothing is left frozen by
+    /// this when it fails.
     fn freeze_groups(
         &self,
         groups: Vec<Arc<Held>>,
         until: Option<Instant>,
-    ) -> Result<Frozen, NotFrozen> {
+    ) -> Result<Frozen, Stopped> {
         if !groups.is_empty()
             && let Some(h) = &self.v1
         {
@@ -358,17 +367,17 @@ impl Freezer {
             match g.state() {
                 Some(State::Thawed) => {
                     if g.set(true).is_none() {
-                        return Err(NotFrozen::Failed(format!(
+                        return Err(Stopped::Not(NotFrozen::Failed(format!(
                             "{} could not be frozen",
                             g.group.dir.display()
-                        )));
+                        ))));
                     }
                     f.ours.push(i);
                 }
                 // Someone else's freeze (the exec's kill): left to them.
                 Some(State::Frozen | State::Freezing) => {}
                 None => {
-                    return Err(NotFrozen::Failed(format!(
+                    return Err(Stopped::Unreadable(format!(
                         "the state of {} could not be read",
                         g.group.dir.display()
                     )));
@@ -380,18 +389,18 @@ impl Freezer {
         while !f.all.iter().all(|g| g.state() == Some(State::Frozen)) {
             if let Some(until) = until {
                 if Instant::now() >= until {
-                    return Err(NotFrozen::Failed(
+                    return Err(Stopped::Not(NotFrozen::Failed(
                         "its cgroups did not freeze within the lookup's budget".to_string(),
-                    ));
+                    )));
                 }
                 std::thread::yield_now();
                 continue;
             }
             if start.elapsed() > FREEZE_WAIT {
                 tracing::debug!(target: "egress", "the sandbox's cgroups did not freeze within {FREEZE_WAIT:?}");
-                return Err(NotFrozen::Failed(format!(
+                return Err(Stopped::Not(NotFrozen::Failed(format!(
                     "its cgroups did not freeze within {FREEZE_WAIT:?}"
-                )));
+                ))));
             }
             // A task stops at its next return to user space, usually within tens of
             // microseconds (≈ 12 µs for a task asleep in a read, with the anchor): look again at
@@ -404,6 +413,13 @@ impl Freezer {
         }
         Ok(f)
     }
+}
+
+/// Why [`Freezer::freeze_groups`] stopped: a group whose state no longer reads (removed, for
+/// [`Freezer::freeze_last`] to forget), or one of the reasons a scan is not frozen.
+enum Stopped {
+    Unreadable(String),
+    Not(NotFrozen),
 }
 
 /// Why a scan was not made with the sandbox frozen.
@@ -429,12 +445,12 @@ impl Frozen {
     /// Whether every one of `pids` is in a frozen group (a process that joined the namespace
     /// from another group after the freeze was not standing still).
     pub fn covers(&self, pids: &[u32]) -> bool {
+        // Whether a process has exited is asked only of one that is not in them.
         pids.iter().all(|p| {
-            !Path::new(&format!("/proc/{p}")).exists()
-                || self
-                    .freezer
-                    .group_of(*p)
-                    .is_some_and(|g| self.all.iter().any(|h| h.group == g))
+            self.freezer
+                .group_of(*p)
+                .is_some_and(|g| self.all.iter().any(|h| h.group == g))
+                || !Path::new(&format!("/proc/{p}")).exists()
         })
     }
 

@@ -163,7 +163,7 @@ impl Snapshot {
 /// The walk reads the supervisor's threads and the sandbox's processes, where the scan of
 /// `/proc` reads a namespace link of every process of the machine: that was most of the
 /// proxy's time to first byte (BENCHMARKS.md).
-pub fn members(netns: &[u64], budget: Budget) -> Result<Vec<(u32, u64)>, Spent> {
+pub fn members(netns: &[u64], budget: Budget) -> Result<Vec<Member>, Spent> {
     let candidates = if is_subreaper() {
         descendants_of_self(budget)?
     } else {
@@ -173,16 +173,28 @@ pub fn members(netns: &[u64], budget: Budget) -> Result<Vec<(u32, u64)>, Spent> 
         Some(c) => c,
         // A namespace link of every process of the machine: never on a budget.
         None if budget.limited() => return Err(Spent),
-        None => every_pid(),
+        None => every_pid().into_iter().map(|p| (p, None)).collect(),
     };
     let mut out = Vec::new();
-    for pid in candidates {
+    for (pid, tasks) in candidates {
         budget.check()?;
         if let Some(ns) = netns_of(pid).filter(|ns| netns.contains(ns)) {
-            out.push((pid, ns));
+            out.push(Member { pid, ns, tasks });
         }
     }
     Ok(out)
+}
+
+/// A process of the namespaces, as [`members`] listed it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Member {
+    pub pid: u32,
+    /// Its network namespace.
+    pub ns: u64,
+    /// Its tasks, when the listing read them (the walk of the descendants does): a scan that
+    /// is a snapshot reads their fd tables without listing them again, as nothing of a frozen
+    /// process starts a thread.
+    pub tasks: Option<Vec<u32>>,
 }
 
 /// Every process of `/proc`.
@@ -203,14 +215,17 @@ fn is_subreaper() -> bool {
     r == 0 && v != 0
 }
 
-/// Every descendant of this process, each once; `None` when a `children` file cannot be read
-/// for another reason than its task having exited (a kernel without `CONFIG_PROC_CHILDREN`),
-/// and then the caller reads all of `/proc`.
-fn descendants_of_self(budget: Budget) -> Result<Option<Vec<u32>>, Spent> {
+/// A process found by a listing, with its tasks when the listing read them.
+type Found = (u32, Option<Vec<u32>>);
+
+/// Every descendant of this process, each once, with the tasks its children were read from;
+/// `None` when a `children` file cannot be read for another reason than its task having
+/// exited (a kernel without `CONFIG_PROC_CHILDREN`), and then the caller reads all of `/proc`.
+fn descendants_of_self(budget: Budget) -> Result<Option<Vec<Found>>, Spent> {
     let me = std::process::id();
     let mut out = Vec::new();
     let mut seen = HashSet::new();
-    let Ok(mut todo) = children(me) else {
+    let Ok(mut todo) = children(me, &tasks(me)) else {
         return Ok(None);
     };
     while let Some(pid) = todo.pop() {
@@ -218,19 +233,21 @@ fn descendants_of_self(budget: Budget) -> Result<Option<Vec<u32>>, Spent> {
             continue;
         }
         budget.check()?;
-        out.push(pid);
-        match children(pid) {
+        let threads = tasks(pid);
+        match children(pid, &threads) {
             Ok(c) => todo.extend(c),
             Err(_) => return Ok(None),
         }
+        out.push((pid, Some(threads)));
     }
     Ok(Some(out))
 }
 
-/// The children of every thread of `pid` (none for a process or thread that has exited).
-fn children(pid: u32) -> io::Result<Vec<u32>> {
+/// The children of the threads `tids` of `pid` (none for a process or thread that has
+/// exited).
+fn children(pid: u32, tids: &[u32]) -> io::Result<Vec<u32>> {
     let mut out = Vec::new();
-    for tid in tasks(pid) {
+    for &tid in tids {
         let path = format!("/proc/{pid}/task/{tid}/children");
         match proctext::read_text(&path) {
             Ok(text) => out.extend(
@@ -295,12 +312,16 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer, budget: Budget) -> Resul
     // Which sockets' queues are read: the first few directly, then only the namespaces' unix
     // sockets, listed once after the freeze ([`Queues`]).
     let mut queues = Queues::new();
-    for (pid, ns) in now {
+    // Frozen, the tasks listed with the processes are all there are; else they are listed
+    // again, as late as can be.
+    let listed_tasks = frozen.is_ok();
+    for Member { pid, ns, tasks } in now {
         if ns == own {
             snap.any_member.get_or_insert(pid);
         }
         budget.check()?;
-        scan_process(pid, ns, &mut queues, &mut snap, budget)?;
+        let tasks = tasks.filter(|_| listed_tasks);
+        scan_process(pid, ns, tasks, &mut queues, &mut snap, budget)?;
         seen.push(pid);
     }
     // A snapshot only if the processes read are the ones frozen, and stayed so throughout.
@@ -333,7 +354,7 @@ pub fn scan(own: u64, netns: &[u64], freezer: &Freezer, budget: Budget) -> Resul
 /// group but not in that listing, so the namespaces are listed again once frozen. Not
 /// frozen, nothing stands still anyway, and the first listing is the one read.
 fn listed_frozen(netns: &[u64], freezer: &Freezer, budget: Budget) -> Result<Listed, Spent> {
-    let pids = |l: &[(u32, u64)]| l.iter().map(|m| m.0).collect::<Vec<u32>>();
+    let pids = |l: &[Member]| l.iter().map(|m| m.pid).collect::<Vec<u32>>();
     let until = budget.deadline();
     let mut listed = None;
     match freezer.freeze_last(until) {
@@ -381,7 +402,7 @@ fn listed_frozen(netns: &[u64], freezer: &Freezer, budget: Budget) -> Result<Lis
 /// one), and whether each of them was already seen in a frozen group.
 struct Listed {
     frozen: Result<Frozen, NotFrozen>,
-    members: Vec<(u32, u64)>,
+    members: Vec<Member>,
     covered: bool,
 }
 
@@ -439,16 +460,17 @@ fn unix_inodes(pid: u32) -> Option<HashSet<u64>> {
     )
 }
 
-/// Every distinct fd table of `pid`'s tasks.
+/// Every distinct fd table of `pid`'s tasks (`tids`, or listed now).
 fn scan_process(
     pid: u32,
     ns: u64,
+    tids: Option<Vec<u32>>,
     queues: &mut Queues,
     snap: &mut Snapshot,
     budget: Budget,
 ) -> Result<(), Spent> {
     let mut read: Vec<u32> = Vec::new();
-    for tid in tasks(pid) {
+    for tid in tids.unwrap_or_else(|| tasks(pid)) {
         budget.check()?;
         if read.iter().any(|&r| same_table(r, tid)) {
             continue;
@@ -645,7 +667,16 @@ mod tests {
         let (c, d) = UnixStream::pair().unwrap();
         send_fd(&c, tcp.as_raw_fd());
         let mut snap = Snapshot::default();
-        scan_process(me, ns, &mut Queues::new(), &mut snap, Budget::NONE).unwrap();
+        scan_process(me, ns, None, &mut Queues::new(), &mut snap, Budget::NONE).unwrap();
+        // The tasks given, as a frozen scan gives those its listing read: the same snapshot.
+        let mut given = Snapshot::default();
+        let listed = Some(tasks(me));
+        scan_process(me, ns, listed, &mut Queues::new(), &mut given, Budget::NONE).unwrap();
+        // (Other tests of this process open sockets meanwhile: only this test's are compared.)
+        assert!(given.in_flight.contains(&(me, d.as_raw_fd() as u32, 1)));
+        for s in &more {
+            assert!(given.owners.contains_key(&inode_of(s)));
+        }
         assert!(
             snap.in_flight.contains(&(me, d.as_raw_fd() as u32, 1)),
             "{:?} (fd {})",
@@ -691,13 +722,17 @@ mod tests {
             .unwrap()
             .expect("children files on this kernel");
         for pid in [parent.id(), grandchild, orphan] {
-            assert!(walk.contains(&pid), "{pid} not among {walk:?}");
+            assert!(walk.iter().any(|w| w.0 == pid), "{pid} not among {walk:?}");
         }
         let own = ns_inode(std::process::id(), "net").unwrap();
-        let mut walked = members(&[own], Budget::NONE).unwrap();
+        let mut walked: Vec<(u32, u64)> = members(&[own], Budget::NONE)
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.pid, m.ns))
+            .collect();
         let mut scanned: Vec<(u32, u64)> = every_pid()
             .into_iter()
-            .filter(|p| walk.contains(p))
+            .filter(|p| walk.iter().any(|w| w.0 == *p))
             .filter_map(|p| Some((p, netns_of(p).filter(|n| *n == own)?)))
             .collect();
         walked.retain(|(p, _)| [parent.id(), grandchild, orphan].contains(p));

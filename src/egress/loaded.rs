@@ -92,11 +92,26 @@ impl CodeCheck {
     }
 
     /// The first executable mapping of `pid` that comes from a file the sandbox could write,
-    /// described, if any. With `until`, the check of the mappings gives up at that instant
-    /// (`ErrorKind::TimedOut`): a lookup on the proxy's own thread then moves to a blocking
-    /// one, and never takes that error for evidence.
-    pub fn mappings(&self, pid: u32, until: Option<Instant>) -> io::Result<Option<String>> {
-        let exe = fs::metadata(format!("/proc/{pid}/exe"))?;
+    /// described, if any. `image` is the (device, inode) of the executable as the caller
+    /// checked it, whose own mappings are left to its integrity pin (`None`: the one
+    /// `/proc/<pid>/exe` leads to now; a process that has exec'd since the caller's check has
+    /// none of that image's mappings, and its new image's are checked like any file's). With
+    /// `until`, the check gives up at that instant (`ErrorKind::TimedOut`): a lookup on the
+    /// proxy's own thread then moves to a blocking one, and never takes that error for
+    /// evidence.
+    pub fn mappings(
+        &self,
+        pid: u32,
+        image: Option<(u64, u64)>,
+        until: Option<Instant>,
+    ) -> io::Result<Option<String>> {
+        let image = match image {
+            Some(i) => i,
+            None => {
+                let m = fs::metadata(format!("/proc/{pid}/exe"))?;
+                (m.dev(), m.ino())
+            }
+        };
         let mntns = ns_inode(pid, "mnt")?;
         let root = sandboxed_root(pid)?;
         let text = proctext::read_bytes(&format!("/proc/{pid}/maps"), MAX_READ + 1)?;
@@ -110,7 +125,7 @@ impl CodeCheck {
                 MAX_READ >> 20
             )));
         }
-        let key = (mntns, exe.dev(), exe.ino(), root);
+        let key = (mntns, image.0, image.1, root);
         let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
         if let Some(l) = self
             .last
@@ -123,7 +138,7 @@ impl CodeCheck {
             return Ok(l.answer.clone());
         }
         let answer = self
-            .parse(pid, &text, mntns, (exe.dev(), exe.ino()), root, until)
+            .parse(pid, &text, mntns, image, root, until)
             .ok_or_else(|| {
                 io::Error::new(io::ErrorKind::TimedOut, "the check of the mappings gave up")
             })?;
@@ -290,7 +305,7 @@ fn verdict(pid: u32, m: &Mapping<'_>, exe: (u64, u64), root: bool) -> Option<Str
 /// capabilities, it cannot change uid). A root process without no_new_privs is none of a
 /// sandbox's (a test's client, the supervisor's own), and keeps the plain rule.
 fn sandboxed_root(pid: u32) -> io::Result<bool> {
-    let status = proctext::read_text(&format!("/proc/{pid}/status"))?;
+    let status = proctext::read_record(&format!("/proc/{pid}/status"))?;
     let field = |name: &str| {
         status
             .lines()
@@ -365,8 +380,13 @@ mod tests {
             assert!(why.ends_with(", a file the sandbox could write"), "{why}");
         }
         assert_eq!(
-            c.mappings(me, None).unwrap().is_some(),
+            c.mappings(me, None, None).unwrap().is_some(),
             sandboxed_root(me).unwrap() && libc_ro == Some(false)
+        );
+        // The image given is the one `/proc/self/exe` leads to: the same answer.
+        assert_eq!(
+            c.mappings(me, Some(exe), None).unwrap(),
+            c.mappings(me, None, None).unwrap()
         );
         // Past its deadline the check gives up (it looks every 64 lines); before it, the
         // same text gives the same answer.

@@ -83,6 +83,25 @@ struct Pin {
     sha256: String,
 }
 
+/// An executable image as a lookup checked it: (device, inode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Image(u64, u64);
+
+impl Image {
+    fn pair(self) -> (u64, u64) {
+        (self.0, self.1)
+    }
+}
+
+/// One process of a caller's chain, and the image [`ProcIdentity::verify`] checked for it:
+/// its mappings are read against that image (`loaded`: the executable's own mapping is the
+/// one the integrity pin covers, so an image exec'd after the check is not taken for it).
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    pid: u32,
+    image: Image,
+}
+
 /// A caller worked out before: valid while every process of its chain is the same process
 /// (start time), has the same parent and runs the same executable.
 struct Known {
@@ -299,15 +318,16 @@ impl ProcIdentity {
         fs::metadata(format!("/proc/{pid}/exe")).is_ok_and(|m| (m.dev(), m.ino()) == self.own_exe)
     }
 
-    /// Pin (or check) the image of `pid`'s executable, known as `path`. On a budget, an
-    /// image that would have to be hashed (a path not pinned yet, or a changed file) is
-    /// [`IdentityError::Deferred`]: hashing reads the whole file.
-    fn verify(&self, pid: u32, path: &str, budget: Budget) -> Result<(), IdentityError> {
+    /// Pin (or check) the image of `pid`'s executable, known as `path`; its (device, inode).
+    /// On a budget, an image that would have to be hashed (a path not pinned yet, or a changed
+    /// file) is [`IdentityError::Deferred`]: hashing reads the whole file.
+    fn verify(&self, pid: u32, path: &str, budget: Budget) -> Result<Image, IdentityError> {
         let fingerprint = |m: fs::Metadata| (m.len(), m.mtime(), m.ctime(), m.dev(), m.ino());
         // The image the link leads to now, by one statx; the file is opened only to be hashed
         // (and the pin then takes the fingerprint of the file it hashed).
         let now = fs::metadata(format!("/proc/{pid}/exe"))
             .map_err(io_err(format!("stat of /proc/{pid}/exe")))?;
+        let image = Image(now.dev(), now.ino());
         if let Some(pin) = self
             .pins
             .lock()
@@ -315,7 +335,7 @@ impl ProcIdentity {
             .get(path)
             && pin.fingerprint == fingerprint(now)
         {
-            return Ok(());
+            return Ok(image);
         }
         if budget.limited() {
             return Err(IdentityError::Deferred);
@@ -336,35 +356,38 @@ impl ProcIdentity {
         }
         let sha256 = hex::encode(h.finalize());
         let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        pin_or_check(&mut pins, PINS_MAX, path, fp, sha256)
+        pin_or_check(&mut pins, PINS_MAX, path, fp, sha256).map(|()| image)
     }
 
     /// A remembered caller, re-checked: a few reads per process of its chain instead of the
     /// whole walk (cmdlines, namespaces), which a burst of connections from one process
     /// would otherwise repeat for each.
-    fn known(&self, pid: u32, budget: Budget) -> Option<(Caller, Vec<u32>)> {
+    fn known(&self, pid: u32, budget: Budget) -> Option<(Caller, Vec<Link>)> {
         let (chain, caller) = {
             let k = self.known.lock().unwrap_or_else(|p| p.into_inner());
             let e = k.get(&pid)?;
             (e.chain.clone(), e.caller.clone())
         };
+        let mut links = Vec::with_capacity(chain.len());
         for (p, start, parent, exe) in &chain {
             if stat(*p)? != (*parent, *start) || self.exe(*p).ok()? != *exe {
                 return None;
             }
             // A changed image falls back to the whole walk, which reports it.
-            self.verify(*p, exe, budget).ok()?;
+            let image = self.verify(*p, exe, budget).ok()?;
+            links.push(Link { pid: *p, image });
         }
-        Some((caller, chain.iter().map(|c| c.0).collect()))
+        Some((caller, links))
     }
 
-    /// The whole walk from `pid` (a task id) up its ancestors: the caller, and the pids of
-    /// its chain (itself first).
-    fn walk(&self, pid: u32, budget: Budget) -> Result<(Caller, Vec<u32>), IdentityError> {
+    /// The whole walk from `pid` (a task id) up its ancestors: the caller, and its chain
+    /// (itself first).
+    fn walk(&self, pid: u32, budget: Budget) -> Result<(Caller, Vec<Link>), IdentityError> {
         let first = stat(pid);
         let exe = self.exe(pid)?;
-        self.verify(pid, &exe, budget)?;
+        let image = self.verify(pid, &exe, budget)?;
         let mut ancestors = Vec::new();
+        let mut links = vec![Link { pid, image }];
         let mut chain = vec![pid];
         let mut cur = pid;
         while ancestors.len() < MAX_DEPTH {
@@ -377,7 +400,7 @@ impl ProcIdentity {
             }
             crate::pause::point("identity-ancestor");
             let Ok(a) = self.exe(ppid) else { break };
-            self.verify(ppid, &a, budget).map_err(|e| match e {
+            let image = self.verify(ppid, &a, budget).map_err(|e| match e {
                 IdentityError::Integrity { .. } => IdentityError::Io {
                     what: format!("ancestor integrity check failed for {a}"),
                     source: io::Error::other(e.to_string()),
@@ -391,6 +414,7 @@ impl ProcIdentity {
             }
             ancestors.push(a);
             chain.push(ppid);
+            links.push(Link { pid: ppid, image });
             cur = ppid;
         }
         let cmdline_paths = cmdline_paths(&chain, &exe, &ancestors);
@@ -427,17 +451,17 @@ impl ProcIdentity {
                 },
             );
         }
-        Ok((caller, chain))
+        Ok((caller, links))
     }
     /// The evidence of untrusted code for each process of a chain (index = depth). What
     /// cannot be read counts as evidence: a rule that cares refuses it.
     fn untrusted(
         &self,
-        chain: &[u32],
+        chain: &[Link],
         budget: Budget,
     ) -> Result<Vec<UntrustedCode>, IdentityError> {
         let mut out = Vec::new();
-        for (depth, pid) in chain.iter().enumerate() {
+        for (depth, Link { pid, image }) in chain.iter().enumerate() {
             if budget.spent() {
                 return Err(IdentityError::Deferred);
             }
@@ -447,7 +471,10 @@ impl ProcIdentity {
             let mut what = match self.code.environment(*pid) {
                 Ok(Some(w)) => Some(w),
                 Err(e) => Some(format!("its environment could not be read: {e}")),
-                Ok(None) => match self.code.mappings(*pid, budget.deadline()) {
+                Ok(None) => match self
+                    .code
+                    .mappings(*pid, Some(image.pair()), budget.deadline())
+                {
                     Ok(w) => w,
                     Err(e) => Some(format!("its mappings could not be read: {e}")),
                 },
@@ -458,7 +485,7 @@ impl ProcIdentity {
                 return Err(IdentityError::Deferred);
             }
             // What was read is the ancestor's only if it was still the parent afterwards.
-            if depth > 0 && !is_parent(chain[depth - 1], *pid) {
+            if depth > 0 && !is_parent(chain[depth - 1].pid, *pid) {
                 what = Some("it exited while its code was checked".to_string());
             }
             if let Some(what) = what {
@@ -566,7 +593,7 @@ fn pin_or_check(
 /// `(ppid, starttime)` from `/proc/<pid>/stat`: the start time tells a process from a later
 /// one with the same pid.
 fn stat(pid: u32) -> Option<(u32, u64)> {
-    let s = proctext::read_text(&format!("/proc/{pid}/stat")).ok()?;
+    let s = proctext::read_record(&format!("/proc/{pid}/stat")).ok()?;
     let line = crate::sys::procstat::StatLine::new(&s)?;
     Some((line.num(4)?, line.num(22)?))
 }
@@ -581,11 +608,10 @@ fn is_parent(child: u32, parent: u32) -> bool {
     ppid(child) == Some(parent)
 }
 
+/// `pid`'s parent, from `stat` (the kernel formats `status`, five times as long, for one
+/// field of it).
 fn ppid(pid: u32) -> Option<u32> {
-    let s = proctext::read_text(&format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("PPid:"))
-        .and_then(|v| v.trim().parse().ok())
+    stat(pid).map(|(parent, _)| parent)
 }
 
 /// The absolute paths among the argv of `chain`, minus the executables: the first
