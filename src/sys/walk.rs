@@ -305,9 +305,28 @@ impl Walker {
         if let Some(r) = memo::resolved(self.uid, self.gid, path) {
             return Ok(r);
         }
+        if let Some(component) = memo::missing(self.uid, self.gid, path) {
+            return Err(WalkError::Open {
+                path: component,
+                source: io::Error::from_raw_os_error(libc::ENOENT),
+            });
+        }
         let r = match resolve_linkless(path) {
             Some(r) => r,
-            None => self.walk(path)?,
+            None => match self.walk(path) {
+                Ok(r) => r,
+                Err(e) => {
+                    if let WalkError::Open {
+                        path: component,
+                        source,
+                    } = &e
+                        && source.raw_os_error() == Some(libc::ENOENT)
+                    {
+                        memo::keep_missing_walk(self.uid, self.gid, path, component);
+                    }
+                    return Err(e);
+                }
+            },
         };
         memo::keep(self.uid, self.gid, path, &r);
         Ok(r)
@@ -573,6 +592,45 @@ mod tests {
         let r3 = w.resolve(&a).unwrap();
         assert_ne!(r3.meta.ino, first_ino);
         assert_eq!(r3.meta.ino, std::fs::metadata(&a).unwrap().ino());
+    }
+
+    /// Within a memo "no such entry" is an answer like any other: the same error, naming the
+    /// same component, until the memo ends, for the walk and for `canonical`. Other errors are
+    /// asked again.
+    #[test]
+    fn within_a_memo_a_missing_path_stays_missing_and_other_errors_are_asked_again() {
+        let (_t, root, a, _) = swappable_dir();
+        let w = walker();
+        let memo = Memo::begin();
+        let gone = root.join("gone/deeper");
+        let first = w.resolve(&gone).unwrap_err().to_string();
+        assert!(
+            first.contains(&*root.join("gone").to_string_lossy()),
+            "{first}"
+        );
+        assert_eq!(
+            canonical(&gone).unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+        std::fs::create_dir_all(&gone).unwrap();
+        assert_eq!(w.resolve(&gone).unwrap_err().to_string(), first);
+        assert_eq!(
+            canonical(&gone).unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+        // Not a directory: asked again once it is one.
+        let file = a.join("f");
+        std::fs::write(&file, b"").unwrap();
+        let under = file.join("x");
+        assert!(w.resolve(&under).is_err());
+        assert!(canonical(&under).is_err());
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir_all(&under).unwrap();
+        assert!(w.resolve(&under).is_ok());
+        assert_eq!(canonical(&under).unwrap(), under);
+        drop(memo);
+        assert!(w.resolve(&gone).is_ok());
+        assert_eq!(canonical(&gone).unwrap(), gone);
     }
 
     /// A preparation given up inside an outer memo (`run` holds one over its whole

@@ -10,12 +10,20 @@ use super::file::Resolved;
 /// canonical once, [`canonical`]) on the thread that prepares it: `run` asks for the same
 /// fifty-odd paths three times (validation, the view's request, the Landlock grants), and each
 /// answer holds as long as the preparation does anyway (the view binds, and Landlock grants,
-/// the inodes of the first answer). Answers are kept only while a [`Memo`] lives; errors are
-/// not kept.
+/// the inodes of the first answer). Answers are kept only while a [`Memo`] lives. Of the
+/// errors only "no such entry" is kept (the grants a system lacks, `/lib32`, and the deny paths
+/// that are not there were asked three times a run): like any answer it is the first one's
+/// for the whole preparation, and the checks that a denied path is still absent when the
+/// sandbox is made stat it afresh. Any other error may pass (a descriptor limit, a signal)
+/// and is asked again.
 #[derive(Default)]
 struct MemoTable {
     resolved: std::collections::HashMap<(u32, u32, PathBuf), Resolved>,
+    /// Paths whose walk found no such entry, with the component the error names.
+    missing: std::collections::HashMap<(u32, u32, PathBuf), PathBuf>,
     canonical: std::collections::HashMap<PathBuf, PathBuf>,
+    /// Real prefixes that are not there (ENOENT of their `readlink`).
+    canonical_missing: std::collections::HashSet<PathBuf>,
     overflow_uid: Option<Option<u32>>,
 }
 
@@ -121,11 +129,21 @@ fn resolve_canonical(path: &Path, links: &mut usize) -> io::Result<PathBuf> {
                 let next = cur.join(name);
                 cur = match kept_canonical(&next) {
                     Some(c) => c,
-                    None => {
-                        let c = real_entry(&next, links)?;
-                        keep_canonical(&next, &c);
-                        c
+                    None if known_missing(&next) => {
+                        return Err(io::Error::from_raw_os_error(libc::ENOENT));
                     }
+                    None => match real_entry(&next, links) {
+                        Ok(c) => {
+                            keep_canonical(&next, &c);
+                            c
+                        }
+                        Err(e) => {
+                            if e.raw_os_error() == Some(libc::ENOENT) {
+                                keep_missing(&next);
+                            }
+                            return Err(e);
+                        }
+                    },
                 };
             }
         }
@@ -157,6 +175,23 @@ fn real_entry(p: &Path, links: &mut usize) -> io::Result<PathBuf> {
     let target = Path::new(std::ffi::OsStr::from_bytes(&buf[..n as usize]));
     let parent = p.parent().unwrap_or(Path::new("/"));
     resolve_canonical(&parent.join(target), links)
+}
+
+/// Whether the real prefix `path` was found missing within this [`Memo`].
+fn known_missing(path: &Path) -> bool {
+    MEMO.with(|m| {
+        m.borrow()
+            .as_ref()
+            .is_some_and(|t| t.canonical_missing.contains(path))
+    })
+}
+
+fn keep_missing(path: &Path) {
+    MEMO.with(|m| {
+        if let Some(t) = m.borrow_mut().as_mut() {
+            t.canonical_missing.insert(path.to_path_buf());
+        }
+    });
 }
 
 fn kept_canonical(path: &Path) -> Option<PathBuf> {
@@ -192,6 +227,26 @@ pub(super) fn keep(uid: u32, gid: u32, path: &Path, r: &Resolved) {
             && let Some(kept) = r.try_clone()
         {
             t.resolved.insert((uid, gid, path.to_path_buf()), kept);
+        }
+    });
+}
+
+/// The component a walk of `path` as `uid`/`gid` found missing, if one did within this
+/// [`Memo`].
+pub(super) fn missing(uid: u32, gid: u32, path: &Path) -> Option<PathBuf> {
+    MEMO.with(|m| {
+        m.borrow()
+            .as_ref()
+            .and_then(|t| t.missing.get(&(uid, gid, path.to_path_buf())).cloned())
+    })
+}
+
+/// Keep that the walk of `path` found `component` missing, while a [`Memo`] lives.
+pub(super) fn keep_missing_walk(uid: u32, gid: u32, path: &Path, component: &Path) {
+    MEMO.with(|m| {
+        if let Some(t) = m.borrow_mut().as_mut() {
+            t.missing
+                .insert((uid, gid, path.to_path_buf()), component.to_path_buf());
         }
     });
 }
