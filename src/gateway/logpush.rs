@@ -182,6 +182,7 @@ pub fn start(
 }
 
 /// How one stream ended.
+#[derive(Debug)]
 enum StreamEnd {
     Unauthenticated,
     Broken,
@@ -311,14 +312,7 @@ async fn stream(
             res = &mut call => {
                 // Whatever was still buffered goes first on the next stream.
                 kept.extend(buf.drain(..).take(KEPT_WHILE_DOWN));
-                return match res {
-                    Err(s) if s.code() == Code::Unauthenticated => StreamEnd::Unauthenticated,
-                    Err(s) => {
-                        tracing::info!("PushSandboxLogs stream ended: {:?}: {}; reconnecting", s.code(), s.message());
-                        StreamEnd::Broken
-                    }
-                    Ok(_) => StreamEnd::Broken,
-                };
+                return ended(Some(res.map(|_| ())));
             }
             _ = super::stop::stopped(stop) => {
                 // Best effort: what is queued goes out before the stream is dropped.
@@ -337,14 +331,87 @@ async fn stream(
             }
             _ = batch_ready() => {
                 if let Err(end) = drain(rx, &mut buf, &req_tx, &batch, false).await {
-                    return end;
+                    return after_drain(end, &mut call, &mut buf, kept).await;
                 }
             }
             _ = flush.tick() => {
                 if let Err(end) = drain(rx, &mut buf, &req_tx, &batch, true).await {
-                    return end;
+                    return after_drain(end, &mut call, &mut buf, kept).await;
                 }
             }
+        }
+    }
+}
+
+/// How long a stream whose requests can no longer be sent is given to say why it ended.
+const END_STATUS_WAIT: Duration = Duration::from_secs(1);
+
+/// The end of a stream whose batch could not be sent: the call has ended (or is ending), and
+/// its status says whether to reconnect. The gateway answers while the request stream is still
+/// open, so a send can be the first to see the end of a call that said UNAUTHENTICATED: taken
+/// for a broken stream, that would be one more call after the gateway refused us.
+async fn after_drain<F>(
+    end: StreamEnd,
+    call: &mut std::pin::Pin<&mut F>,
+    buf: &mut Vec<SandboxLogLine>,
+    kept: &mut VecDeque<SandboxLogLine>,
+) -> StreamEnd
+where
+    F: std::future::Future<
+            Output = Result<
+                tonic::Response<crate::proto::v1::PushSandboxLogsResponse>,
+                tonic::Status,
+            >,
+        >,
+{
+    if !matches!(end, StreamEnd::Broken) {
+        return end;
+    }
+    kept.extend(buf.drain(..).take(KEPT_WHILE_DOWN));
+    let res = tokio::time::timeout(END_STATUS_WAIT, call.as_mut())
+        .await
+        .ok();
+    ended(res.map(|r| r.map(|_| ())))
+}
+
+/// What a stream's end means: its status when it gave one (`None`: none within
+/// [`END_STATUS_WAIT`]). Every end but UNAUTHENTICATED is a broken stream, said once.
+fn ended(res: Option<Result<(), tonic::Status>>) -> StreamEnd {
+    match res {
+        Some(Err(s)) if s.code() == Code::Unauthenticated => StreamEnd::Unauthenticated,
+        Some(Err(s)) => {
+            tracing::info!(
+                "PushSandboxLogs stream ended: {:?}: {}; reconnecting",
+                s.code(),
+                s.message()
+            );
+            StreamEnd::Broken
+        }
+        Some(Ok(())) => {
+            tracing::info!("PushSandboxLogs stream ended: the gateway closed it; reconnecting");
+            StreamEnd::Broken
+        }
+        None => {
+            tracing::info!(
+                "PushSandboxLogs stream ended: its requests could not be sent and it gave no status; reconnecting"
+            );
+            StreamEnd::Broken
+        }
+    }
+}
+
+/// Send `buf` as one batch; a batch the ended stream did not take goes back to `buf`, for the
+/// next stream.
+async fn send(
+    req_tx: &mpsc::Sender<PushSandboxLogsRequest>,
+    batch: impl Fn(Vec<SandboxLogLine>) -> PushSandboxLogsRequest,
+    buf: &mut Vec<SandboxLogLine>,
+) -> Result<(), StreamEnd> {
+    match req_tx.send(batch(std::mem::take(buf))).await {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::SendError(req)) => {
+            *buf = req.logs;
+            Err(StreamEnd::Broken)
         }
     }
 }
@@ -364,12 +431,86 @@ async fn drain(
             Err(mpsc::error::TryRecvError::Empty) => break,
             Err(mpsc::error::TryRecvError::Disconnected) => return Err(StreamEnd::Stopped),
         }
-        if buf.len() >= BATCH_LINES && req_tx.send(batch(std::mem::take(buf))).await.is_err() {
-            return Err(StreamEnd::Broken);
+        if buf.len() >= BATCH_LINES {
+            send(req_tx, &batch, buf).await?;
         }
     }
-    if partial && !buf.is_empty() && req_tx.send(batch(std::mem::take(buf))).await.is_err() {
-        return Err(StreamEnd::Broken);
+    if partial && !buf.is_empty() {
+        send(req_tx, &batch, buf).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(message: &str) -> SandboxLogLine {
+        SandboxLogLine {
+            message: message.into(),
+            ..SandboxLogLine::default()
+        }
+    }
+
+    fn batch(logs: Vec<SandboxLogLine>) -> PushSandboxLogsRequest {
+        PushSandboxLogsRequest {
+            sandbox_id: "s".into(),
+            logs,
+        }
+    }
+
+    /// A batch the ended stream did not take is kept for the next one, in order.
+    #[tokio::test]
+    async fn a_batch_that_could_not_be_sent_is_kept() {
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        let mut buf = vec![line("a"), line("b")];
+        assert!(matches!(
+            send(&tx, batch, &mut buf).await,
+            Err(StreamEnd::Broken)
+        ));
+        let kept: Vec<&str> = buf.iter().map(|l| l.message.as_str()).collect();
+        assert_eq!(kept, ["a", "b"]);
+
+        let (tx, mut rx) = mpsc::channel(1);
+        send(&tx, batch, &mut buf).await.unwrap();
+        assert!(buf.is_empty());
+        assert_eq!(rx.recv().await.unwrap().logs.len(), 2);
+    }
+
+    /// A stream whose send failed reads the call's status: UNAUTHENTICATED stops log push
+    /// (no further call); anything else, or no status in time, is a broken stream.
+    #[tokio::test]
+    async fn a_failed_send_is_decided_by_the_calls_status() {
+        async fn end_with(
+            status: Option<Result<(), tonic::Status>>,
+        ) -> (StreamEnd, VecDeque<SandboxLogLine>) {
+            let call = async move {
+                match status {
+                    Some(Ok(())) => Ok(tonic::Response::new(
+                        crate::proto::v1::PushSandboxLogsResponse::default(),
+                    )),
+                    Some(Err(s)) => Err(s),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(call);
+            let mut buf = vec![line("unsent")];
+            let mut kept = VecDeque::new();
+            let end = after_drain(StreamEnd::Broken, &mut call, &mut buf, &mut kept).await;
+            assert!(buf.is_empty());
+            (end, kept)
+        }
+        let (end, kept) = end_with(Some(Err(tonic::Status::unauthenticated("no")))).await;
+        assert!(matches!(end, StreamEnd::Unauthenticated));
+        assert_eq!(kept.len(), 1);
+        let (end, _) = end_with(Some(Err(tonic::Status::unavailable("down")))).await;
+        assert!(matches!(end, StreamEnd::Broken));
+        let (end, _) = end_with(Some(Ok(()))).await;
+        assert!(matches!(end, StreamEnd::Broken));
+        // No status within the wait (a second of real time).
+        let (end, kept) = end_with(None).await;
+        assert!(matches!(end, StreamEnd::Broken));
+        assert_eq!(kept[0].message, "unsent");
+    }
 }
