@@ -165,8 +165,9 @@ pub fn enforce(p: &Switch) -> Result<(), ChildError> {
 /// copies the caller's): every process that thread clones from then on starts with an empty
 /// bounding set, and [`enforce`] in it only reads each capability back instead of dropping it,
 /// one credential commit each. For the process-manager thread, which clones every exec of
-/// `serve` and execs nothing that needs a capability (its effective set stays whole). Best
-/// effort: without CAP_SETPCAP nothing is dropped, and [`enforce`] drops what is left.
+/// `serve`, and `run`'s exec init while it waits for the go: neither execs anything that needs
+/// a capability (their effective sets stay whole). Best effort: without CAP_SETPCAP nothing
+/// is dropped, and [`enforce`] drops what is left.
 pub fn drop_bounding_set_ahead() {
     for cap in 0..=63 {
         // SAFETY: prctl with integer arguments; it changes only this thread's credentials.
