@@ -321,7 +321,7 @@ impl ReportFile {
 /// O_EXCL or its like by the caller, so an entry the child left under a guessed name is never
 /// opened.
 fn fresh_name() -> CString {
-    CString::new(format!(".osb-report-{:016x}.tmp", rand::random::<u64>()))
+    CString::new(format!(".osb-report-{:016x}.tmp", crate::sys::random_u64()))
         .expect("no NUL in a formatted name")
 }
 

@@ -122,7 +122,7 @@ pub fn detect_in(sys: &System, want: Want) -> Option<Root> {
         "{PREFIX}{}-{}-{:08x}",
         std::process::id(),
         ROOTS.fetch_add(1, Ordering::Relaxed),
-        rand::random::<u32>()
+        crate::sys::random_u64() as u32
     );
     // cgroup v2 (unified only): needs the pids controller delegated to our cgroup.
     if sys.is_v2()

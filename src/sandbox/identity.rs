@@ -374,7 +374,7 @@ impl UidLease {
     pub fn take(start: u32, end: u32) -> Result<UidLease, LeaseError> {
         let dir = lock_dir()?;
         let n = u64::from(end - start) + 1;
-        let first = rand::random::<u64>() % n;
+        let first = crate::sys::random_u64() % n;
         for i in 0..n {
             let uid = start + ((first + i) % n) as u32;
             match try_lock(&dir, &uid.to_string(), libc::LOCK_EX) {

@@ -12,6 +12,7 @@
 //! - [`procstat`]: the fields of a `/proc/PID/stat` line, past the command name;
 //! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side;
 //! - [`pipe`]: a pipe whose ends close on exec;
+//! - [`random_u64`]: a random number straight from the kernel;
 //! - [`shared_page`]: one page of memory shared with the children cloned after it is made.
 
 pub mod clone;
@@ -29,6 +30,17 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 pub fn errno() -> i32 {
     // SAFETY: __errno_location always returns a valid pointer to this thread's errno.
     unsafe { *libc::__errno_location() }
+}
+
+/// A random number from one `getrandom(2)`, for names nobody may guess ahead and for where a
+/// search starts. Not `rand::random`: its generator is seeded on first use per thread, and the
+/// seeding asks the CPU's features (`std_detect`), a dozen CPUID instructions, each a trap to
+/// the hypervisor in a VM (≈ 6 µs apiece on the development VM): ≈ 70 µs of every `run`'s
+/// start for one number.
+pub fn random_u64() -> u64 {
+    // getrandom(2) fails only before the kernel's pool is ready at boot (it would block) or
+    // on a kernel older than 3.17: the thread's generator then, as before.
+    getrandom::u64().unwrap_or_else(|_| rand::random())
 }
 
 /// A pipe (read end, write end), both ends O_CLOEXEC so that no exec'd program inherits them

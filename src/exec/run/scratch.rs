@@ -20,7 +20,7 @@ impl Scratch {
             let name = format!(
                 "openshell-scratch-{}-{:016x}",
                 std::process::id(),
-                rand::random::<u64>()
+                crate::sys::random_u64()
             );
             let path = base.join(name);
             match std::fs::create_dir(&path) {
