@@ -12,7 +12,7 @@ use std::fs;
 use std::io::{self, Read};
 
 /// Room for the whole of most of these files in one read.
-const FIRST_READ: usize = 4096;
+const FIRST_READ: usize = crate::sys::procstat::FIRST_READ;
 
 /// At most `max` bytes of `path`, read to its end or the limit.
 pub fn read_bytes(path: &str, max: u64) -> io::Result<Vec<u8>> {
@@ -22,25 +22,9 @@ pub fn read_bytes(path: &str, max: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The whole of a `/proc` file that the kernel makes as one record, in one `show` of a
-/// `single_open` seq file (`stat`, `status`, `cgroup`): the first read returns all of it when
-/// the buffer is larger, so a read that leaves room is the end, and the read that would
-/// return 0 is not made. One larger than the buffer is read on to its end.
-pub fn read_record(path: &str) -> io::Result<String> {
-    let mut f = fs::File::open(path)?;
-    let mut buf = vec![0u8; FIRST_READ];
-    let n = loop {
-        match f.read(&mut buf) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => break r?,
-        }
-    };
-    buf.truncate(n);
-    if n == FIRST_READ {
-        f.take(16 << 20).read_to_end(&mut buf)?;
-    }
-    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
+/// The whole of a `/proc` file made as one record (`stat`, `status`, `cgroup`) in one read:
+/// [`crate::sys::procstat::read_record`].
+pub use crate::sys::procstat::read_record;
 
 /// The whole of `path` as text (up to 16 MiB; these files are a few KiB).
 pub fn read_text(path: &str) -> io::Result<String> {
@@ -66,36 +50,5 @@ mod tests {
         assert_eq!(read_text(p).unwrap(), text);
         assert_eq!(read_bytes(p, 100).unwrap(), text.as_bytes()[..100]);
         assert!(read_text("/proc/self/no-such-file").is_err());
-    }
-
-    /// A one-record file reads the same as read to its end, however long it is.
-    #[test]
-    fn a_record_is_read_whole() {
-        for path in ["/proc/self/stat", "/proc/self/status", "/proc/self/cgroup"] {
-            assert_eq!(
-                read_record(path).unwrap(),
-                read_text(path).unwrap(),
-                "{path}"
-            );
-        }
-        let d = tempfile::tempdir().unwrap();
-        for len in [
-            0,
-            1,
-            FIRST_READ - 1,
-            FIRST_READ,
-            FIRST_READ + 1,
-            3 * FIRST_READ,
-        ] {
-            let p = d.path().join(format!("f{len}"));
-            let text = "x".repeat(len);
-            fs::write(&p, &text).unwrap();
-            assert_eq!(
-                read_record(p.to_str().unwrap()).unwrap(),
-                text,
-                "{len} bytes"
-            );
-        }
-        assert!(read_record("/proc/self/no-such-file").is_err());
     }
 }

@@ -31,7 +31,7 @@ pub fn note_main_stack() {
     if MAIN_STACK_KEPT_FROM.load(Ordering::Relaxed) != 0 {
         return;
     }
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let stat = super::procstat::read_record("/proc/self/stat").unwrap_or_default();
     if let Some(top) = start_stack(&stat) {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;

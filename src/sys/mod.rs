@@ -9,7 +9,8 @@
 //! - [`dirents`]: a directory's numbered entries (`/proc`'s tasks and descriptors), listed
 //!   on a descriptor the caller keeps;
 //! - [`forget`]: a fork dropping its copy of the supervisor's heaps;
-//! - [`procstat`]: the fields of a `/proc/PID/stat` line, past the command name;
+//! - [`procstat`]: the fields of a `/proc/PID/stat` line, past the command name, and a
+//!   one-record `/proc` file read in one read;
 //! - [`errno`] and [`proc_fd_path`]: async-signal-safe building blocks of the child side;
 //! - [`pipe`]: a pipe whose ends close on exec;
 //! - [`random_u64`]: a random number straight from the kernel;

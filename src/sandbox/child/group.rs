@@ -63,7 +63,7 @@ impl CommandGroup {
 /// A stat that cannot be read or parsed counts as a terminal: the command then takes a new
 /// session, as it always did.
 pub fn has_controlling_terminal() -> bool {
-    std::fs::read_to_string("/proc/self/stat")
+    crate::sys::procstat::read_record("/proc/self/stat")
         .and_then(|s| {
             tty_nr(&s).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no tty_nr"))
         })

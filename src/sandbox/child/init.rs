@@ -413,7 +413,7 @@ fn command_stack() -> &'static [u8] {
 pub(super) fn args_area() -> [usize; 4] {
     static AREA: std::sync::OnceLock<[usize; 4]> = std::sync::OnceLock::new();
     *AREA.get_or_init(|| {
-        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let stat = crate::sys::procstat::read_record("/proc/self/stat").unwrap_or_default();
         // arg_start, arg_end, env_start, env_end: fields 48 to 51.
         match crate::sys::procstat::StatLine::new(&stat).and_then(|s| s.nums(48)) {
             Some([a, b, c, d]) if a < b && c <= d => [a, b, c, d],
