@@ -456,11 +456,11 @@ fn check_programs(
     use std::path::Path;
     let walker = policy.fs.walker();
     let granted = |p: &Path| {
-        walker.resolve(p).is_ok_and(|r| {
+        walker.resolve_path(p).is_ok_and(|(path, _)| {
             prepared
                 .fs_rules
                 .iter()
-                .any(|(g, access, _)| *access != PathAccess::Device && r.path.starts_with(g))
+                .any(|(g, access, _)| *access != PathAccess::Device && path.starts_with(g))
         })
     };
     let mut names: Vec<(std::ffi::OsString, String)> = Vec::new();

@@ -338,8 +338,8 @@ fn check_outside_grants(
     for g in rw_grants {
         // Grants were resolved by the same walk when the policy was validated; one that no
         // longer resolves cannot hold the report's directory.
-        if let Ok(r) = walker.resolve(g) {
-            roots.push((id(&r.meta), r.path));
+        if let Ok((path, meta)) = walker.resolve_path(g) {
+            roots.push((id(&meta), path));
         }
     }
     let io_err = |source| ReportFileError::Io {

@@ -165,11 +165,13 @@ impl FsPolicy {
     pub(super) fn validate(&self) -> Result<(), PolicyError> {
         let walker = self.walker();
         let resolve = |flag: &'static str, p: &PathBuf| {
-            walker.resolve(p).map_err(|source| PolicyError::GrantRoot {
-                flag,
-                path: p.clone(),
-                source: Box::new(source),
-            })
+            walker
+                .resolve_path(p)
+                .map_err(|source| PolicyError::GrantRoot {
+                    flag,
+                    path: p.clone(),
+                    source: Box::new(source),
+                })
         };
         let deny = canonical_set(&self.deny);
         // The system directories as written and as resolved (`/lib` is `/usr/lib` here).
@@ -177,7 +179,7 @@ impl FsPolicy {
         system.extend(
             SYSTEM_DIRS
                 .iter()
-                .filter_map(|s| walker.resolve(Path::new(s)).ok().map(|r| r.path)),
+                .filter_map(|s| walker.resolve_path(Path::new(s)).ok().map(|(p, _)| p)),
         );
         let check = |flag: &'static str, p: &PathBuf, real: &Path, write: bool| {
             if deny.iter().any(|d| real.starts_with(d)) {
@@ -196,18 +198,18 @@ impl FsPolicy {
             }
             Ok(())
         };
-        let wd = resolve("workdir", &self.workdir)?;
-        if !wd.meta.is_dir() {
+        let (wd, wd_meta) = resolve("workdir", &self.workdir)?;
+        if !wd_meta.is_dir() {
             return Err(PolicyError::WorkdirNotDir(self.workdir.clone()));
         }
-        check("workdir", &self.workdir, &wd.path, true)?;
+        check("workdir", &self.workdir, &wd, true)?;
         // /tmp and /dev/shm are the view's own tmpfs mounts. A workdir there would be the
         // host's shared directory, every other process's files and sockets with it (where
         // Landlock ABI < 9 does not check connect), instead of the private one: refused, with
         // what to do instead.
         for t in PRIVATE_TMPFS {
             let real = walk::canonical(Path::new(t)).unwrap_or_else(|_| PathBuf::from(t));
-            if real.starts_with(&wd.path) {
+            if real.starts_with(&wd) {
                 return Err(PolicyError::WorkdirIsPrivateTmpfs {
                     path: self.workdir.clone(),
                     tmpfs: PathBuf::from(t),
@@ -219,8 +221,8 @@ impl FsPolicy {
             ("rw", &self.read_write, true),
         ] {
             for p in paths {
-                let r = resolve(flag, p)?;
-                check(flag, p, &r.path, write)?;
+                let (real, _) = resolve(flag, p)?;
+                check(flag, p, &real, write)?;
             }
         }
         Ok(())

@@ -54,19 +54,22 @@ fn view_request(policy: &Policy) -> ViewRequest {
     let fs = &policy.fs;
     let walker = fs.walker();
     let resolve = |p: &std::path::Path, read_only: bool| {
-        walker.resolve(p).ok().map(|r| namespaces::Grant {
-            path: r.path,
-            read_only,
-            dir: r.meta.is_dir(),
-            dev: r.meta.dev,
-            ino: r.meta.ino,
-            owner: crate::policy::Identity {
-                uid: r.meta.uid,
-                gid: r.meta.gid,
-            },
-            mode: r.meta.mode,
-            idmap: None,
-        })
+        walker
+            .resolve_path(p)
+            .ok()
+            .map(|(path, meta)| namespaces::Grant {
+                path,
+                read_only,
+                dir: meta.is_dir(),
+                dev: meta.dev,
+                ino: meta.ino,
+                owner: crate::policy::Identity {
+                    uid: meta.uid,
+                    gid: meta.gid,
+                },
+                mode: meta.mode,
+                idmap: None,
+            })
     };
     let written: Vec<(&std::path::PathBuf, bool)> = std::iter::once(&fs.workdir)
         .chain(&fs.read_write)

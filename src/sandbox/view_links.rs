@@ -73,7 +73,7 @@ pub(super) fn reproduced(
             };
             // The decision is the walk's: it follows the link only when it trusts it (and every
             // link after it), and says where it leads.
-            if walker.resolve(&e.path).is_ok_and(|r| in_view(&r.path)) {
+            if walker.resolve_path(&e.path).is_ok_and(|(p, _)| in_view(&p)) {
                 links.push((e.path, target));
             }
         }

@@ -305,31 +305,45 @@ impl Walker {
         if let Some(r) = memo::resolved(self.uid, self.gid, path) {
             return Ok(r);
         }
+        let r = self.resolve_afresh(path)?;
+        memo::keep(self.uid, self.gid, path, &r);
+        Ok(r)
+    }
+
+    /// [`Walker::resolve`] for a caller that needs only where the path leads and what is
+    /// there (a validation, a plan): within a [`Memo`], no descriptor is duplicated for it to
+    /// close (a `fcntl` and a `close` per question, dozens a run).
+    pub fn resolve_path(&self, path: &Path) -> Result<(PathBuf, Meta), WalkError> {
+        if let Some(found) = memo::found(self.uid, self.gid, path) {
+            return Ok(found);
+        }
+        let r = self.resolve_afresh(path)?;
+        let found = (r.path.clone(), r.meta);
+        memo::keep_owned(self.uid, self.gid, path, r);
+        Ok(found)
+    }
+
+    /// The walk behind [`Walker::resolve`], memo aside but for its "no such entry" answers.
+    fn resolve_afresh(&self, path: &Path) -> Result<Resolved, WalkError> {
         if let Some(component) = memo::missing(self.uid, self.gid, path) {
             return Err(WalkError::Open {
                 path: component,
                 source: io::Error::from_raw_os_error(libc::ENOENT),
             });
         }
-        let r = match resolve_linkless(path) {
-            Some(r) => r,
-            None => match self.walk(path) {
-                Ok(r) => r,
-                Err(e) => {
-                    if let WalkError::Open {
-                        path: component,
-                        source,
-                    } = &e
-                        && source.raw_os_error() == Some(libc::ENOENT)
-                    {
-                        memo::keep_missing_walk(self.uid, self.gid, path, component);
-                    }
-                    return Err(e);
-                }
-            },
-        };
-        memo::keep(self.uid, self.gid, path, &r);
-        Ok(r)
+        if let Some(r) = resolve_linkless(path) {
+            return Ok(r);
+        }
+        self.walk(path).inspect_err(|e| {
+            if let WalkError::Open {
+                path: component,
+                source,
+            } = e
+                && source.raw_os_error() == Some(libc::ENOENT)
+            {
+                memo::keep_missing_walk(self.uid, self.gid, path, component);
+            }
+        })
     }
 
     /// [`Walker::resolve`] component by component.

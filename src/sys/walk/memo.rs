@@ -4,7 +4,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use super::file::Resolved;
+use super::file::{Meta, Resolved};
 
 /// Within the preparation of one sandbox, every path is resolved once (and every path made
 /// canonical once, [`canonical`]) on the thread that prepares it: `run` asks for the same
@@ -218,6 +218,27 @@ pub(super) fn resolved(uid: u32, gid: u32, path: &Path) -> Option<Resolved> {
             .and_then(|t| t.resolved.get(&(uid, gid, path.to_path_buf())))
             .and_then(Resolved::try_clone)
     })
+}
+
+/// The kept answer's path and metadata for `path` as `uid`/`gid` resolve it: no descriptor,
+/// so none is duplicated for a caller that would only close it.
+pub(super) fn found(uid: u32, gid: u32, path: &Path) -> Option<(PathBuf, Meta)> {
+    MEMO.with(|m| {
+        m.borrow()
+            .as_ref()
+            .and_then(|t| t.resolved.get(&(uid, gid, path.to_path_buf())))
+            .map(|r| (r.path.clone(), r.meta))
+    })
+}
+
+/// Keep `r` itself as the answer for `path`, while a [`Memo`] lives (no copy of its
+/// descriptor); without one it is dropped.
+pub(super) fn keep_owned(uid: u32, gid: u32, path: &Path, r: Resolved) {
+    MEMO.with(|m| {
+        if let Some(t) = m.borrow_mut().as_mut() {
+            t.resolved.insert((uid, gid, path.to_path_buf()), r);
+        }
+    });
 }
 
 /// Keep `r` as the answer for `path`, while a [`Memo`] lives.
