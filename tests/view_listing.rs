@@ -96,3 +96,38 @@ fn a_denied_directory_stays_unlistable() {
     assert_eq!(r.code(), 0, "{}", r.stderr());
     assert!(r.stdout().contains("secret EACCES"), "{}", r.stdout());
 }
+
+/// The host's mount tree is gone before the command starts: the init detaches the old root
+/// (stacked on the view's by the pivot) while the supervisor reads its report, and the
+/// command's mount table holds the view's mounts alone: one root, a tmpfs, and none of the
+/// host's own mount points.
+#[test]
+fn the_old_root_is_detached_before_the_command_runs() {
+    let wd = Workdir::new();
+    let r = support::run(&wd, &[], &["cat", "/proc/self/mountinfo"]);
+    assert_eq!(r.code(), 0, "{}", r.stderr());
+    let out = r.stdout();
+    // Field 5 is the mount point; the file system type follows the " - " separator.
+    let mounts: Vec<(&str, &str)> = out
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            Some((left.split(' ').nth(4)?, right.split(' ').next()?))
+        })
+        .collect();
+    assert!(!mounts.is_empty(), "{out}");
+    let roots: Vec<&(&str, &str)> = mounts.iter().filter(|(at, _)| *at == "/").collect();
+    assert_eq!(roots.len(), 1, "one root, the view's: {out}");
+    assert_eq!(
+        roots[0].1, "tmpfs",
+        "the view's root is its own tmpfs: {out}"
+    );
+    for (at, _) in &mounts {
+        for host in ["/sys", "/run", "/boot", "/home", "/root", "/var"] {
+            assert!(
+                !(*at == host || at.starts_with(&format!("{host}/"))),
+                "a host mount point {at} in the view: {out}"
+            );
+        }
+    }
+}

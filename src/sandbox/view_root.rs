@@ -39,6 +39,6 @@
 
 mod build;
 mod plan;
-pub(super) use build::{Built, build};
+pub(super) use build::{Built, build, detach_old_root};
 pub(super) use plan::MAX_IDMAP;
 pub use plan::{FILES_MADE, OVERLAY_MADE, RootPlan, RootRequest};

@@ -15,8 +15,9 @@
 //!    the supervisor's pidfd; the exec's cgroup;
 //! 2. the view (in_init.rs), then the Landlock rules of its private tmpfs roots, its own
 //!    files and their overlay on the shared ruleset (which exist only now, in this
-//!    namespace), and the report to the supervisor; then the bounding set emptied for the
-//!    command to inherit, while the supervisor reads the report;
+//!    namespace), and the report to the supervisor; then, while the supervisor reads the
+//!    report, the bounding set emptied for the command to inherit and the old root (stacked
+//!    on the view's since the pivot) detached;
 //! 3. the supervisor's go (one byte, with the network namespace's descriptor; EOF means it
 //!    fell back to the helper's path or gave up: exit, and the namespaces go with us), after
 //!    it has decided the layers from the report and handed the workdir over where idmapped
@@ -333,7 +334,8 @@ unsafe fn view_init_main(
         init_prologue(cg, fds.supervisor_pidfd, fds.err_w);
         init_mark(InitMark::Prologue);
         // The network namespace is the supervisor's to make meanwhile (one.rs): joined below.
-        let rep = in_init::build(view);
+        let mut old_root = -1;
+        let rep = in_init::build(view, &mut old_root);
         if let Some(ll) = &p.landlock {
             for (i, dir) in view.tmpfs_c_targets() {
                 if rep.tmpfs_made(i)
@@ -366,6 +368,14 @@ unsafe fn view_init_main(
         // start). We execute nothing, and the effective set we still need (setns below, the
         // clone) is not the bounding set.
         crate::sandbox::identity::drop_bounding_set_ahead();
+        // The old root, stacked on the view's since the pivot, detached while the supervisor
+        // reads the report (the unmount waits for an RCU grace period): before the go is even
+        // read, so before anything of the command exists. A failure fails the exec.
+        if old_root >= 0
+            && let Err(e) = crate::sandbox::view_root::detach_old_root(old_root)
+        {
+            fail(e, fds.err_w);
+        }
         let Some((b, net)) = receive_go(fds.go_r) else {
             libc::_exit(0);
         };

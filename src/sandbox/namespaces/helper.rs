@@ -105,6 +105,7 @@ pub(super) unsafe fn helper_main(
                 proc != 0,
                 &mut rep.tmpfs_made,
                 &mut rep.idmap,
+                None,
             );
             match built {
                 Built::Root => {

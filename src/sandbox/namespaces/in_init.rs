@@ -25,12 +25,20 @@ use crate::sandbox::run_timeline::{InitMark, init_mark};
 use crate::sandbox::step::{ChildError, Step};
 use crate::sandbox::view_root::{self, Built};
 
-/// Build the view in the calling process, which is already in the namespaces it needs.
+/// Build the view in the calling process, which is already in the namespaces it needs. With
+/// a root of its own, the old root is left stacked on it, its descriptor in `old_root`
+/// (else -1), for the caller to detach with [`view_root::detach_old_root`] once it has
+/// reported: that unmount's wait for an RCU grace period then overlaps the supervisor's
+/// reading of the report instead of delaying it.
 ///
 /// # Safety
 /// Only in `run`'s exec init, single-threaded, cloned into new mount, PID, IPC and UTS
 /// namespaces as their first process: raw syscalls on `plan`, prepared before the clone.
-pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan) -> HelperReport {
+pub(in crate::sandbox) unsafe fn build(
+    plan: &ViewPlan,
+    old_root: &mut libc::c_int,
+) -> HelperReport {
+    *old_root = -1;
     let mut rep = HelperReport::new();
     // SAFETY: raw syscalls on prepared data throughout.
     unsafe {
@@ -59,13 +67,20 @@ pub(in crate::sandbox) unsafe fn build(plan: &ViewPlan) -> HelperReport {
                 for (i, t) in plan.tmpfs.iter().take(2).enumerate() {
                     targets[i] = (t.c_target.as_c_str(), t.data.as_c_str());
                 }
-                match view_root::build(
+                let built = view_root::build(
                     root,
                     &targets[..n],
                     true,
                     &mut rep.tmpfs_made,
                     &mut rep.idmap,
-                ) {
+                    Some(old_root),
+                );
+                if !matches!(built, Built::Root) && *old_root >= 0 {
+                    // Nothing to detach later: the run falls back or fails from this report.
+                    libc::close(*old_root);
+                    *old_root = -1;
+                }
+                match built {
                     Built::Root => {
                         rep.root = 1;
                         Ok(())

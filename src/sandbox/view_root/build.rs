@@ -30,31 +30,48 @@ impl Drop for Fd {
     }
 }
 
+/// The parent directory of an entry: the root itself (the caller's, never closed here), or a
+/// directory opened below it.
+enum Parent {
+    Root(RawFd),
+    Opened(Fd),
+}
+
+impl Parent {
+    fn fd(&self) -> RawFd {
+        match self {
+            Parent::Root(fd) => *fd,
+            Parent::Opened(f) => f.0,
+        }
+    }
+}
+
 /// Open the parent directory of `comps` below `root`, one component at a time, never
-/// following a symlink, creating missing directories when `create`.
+/// following a symlink, creating missing directories when `create`. An entry right below the
+/// root gets the root itself: no copy of its descriptor to make and close (the root's
+/// entries are most of a view's, so that was two calls each on the init's way to the
+/// command).
 ///
 /// # Safety
 /// In the helper only.
-unsafe fn open_parent(root: RawFd, comps: &[CString], create: bool) -> Result<Fd, ChildError> {
+unsafe fn open_parent(root: RawFd, comps: &[CString], create: bool) -> Result<Parent, ChildError> {
     // SAFETY: raw syscalls on descriptors we own and prepared C strings.
     unsafe {
-        let mut dir = Fd(libc::fcntl(root, libc::F_DUPFD_CLOEXEC, 3));
-        if dir.0 < 0 {
-            return Err(fail(Step::MakeMountpoint));
-        }
+        let mut dir = Parent::Root(root);
         let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY | libc::O_CLOEXEC;
         for c in &comps[..comps.len().saturating_sub(1)] {
-            let mut fd = libc::openat(dir.0, c.as_ptr(), flags);
+            let at = dir.fd();
+            let mut fd = libc::openat(at, c.as_ptr(), flags);
             if fd < 0 && errno() == libc::ENOENT && create {
-                if libc::mkdirat(dir.0, c.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST {
+                if libc::mkdirat(at, c.as_ptr(), 0o755) != 0 && errno() != libc::EEXIST {
                     return Err(fail(Step::MakeMountpoint));
                 }
-                fd = libc::openat(dir.0, c.as_ptr(), flags);
+                fd = libc::openat(at, c.as_ptr(), flags);
             }
             if fd < 0 {
                 return Err(fail(Step::MakeMountpoint));
             }
-            dir = Fd(fd);
+            dir = Parent::Opened(Fd(fd));
         }
         Ok(dir)
     }
@@ -565,14 +582,14 @@ unsafe fn fill(
                 };
                 match &e.what {
                     What::Dir => {
-                        if libc::mkdirat(parent.0, name.as_ptr(), 0o755) != 0
+                        if libc::mkdirat(parent.fd(), name.as_ptr(), 0o755) != 0
                             && errno() != libc::EEXIST
                         {
                             return Err(fail(Step::MakeMountpoint));
                         }
                     }
                     What::Link(target) => {
-                        if libc::symlinkat(target.as_ptr(), parent.0, name.as_ptr()) != 0
+                        if libc::symlinkat(target.as_ptr(), parent.fd(), name.as_ptr()) != 0
                             && errno() != libc::EEXIST
                         {
                             return Err(fail(Step::MakeViewLink));
@@ -583,12 +600,12 @@ unsafe fn fill(
                         if bd.proc_fallback && !plan.bind_proc(fresh_proc) {
                             return Ok(());
                         }
-                        let t = mount_point(parent.0, name, bd.dir, e.create)?;
+                        let t = mount_point(parent.fd(), name, bd.dir, e.create)?;
                         let tree = std::mem::replace(&mut fds[*i], -1);
                         let slot = (bd.userns >= 0).then(|| idmap.get_mut(bd.slot)).flatten();
                         bind(tree, t.0, bd.read_only, bd.userns, plan.deny_idmap, slot)?;
                         if let Some(dir) = &bd.overlay {
-                            match overlay(root, parent.0, name, dir) {
+                            match overlay(root, parent.fd(), name, dir) {
                                 0 => *tmpfs_made |= OVERLAY_MADE,
                                 // The files are then not shown (their mount point is
                                 // missing), and the supervisor says so.
@@ -597,7 +614,7 @@ unsafe fn fill(
                         }
                     }
                     What::Tmpfs(i) => {
-                        let t = mount_point(parent.0, name, true, e.create)?;
+                        let t = mount_point(parent.fd(), name, true, e.create)?;
                         fd_path(&mut a, t.0);
                         let (_, data) = tmpfs[*i];
                         if libc::mount(
@@ -614,13 +631,13 @@ unsafe fn fill(
                     }
                     What::Files if files_unshown => {}
                     What::Files => {
-                        let t = mount_point(parent.0, name, true, e.create)?;
-                        fill_files(plan, parent.0, name, t.0, &mut a)?;
+                        let t = mount_point(parent.fd(), name, true, e.create)?;
+                        fill_files(plan, parent.fd(), name, t.0, &mut a)?;
                         *tmpfs_made |= FILES_MADE;
                     }
-                    What::HideDir => hide_dir(parent.0, name, &mut a)?,
+                    What::HideDir => hide_dir(parent.fd(), name, &mut a)?,
                     What::HideFile => {
-                        hide_file(root, &mut hidden, parent.0, name, [&mut a, &mut b])?
+                        hide_file(root, &mut hidden, parent.fd(), name, [&mut a, &mut b])?
                     }
                 }
                 Ok(())
@@ -657,7 +674,17 @@ pub(in crate::sandbox) enum Built {
 }
 
 /// Build the new root and pivot into it. `tmpfs`: (mount point, mount data) of each private
-/// tmpfs. `fresh_proc`: each exec can mount its own /proc.
+/// tmpfs. `fresh_proc`: each exec can mount its own /proc. `old_root`: where to leave a
+/// descriptor of the old root, still stacked on the new one after the pivot, for the caller
+/// to detach later ([`detach_old_root`]); `None` detaches it here.
+///
+/// The old root's detach waits for an RCU grace period (the kernel's `namespace_unlock`
+/// before it frees the unmounted tree, expedited: a few hundred microseconds on a 2-core VM,
+/// most of building the root), which `run`'s init has better things to overlap with. Until
+/// then the old root is on top of the new one at `/`, which nothing here reaches: a lookup
+/// starts at the process's root, the new root's own top directory, and only a lookup coming
+/// down from above (there is none above a root) or an unmount's would cross into what is
+/// stacked on it.
 ///
 /// # Safety
 /// In the helper only, in its private mount namespace.
@@ -667,6 +694,7 @@ pub(in crate::sandbox) unsafe fn build(
     fresh_proc: bool,
     tmpfs_made: &mut i32,
     idmap: &mut [i32; MAX_IDMAP],
+    old_root: Option<&mut RawFd>,
 ) -> Built {
     let mut fds = [-1; MAX_BINDS];
     let close_all = |fds: &[RawFd; MAX_BINDS]| {
@@ -715,6 +743,27 @@ pub(in crate::sandbox) unsafe fn build(
             libc::umount2(STAGING.as_ptr(), libc::MNT_DETACH);
             return Built::RolledBack(e);
         }
+        // The old root, to detach once the caller has reported: opened before the pivot,
+        // while `/` is still it.
+        let keep_old = match old_root {
+            Some(slot) => {
+                let fd = libc::open(
+                    c"/".as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                );
+                if fd < 0 {
+                    let e = fail(Step::DetachOldRoot);
+                    drop(root);
+                    libc::umount2(STAGING.as_ptr(), libc::MNT_DETACH);
+                    *tmpfs_made = 0;
+                    idmap.fill(-1);
+                    return Built::RolledBack(e);
+                }
+                *slot = fd;
+                true
+            }
+            None => false,
+        };
         // pivot_root(".", "."): the old root ends up stacked on the new one, at ".", where
         // it can be detached without a directory to put it in.
         if libc::fchdir(root.0) != 0 {
@@ -725,7 +774,7 @@ pub(in crate::sandbox) unsafe fn build(
             return Built::RolledBack(e);
         }
         let built = if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) == 0 {
-            if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
+            if !keep_old && libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
                 return Built::Broken(fail(Step::DetachOldRoot));
             }
             Built::Root
@@ -770,4 +819,25 @@ pub(in crate::sandbox) unsafe fn build(
         }
         built
     }
+}
+
+/// Detach the old root that [`build`] left stacked on the new one (`old_root`, its
+/// descriptor, closed here): by its `/proc/self/fd` path, as an unmount takes a path and the
+/// old root has none in the new root. Needs the fresh /proc of the caller's PID namespace.
+///
+/// # Safety
+/// In the process that called [`build`] with `old_root`, after it.
+pub(in crate::sandbox) unsafe fn detach_old_root(old_root: RawFd) -> Result<(), ChildError> {
+    let mut a = [0u8; 32];
+    fd_path(&mut a, old_root);
+    // SAFETY: umount2 of a NUL-terminated path; close of the descriptor build left us.
+    unsafe {
+        let rc = libc::umount2(a.as_ptr().cast(), libc::MNT_DETACH);
+        let e = fail(Step::DetachOldRoot);
+        libc::close(old_root);
+        if rc != 0 {
+            return Err(e);
+        }
+    }
+    Ok(())
 }
