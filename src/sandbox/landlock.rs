@@ -22,8 +22,6 @@ pub enum LandlockError {
     Ruleset(#[from] landlock::RulesetError),
     #[error("the Landlock ruleset has no file descriptor (kernel without Landlock)")]
     NoFd,
-    #[error("keeping a Landlock rule's descriptor: {0}")]
-    Dup(std::io::Error),
 }
 
 /// What this kernel's Landlock can do.
@@ -90,9 +88,10 @@ pub struct PreparedRuleset {
     all_bits: u64,
     /// What [`PreparedRuleset::copy`] needs: `struct landlock_ruleset_attr` as created
     /// (handled filesystem rights, handled network rights, scopes) and every rule added here,
-    /// each by a descriptor of its own and its rights.
+    /// each by its rule's descriptor (shared with the rule, not copied: a `fcntl` and a
+    /// `close` per grant) and its rights.
     attr: [u64; 3],
-    rules: Vec<(OwnedFd, u64)>,
+    rules: Vec<(std::sync::Arc<OwnedFd>, u64)>,
     /// The next exec's copy, made while the machine is idle ([`PreparedRuleset::make_spare`]).
     spare: std::sync::Mutex<Option<Box<PreparedRuleset>>>,
 }
@@ -162,7 +161,7 @@ pub fn prepare(
         // The descriptor the expansion decided on, never the path again: a path looked up
         // now would follow whatever link was swapped in since (finding: exchange race).
         created = created.add_rule(PathBeneath::new(r.fd.as_fd(), access))?;
-        kept.push((r.fd.try_clone().map_err(LandlockError::Dup)?, access.bits()));
+        kept.push((r.fd.clone(), access.bits()));
     }
     let fd: Option<OwnedFd> = created.into();
     let fd = fd.ok_or(LandlockError::NoFd)?;
