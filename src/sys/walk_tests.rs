@@ -38,6 +38,34 @@ fn within_a_memo_a_path_is_resolved_once_and_after_it_again() {
     assert_eq!(r3.meta.ino, std::fs::metadata(&a).unwrap().ino());
 }
 
+/// `resolve_path` shares the memo with `resolve`: within one, the answer it keeps (its own
+/// walk's descriptor, no copy) is the one a later `resolve` hands out, with a working
+/// descriptor of its own, and it answers from what `resolve` kept; after the memo, asked again.
+#[test]
+fn resolve_path_keeps_and_reads_the_same_answers_as_resolve() {
+    let (_t, root, a, first_ino) = swappable_dir();
+    let w = walker();
+    let memo = Memo::begin();
+    let (p1, m1) = w.resolve_path(&a).unwrap();
+    assert_eq!((p1.as_path(), m1.ino), (a.as_path(), first_ino));
+    std::fs::rename(&a, root.join("old")).unwrap();
+    std::fs::create_dir(&a).unwrap();
+    let r = w.resolve(&a).unwrap();
+    assert_eq!(r.meta.ino, first_ino);
+    assert_eq!(fstat(r.fd.as_fd()).unwrap().ino, first_ino);
+    let (p2, m2) = w.resolve_path(&a).unwrap();
+    assert_eq!((p2, m2.ino), (a.clone(), first_ino));
+    // Kept by `resolve` first, read by `resolve_path`.
+    let b = root.join("b");
+    std::fs::create_dir(&b).unwrap();
+    let rb = w.resolve(&b).unwrap();
+    assert_eq!(w.resolve_path(&b).unwrap().1.ino, rb.meta.ino);
+    drop(memo);
+    let (_, m3) = w.resolve_path(&a).unwrap();
+    assert_eq!(m3.ino, std::fs::metadata(&a).unwrap().ino());
+    assert_ne!(m3.ino, first_ino);
+}
+
 /// Within a memo "no such entry" is an answer like any other: the same error, naming the
 /// same component, until the memo ends, for the walk and for `canonical`. Other errors are
 /// asked again.
